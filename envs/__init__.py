@@ -1,0 +1,1 @@
+"""Text environments (TextCraft, ALFWorld, WebShop) behind one gymnasium interface, and the group pool."""
