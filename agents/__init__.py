@@ -1,0 +1,1 @@
+"""How a model sees an environment and acts in it: prompts, projection, models, engines, rollouts."""
