@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 __all__ = [
@@ -145,7 +145,7 @@ def _receptacle_type(rid: str) -> str:
     return parts[4] if len(parts) > 4 else parts[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_room(scene: int) -> Room:
     import numpy as np
 
@@ -272,9 +272,6 @@ def sample_game(task_type: str, scenes: tuple[int, ...], rng: random.Random) -> 
     spec = GameSpec(task_type, room.scene, obj, parent, toggle, desc)
     # objects
     taken: set[str] = set()
-    by_type: dict[str, list[tuple[str, str]]] = {}
-    for rid, rt, _ in room.receptacles:
-        by_type.setdefault(rt, []).append((rid, rt))
 
     def place(otype: str, count: int, forbid: str | None) -> bool:
         hosts = [(rid, rt) for rid, rt, _ in room.receptacles if _can_hold(rt, otype) and rt != forbid]
@@ -327,7 +324,7 @@ def problem_pddl(spec: GameSpec, name: str) -> str:
     lines += [f"        {m(rid)} - receptacle" for rid, _, _ in room.receptacles]
     lines += [f"        {m(loc)} - location" for loc in locations]
     lines += ["        )", "", "(:init"]
-    for rid, rt, loc in room.receptacles:
+    for rid, rt, _ in room.receptacles:
         lines.append(f"        (receptacleType {m(rid)} {rt}Type)")
     for oid, ot, _ in sorted(objects):
         lines.append(f"        (objectType {m(oid)} {ot}Type)")
