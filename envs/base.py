@@ -241,6 +241,7 @@ class TextEnv(gym.Env):
             )
             obs, reward, terminated, info = self._noop_observation(reason), 0.0, False, self._current_info()
             info["noop"] = True
+            info["anchor_obs"] = clean_observation(obs)
         else:
             try:
                 obs, reward, terminated, info = self._step(text)
@@ -250,6 +251,7 @@ class TextEnv(gym.Env):
                 obs, reward, terminated = self._noop_observation("rejected by the environment"), 0.0, False
                 info = self._current_info()
                 info["noop"] = True
+                info["anchor_obs"] = clean_observation(obs)
         self._t += 1
         truncated = (not terminated) and self._t >= self.max_steps
         self._done = bool(terminated or truncated)

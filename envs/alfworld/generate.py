@@ -516,6 +516,10 @@ def generate_games(cfg: GeneratorConfig) -> dict:
     jobs = list(_iter_jobs(cfg))
     workers = cfg.workers or (os.cpu_count() or 1)
     workers = max(1, min(workers, len(jobs) or 1))
+    import multiprocessing as mp
+
+    if mp.current_process().daemon:  # e.g. inside an EnvPool worker: daemons may not start processes
+        workers = 1
     start = time.time()
     results = []
     bar = tqdm(total=len(jobs), desc=f"ALFWorld games -> {out}", unit="game", disable=not cfg.progress,
@@ -525,8 +529,6 @@ def generate_games(cfg: GeneratorConfig) -> dict:
             results.append(_make_one(job))
             bar.update(1)
     else:
-        import multiprocessing as mp
-
         with mp.get_context("spawn").Pool(workers, initializer=_init_worker) as pool:
             for res in pool.imap(_make_one, jobs, chunksize=1):
                 results.append(res)

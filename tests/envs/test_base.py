@@ -73,6 +73,7 @@ def test_any_action_is_a_normal_step(action):
     obs, reward, terminated, truncated, info = env.step(action)
     assert isinstance(obs, str) and env.observation_space.contains(obs)
     assert reward == 0.0 and not terminated and info["noop"] is True and info["step"] == 1
+    assert info["anchor_obs"] == obs
 
 
 def test_env_exception_becomes_a_noop_with_error():

@@ -160,3 +160,18 @@ def test_textcraft_pool_with_expert_in_processes():
             for i, r in zip(idx, pool.step(idx, pool.expert_actions(idx))):
                 won[i] |= r.info["won"]
         assert won.all()
+
+
+def test_alfworld_groups_in_worker_processes(alfworld_data):
+    env_kwargs = {"data_path": str(alfworld_data)}
+    with EnvPool("ALFWorld-v0", 4, num_workers=2, mode="process", env_kwargs=env_kwargs) as pool:
+        assert pool.env_name == "alfworld" and pool.eval_splits == ("valid_seen", "valid_unseen")
+        tasks = eval_tasks("valid_unseen", pool.num_tasks("valid_unseen"))
+        obs, infos = pool.reset(tasks, group_size=2)
+        assert obs[0] == obs[1] and infos[0]["state_key"] == infos[1]["state_key"] and obs[0] != obs[2]
+        won = {}
+        while pool.any_live():
+            idx = pool.live_indices()
+            for i, r in zip(idx, pool.step(idx, pool.expert_actions(idx))):
+                won[i] = r.info["won"]
+        assert won == {0: True, 1: True, 2: True, 3: True}
