@@ -30,7 +30,7 @@ class CounterEnv(TextEnv):
             "task_family": self.family,
             "admissible_actions": ["inc"],
             "won": won,
-            "anchor_obs": f"count {self.count}",
+            "anchor_obs": self.obs,
             "state_key": ("counter", self.target, self.count),
             "raw_score": None,
         }
@@ -39,7 +39,8 @@ class CounterEnv(TextEnv):
         split, index = self.resolve_task(seed, options)
         self.target, self.count, self.seed = 2 + index, 0, seed
         self.family = self.task_family_of(split, index)
-        return f"count 0 (seed {seed}, target {self.target})", self._info()
+        self.obs = f"count 0 (seed {seed}, target {self.target})"
+        return self.obs, self._info()
 
     def _step(self, action):
         if action == "inc":
@@ -51,11 +52,13 @@ class CounterEnv(TextEnv):
         elif action == "exit":
             os._exit(3)
         else:
+            self.obs = "Nothing happens."
             info = self._info()
             info["noop"] = True
-            return "Nothing happens.", 0.0, False, info
+            return self.obs, 0.0, False, info
         won = self.count >= self.target
-        return f"count {self.count}", (SUCCESS_REWARD if won else 0.0), won, self._info(won)
+        self.obs = f"count {self.count}"
+        return self.obs, (SUCCESS_REWARD if won else 0.0), won, self._info(won)
 
     def _current_info(self):
         return self._info()
