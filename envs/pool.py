@@ -479,7 +479,11 @@ class EnvPool:
         self._last_info: list[dict] = [{} for _ in range(num_envs)]
         self._lost: dict[int, str] = {}  # live slots whose worker was restarted: error to report
         self.restarts = 0
-        self._description = self._request_one(0, "describe", None)
+        try:
+            self._description = self._request_one(0, "describe", None)
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ description
     @property

@@ -443,6 +443,7 @@ class GeneratorConfig:
     workers: int = 0  # 0: the CPU count
     max_expert_steps: int = 50
     progress: bool = True
+    overwrite: bool = False  # replace games already in out/json_2.1.1 (else refuse to mix sets)
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -510,6 +511,12 @@ def generate_games(cfg: GeneratorConfig) -> dict:
     from tqdm import tqdm
 
     out = cfg.out
+    games_dir = out / "json_2.1.1"
+    if games_dir.exists() and any(games_dir.iterdir()):
+        if not cfg.overwrite:
+            raise FileExistsError(f"{games_dir} already holds games; pass --overwrite (overwrite=True) to replace "
+                                  f"them, or choose another --out (mixing two generated sets would be unreproducible)")
+        shutil.rmtree(games_dir)
     (out / "logic").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(domain_path(), out / "logic" / "alfred.pddl")
     shutil.copyfile(grammar_path(), out / "logic" / "alfred.twl2")
@@ -539,7 +546,7 @@ def generate_games(cfg: GeneratorConfig) -> dict:
         "generator": "envs.alfworld.generate",
         "version": GEN_VERSION,
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()
-                   if k not in ("out", "workers", "progress")},
+                   if k not in ("out", "workers", "progress", "overwrite")},
         "counts": cfg.counts(),
         "unseen_scenes": list(UNSEEN_SCENES),
         "games": results,
@@ -557,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         "layouts, goal library, PDDL domain and grammar; every game is checked solvable by ALFWorld's "
         "hand-coded expert. Point ALFWORLD_DATA (or ALFWorldEnv(data_path=...)) at --out to play them.",
     )
-    p.add_argument("--out", required=True, help="output folder (created; existing games of the same names are replaced)")
+    p.add_argument("--out", required=True, help="output folder (created if missing)")
+    p.add_argument("--overwrite", action="store_true", help="replace the games already in --out")
     p.add_argument("--num-train", type=int, default=0, help="games in train (seen rooms)")
     p.add_argument("--num-valid-seen", type=int, default=0, help="games in valid_seen (seen rooms, new games)")
     p.add_argument("--num-valid-unseen", type=int, default=0, help="games in valid_unseen (held-out rooms)")
@@ -571,8 +579,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("nothing to generate: give --num-train, --num-valid-seen and/or --num-valid-unseen")
     cfg = GeneratorConfig(out=Path(args.out), num_train=args.num_train, num_valid_seen=args.num_valid_seen,
                           num_valid_unseen=args.num_valid_unseen, seed=args.seed, workers=args.workers,
-                          max_expert_steps=args.max_expert_steps, progress=not args.quiet)
-    generate_games(cfg)
+                          max_expert_steps=args.max_expert_steps, progress=not args.quiet, overwrite=args.overwrite)
+    try:
+        generate_games(cfg)
+    except FileExistsError as exc:
+        p.error(str(exc))
     return 0
 
 

@@ -20,6 +20,7 @@ def alfworld_data():
     manifest = root / "generation.json"
     if not manifest.exists():
         generate_games(GeneratorConfig(out=root, num_train=c["train"], num_valid_seen=c["valid_seen"],
-                                       num_valid_unseen=c["valid_unseen"], seed=7, progress=False))
+                                       num_valid_unseen=c["valid_unseen"], seed=7, progress=False,
+                                       overwrite=True))
     assert json.loads(manifest.read_text())["counts"] == c
     return root

@@ -142,6 +142,8 @@ def test_generator_is_deterministic_and_worker_count_free(tmp_path):
     other = generate_games(GeneratorConfig(out=tmp_path / "c", num_train=2, num_valid_unseen=1, seed=4, workers=1,
                                            progress=False))
     assert [g["path"] for g in one["games"]] != [g["path"] for g in other["games"]]
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        generate_games(GeneratorConfig(out=tmp_path / "a", num_train=1, seed=3, workers=1, progress=False))
 
 
 def test_generated_games_are_valid(alfworld_data):
@@ -191,3 +193,21 @@ def test_default_data_is_generated_on_first_use(tmp_path, monkeypatch):
     obs, info = env.reset(seed=0)
     assert "Your task is to:" in obs and env.unwrapped.data_source == "generated default"
     assert [env.unwrapped.num_tasks(s) for s in env.unwrapped.splits] == list(alf_data.DEFAULT_COUNTS.values())
+
+
+def test_generator_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "envs.alfworld.generate", "--out", str(tmp_path / "g"), "--num-valid-unseen", "1",
+           "--workers", "1", "--seed", "5", "--quiet"]
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "g" / "generation.json").read_text())
+    assert manifest["counts"] == {"train": 0, "valid_seen": 0, "valid_unseen": 1} and len(manifest["games"]) == 1
+    assert (tmp_path / "g" / "logic" / "alfred.twl2").exists()
+    again = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert again.returncode != 0 and "--overwrite" in again.stderr
+    empty = subprocess.run(cmd[:5], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert empty.returncode != 0 and "nothing to generate" in empty.stderr
