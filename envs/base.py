@@ -19,7 +19,8 @@ noop                 bool, the last action was not understood or not applicable 
 step                 steps taken so far in this episode
 ==================== ===========================================================================
 
-plus ``split`` and ``task_index`` (the task this episode plays) on every call, and ``error`` (str) only
+plus ``split`` and ``task_index`` (the task this episode plays) when the env picks its task with
+``resolve_task`` (TextCraft, ALFWorld), and ``error`` (str) only
 when something went wrong that the caller should log (an env bug caught by the base class, a worker
 crash reported by the pool).
 
@@ -133,7 +134,8 @@ class TextEnv(gym.Env):
     ``_noop_observation(reason: str) -> str``
         the text answered to an action that never reaches the engine (non-string, too long, env error).
     ``_current_info() -> dict``
-        the keys of ``INFO_KEYS`` for the current state (used by the no-op path).
+        the keys of ``INFO_KEYS`` for the current state (used by the no-op path, right after
+        ``_noop_observation``, so an env whose anchor is the last observation can record it there).
     ``expert_action() -> str``
         the next action of the env's expert in the current state.
     """
@@ -241,7 +243,6 @@ class TextEnv(gym.Env):
             )
             obs, reward, terminated, info = self._noop_observation(reason), 0.0, False, self._current_info()
             info["noop"] = True
-            info["anchor_obs"] = clean_observation(obs)
         else:
             try:
                 obs, reward, terminated, info = self._step(text)
@@ -251,7 +252,6 @@ class TextEnv(gym.Env):
                 obs, reward, terminated = self._noop_observation("rejected by the environment"), 0.0, False
                 info = self._current_info()
                 info["noop"] = True
-                info["anchor_obs"] = clean_observation(obs)
         self._t += 1
         truncated = (not terminated) and self._t >= self.max_steps
         self._done = bool(terminated or truncated)

@@ -407,7 +407,8 @@ class TextCraftEnv(TextEnv):
         return obs, (SUCCESS_REWARD if won else 0.0), won, info
 
     def _noop_observation(self, reason: str) -> str:
-        return self._with_inventory(f"Could not execute the action ({reason}).")
+        self._anchor = self._with_inventory(f"Could not execute the action ({reason}).")
+        return self._anchor
 
     def _current_info(self) -> dict:
         return self._info(False)

@@ -134,7 +134,7 @@ def bench_alfworld(n_games: int) -> dict:
 
     uninstall_speedups()
     root, source, games, walks = _alfworld_games(n_games)
-    out = {"source": f"{source} ({root})", "games": len(games)}
+    out = {"source": source, "games": len(games)}
 
     def run(reset_fn, step_fn):
         reset_t = step_t = 0.0

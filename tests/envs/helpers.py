@@ -60,6 +60,10 @@ class CounterEnv(TextEnv):
         self.obs = f"count {self.count}"
         return self.obs, (SUCCESS_REWARD if won else 0.0), won, self._info(won)
 
+    def _noop_observation(self, reason):
+        self.obs = f"Nothing happens ({reason})."
+        return self.obs
+
     def _current_info(self):
         return self._info()
 

@@ -93,7 +93,7 @@ def test_malformed_actions_are_nothing_happens(alfworld_data):
     for action in ["", "go to the moon", "x" * 100_000, "\x00\x07", "craft 1 stick using 2 planks", None, "GO TO"]:
         obs, reward, terminated, truncated, info = env.step(action)
         assert obs == "Nothing happens." and info["noop"] and reward == 0 and not terminated
-        assert info["state_key"] == key
+        assert info["state_key"] == key and info["anchor_obs"] == obs
 
 
 def test_state_key_tracks_the_pddl_state(alfworld_data):

@@ -57,6 +57,7 @@ def test_failed_commands_are_noop_steps(env):
                    "get 99999999999999999999 oak logs x", "x" * 100_000]:
         obs, reward, terminated, truncated, info = env.step(action)
         assert info["noop"] and obs.startswith("Could not") and reward == 0 and not terminated, (action, obs)
+        assert info["anchor_obs"] == obs
 
 
 def test_wrong_recipe_stays_rejected_after_many_resets():
