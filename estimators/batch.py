@@ -12,7 +12,6 @@ D     hidden size of the actor
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
@@ -193,6 +192,29 @@ class StepBatch:
                 out[f.name] = [x for v in vals for x in v]
         return StepBatch(**out)
 
+    def save(self, path) -> None:
+        """Write the batch to ``path`` (torch file of tensors, strings and ints; ``state_key`` as repr strings)."""
+        data = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                v = v.detach().cpu()
+            elif f.name == "state_key" and v is not None:
+                v = [repr(k) for k in v]
+            elif v is not None:
+                v = list(v)
+            data[f.name] = v
+        torch.save(data, path)
+
+    @staticmethod
+    def load(path) -> StepBatch:
+        """Read a batch written by ``save`` (``weights_only`` loading: no arbitrary objects are unpickled)."""
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        unknown = set(data) - {f.name for f in fields(StepBatch)}
+        if unknown:
+            raise ValueError(f"{path}: not a StepBatch file (unknown fields {sorted(unknown)})")
+        return StepBatch(**data)
+
     @property
     def num_groups(self) -> int:
         return int(torch.unique(self.group_id).numel())
@@ -209,5 +231,3 @@ class StepBatch:
         )
 
 
-def is_finite_number(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
