@@ -108,7 +108,8 @@ class StepBatch:
             raise ValueError("StepBatch.step holds negative step indices")
         if self.hidden is not None:
             _check_tensor("hidden", self.hidden, n, "float", 2)
-            if not torch.isfinite(self.hidden).all():
+            # one reduction: the sum is NaN/Inf iff an entry is (or the values are absurdly large)
+            if not torch.isfinite(self.hidden.sum(dtype=torch.float64)):
                 bad = torch.nonzero(~torch.isfinite(self.hidden).all(dim=1)).flatten()[:5].tolist()
                 raise ValueError(f"StepBatch.hidden holds NaN/Inf at rows {bad}: check the actor's forward pass")
         elif need_hidden:
@@ -138,9 +139,9 @@ class StepBatch:
     # ----------------------------------------------------------------- helpers
     def _traj_key(self) -> torch.Tensor:
         """LongTensor (N,): one dense id per (group_id, traj_id) pair."""
-        pair = torch.stack([self.group_id, self.traj_id], dim=1)  # (N, 2)
-        _, inverse = torch.unique(pair, dim=0, return_inverse=True)
-        return inverse
+        from .ops import dense_ids
+
+        return dense_ids(self.group_id, self.traj_id)
 
     def select(self, index: torch.Tensor | Sequence[int]) -> StepBatch:
         """The rows at ``index`` (a LongTensor or list of ints), all fields kept aligned."""

@@ -10,16 +10,17 @@ Speed. With ``s_k = sum_{j in C_k} phi_j`` the mean centroid is ``s_k / ||s_k||`
 
     phi_i . c_k = (sum_{j in C_k} M_ij) / sqrt(sum_{j,l in C_k} M_jl),   M = Phi Phi^T  (Gram matrix)
 
-and one matmul per group (torch) or one exact k-NN search (FAISS ``IndexFlatIP``) serves the whole pass.
-The sequential greedy pass then runs in lock-step over all groups at once: iteration j handles the
-j-th row of every group with a handful of (P, n) tensor operations, so its Python loop has
-n_max = max rows per group iterations, not N. A zero hidden vector has phi = 0, similarity 0 to
+and one matmul per group (torch, on the batch's device) or FAISS's exact inner products serve the
+whole pass. The sequential greedy pass then runs on the host in lock-step over all groups at once:
+iteration j handles the j-th row of every group with a handful of NumPy operations on (P, n) arrays,
+so its Python loop has n_max = max rows per group iterations, not N. A zero hidden vector has phi = 0, similarity 0 to
 everything and never produces NaN.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .ops import canonical_order, dense_ids
@@ -48,12 +49,13 @@ def gram_blocks(
     hidden: torch.Tensor, rows: torch.Tensor, lengths: torch.Tensor, backend: str = "torch"
 ) -> torch.Tensor:
     """Cosine similarities phi_i . phi_l for l < i (strictly lower triangle) of every group, padded:
-    float64 (P, n_max, n_max); the diagonal and upper triangle are 0 (the greedy pass never reads them).
+    float64 (P, n_max, n_max).
 
     hidden  : (N, D) raw hidden states.
     rows    : LongTensor (P, n_max) row index of the j-th member of group p (in greedy order), -1 = pad.
     lengths : LongTensor (P,) members per group.
-    The torch backend computes only block rows of the lower triangle (about 5/8 of a full Gram matrix).
+    The torch backend computes only block rows of the lower triangle (about 5/8 of a full Gram matrix);
+    entries on or above the diagonal may hold similarities too, and callers read only l < i.
     """
     p, n_max = rows.shape
     inv = _inverse_norms(hidden)  # (N,)
@@ -71,7 +73,7 @@ def gram_blocks(
                 out[g, lo:hi, :hi] = (phi[lo:hi] @ phi[:hi].T).double()  # (hi-lo, hi)
     else:
         raise ValueError(f"cluster_backend={backend!r} is not one of ['torch', 'faiss']")
-    return torch.tril(out, diagonal=-1)
+    return out
 
 
 def _faiss_gram(hidden, inv, rows, lengths, out) -> None:
@@ -132,47 +134,71 @@ def greedy_cosine_clusters(
     device = hidden.device
     rows, lengths = _group_layout(group_id, traj_id, step)
     p, n_max = rows.shape
-    lower = gram_blocks(hidden, rows, lengths, backend)  # (P, n, n) float64, M_il for l < i
-    sink = n_max  # cluster slot n_max absorbs padding rows; never open
-    lower = torch.nn.functional.pad(lower, (0, 1))  # (P, n, n + 1): column n_max is 0
+    gram = gram_blocks(hidden, rows, lengths, backend)  # (P, n, n) float64 on the batch's device
     inv = _inverse_norms(hidden)
-    diag = torch.zeros(p, n_max, dtype=torch.float64, device=device)  # M_ii: 1, or 0 for a zero vector
-    diag[rows >= 0] = (inv[rows[rows >= 0]] > 0).double()
-    slots = torch.arange(n_max + 1, device=device)
-    sq = torch.zeros(p, n_max + 1, dtype=torch.float64, device=device)  # ||s_k||^2 of cluster sums
-    inv_norm = torch.zeros(p, n_max + 1, dtype=torch.float64, device=device)  # 1 / ||s_k||
-    seed_col = torch.full((p, n_max + 1), sink, dtype=torch.long, device=device)  # seed row of cluster k
-    count = torch.zeros(p, dtype=torch.long, device=device)  # clusters opened per group
-    assign = torch.full((p, n_max), sink, dtype=torch.long, device=device)
-    threshold = 1.0 - float(epsilon) - JOIN_TOL  # join iff cos >= 1 - eps - tol  <=>  d <= eps + tol
-    for j in range(n_max):  # lock-step over all groups: row j of every group
-        live = j < lengths  # (P,)
-        if centroid == "mean":
-            # phi_j . s_k = sum of M_jl over the members l of cluster k (all earlier rows)
-            dots = torch.zeros(p, n_max + 1, dtype=torch.float64, device=device)
-            dots.scatter_add_(1, assign[:, :j], lower[:, j, :j])
-            cos = dots * inv_norm
-        else:
-            cos = lower[:, j, :].gather(1, seed_col)  # phi_j . phi_seed(k)
-        cos = cos.masked_fill(slots[None, :] >= count[:, None], float("-inf"))  # only open clusters
-        best_cos, best_k = cos.max(dim=1)  # (P,)
-        join = best_cos >= threshold
-        opened = live & ~join
-        target = torch.where(live, torch.where(join, best_k, count), torch.full_like(count, sink))
-        assign[:, j] = target
-        t1 = target[:, None]
-        if centroid == "mean":
-            # ||s_k + phi_j||^2 = ||s_k||^2 + 2 phi_j . s_k + ||phi_j||^2
-            sq.scatter_add_(1, t1, 2.0 * dots.gather(1, t1) + diag[:, j : j + 1])
-            s_t = sq.gather(1, t1)
-            inv_norm.scatter_(1, t1, torch.where(s_t > 0, s_t.clamp_min(1e-300).rsqrt(), torch.zeros_like(s_t)))
-        else:
-            seed_col.scatter_(1, t1, torch.where(opened, j, seed_col.gather(1, t1).squeeze(1))[:, None])
-        count = count + opened.long()
+    valid_rows = rows >= 0
+    diag_t = torch.zeros(p, n_max, dtype=torch.float64, device=device)  # M_ii: 1, or 0 for a zero vector
+    diag_t[valid_rows] = (inv[rows[valid_rows]] > 0).double()
+    # The sequential pass runs on the host in NumPy (a few microseconds per step, whatever the device);
+    # the Gram matrices, the heavy part, were computed on the batch's device.
+    lower = np.pad(gram.cpu().numpy(), ((0, 0), (0, 0), (0, 1)))  # (P, n, n + 1): column n_max is 0
+    diag = diag_t.cpu().numpy()
+    lens = lengths.cpu().numpy()
+    assign, count = _greedy_pass(lower, diag, lens, float(epsilon), centroid)  # (P, n_max) local ids; (P,)
+    count = torch.from_numpy(count).to(device)
+    assign_t = torch.from_numpy(assign).to(device)
     # global ids: offset each group's local ids by the clusters of the groups before it
     offsets = torch.cumsum(count, 0) - count  # (P,)
-    mask = rows >= 0
     cluster_id = torch.empty(hidden.shape[0], dtype=torch.long, device=device)
-    cluster_id[rows[mask]] = (assign + offsets[:, None])[mask]
+    cluster_id[rows[valid_rows]] = (assign_t + offsets[:, None])[valid_rows]
     sizes = torch.bincount(cluster_id, minlength=int(count.sum()))
     return ClusterResult(cluster_id=cluster_id, sizes=sizes)
+
+
+def _greedy_pass(
+    lower: np.ndarray, diag: np.ndarray, lengths: np.ndarray, epsilon: float, centroid: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The greedy pass over all groups in lock-step.
+
+    lower : float64 (P, n, n + 1), lower[p, i, l] = phi_i . phi_l for l < i (column n is 0).
+    diag  : float64 (P, n), phi_i . phi_i (1, or 0 for a zero vector).
+    Returns int64 (P, n): local cluster id of the j-th row of each group (n = sink for padding rows), and
+    int64 (P,): clusters per group.
+    Iteration j handles the j-th row of every group with ~15 NumPy operations on (P, n + 1) arrays.
+    """
+    p, n_max, k1 = lower.shape
+    sink = n_max  # slot n_max absorbs padding rows and is never open
+    ar = np.arange(p)
+    offs = (ar * k1)[:, None]
+    sq = np.zeros((p, k1))  # ||s_k||^2, s_k = sum of the members' phi
+    inv_norm = np.zeros((p, k1))  # 1 / ||s_k||
+    seed_col = np.full((p, k1), sink, dtype=np.int64)  # row that opened cluster k (seed centroid)
+    is_open = np.zeros((p, k1), dtype=bool)
+    count = np.zeros(p, dtype=np.int64)
+    assign = np.full((p, n_max), sink, dtype=np.int64)
+    threshold = 1.0 - epsilon - JOIN_TOL  # join iff cos >= 1 - eps - tol  <=>  d <= eps + tol
+    for j in range(n_max):
+        live = j < lengths  # (P,)
+        if centroid == "mean":
+            # phi_j . s_k = sum of phi_j . phi_l over the members l of cluster k (all rows before j)
+            dots = np.bincount((assign[:, :j] + offs).ravel(), weights=lower[:, j, :j].ravel(), minlength=p * k1)
+            dots = dots.reshape(p, k1)
+            cos = dots * inv_norm
+        else:
+            cos = np.take_along_axis(lower[:, j, :], seed_col, axis=1)  # phi_j . phi_seed(k)
+        cos = np.where(is_open, cos, -np.inf)
+        best_k = cos.argmax(axis=1)  # (P,)
+        join = cos[ar, best_k] >= threshold
+        opened = live & ~join
+        target = np.where(live, np.where(join, best_k, count), sink)
+        assign[:, j] = target
+        if centroid == "mean":
+            # ||s_k + phi_j||^2 = ||s_k||^2 + 2 phi_j . s_k + ||phi_j||^2
+            sq[ar, target] += 2.0 * dots[ar, target] + diag[:, j]
+            s_t = sq[ar, target]
+            inv_norm[ar, target] = np.where(s_t > 0, 1.0 / np.sqrt(np.maximum(s_t, 1e-300)), 0.0)
+        else:
+            seed_col[ar[opened], count[opened]] = j
+        is_open[ar[opened], count[opened]] = True
+        count += opened
+    return assign, count

@@ -150,6 +150,6 @@ def action_keys(
         ids = torch.where(mask, ids, torch.full_like(ids, -1))
         if ids.shape[1] < num_tokens:
             ids = torch.nn.functional.pad(ids, (0, num_tokens - ids.shape[1]), value=-1)
-        keys = torch.unique(ids.to(device), dim=0, return_inverse=True)[1]
+        keys = dense_ids(*ids.to(device).T)  # one id per distinct token prefix (1-D uniques, no unique_dim)
         return keys, mask.any(dim=1).to(device)
     raise ValueError(f"pace_key={key!r} is not one of ['action_tag', 'first_tokens']")

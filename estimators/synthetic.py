@@ -31,8 +31,10 @@ def synthetic_batch(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     response_tokens: int = 12,
+    early_stop: bool = True,
 ) -> StepBatch:
-    """A batch of ``groups`` x ``group_size`` trajectories with lengths in [min_steps, max_steps].
+    """A batch of ``groups`` x ``group_size`` trajectories with lengths in [min_steps, max_steps]
+    (``early_stop``: a trajectory may also end early when it reaches the goal).
 
     Shapes: N = total rows; hidden (N, D=hidden_size); response_ids (N, response_tokens).
     """
@@ -55,7 +57,8 @@ def synthetic_batch(
                 cols["v"].append(valid)
                 cols["var"].append(int(torch.randint(0, obs_variants, (1,), generator=gen)))
                 nxt = (state + a + 1) % states_per_group if valid else state
-                won = nxt == goal and st == length - 1 or (nxt == goal and bool(torch.rand(1, generator=gen) < 0.3))
+                lucky = bool(torch.rand(1, generator=gen) < 0.3) and early_stop
+                won = nxt == goal and (st == length - 1 or lucky)
                 cols["r"].append(10.0 if won else 0.0)
                 state = nxt
                 if won:
