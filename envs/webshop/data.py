@@ -21,6 +21,7 @@ counted (``Catalogue.skipped``), with one warning per file; they never stop load
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -135,6 +136,7 @@ class Catalogue:
     goal_bound: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per goal row, NaN = no bound
     asin_index: dict[str, int] = field(default_factory=dict)
     _indexes: dict = field(default_factory=dict, repr=False)
+    _noun_tables: dict = field(default_factory=dict, repr=False)
     _lock: Any = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -170,6 +172,43 @@ class Catalogue:
             goal_options=goal_options, price_upper=bound_f if bound_f is not None else NO_PRICE_BOUND,
             base_instruction=base,
         )
+
+    def noun_table(self, nouns) -> dict[str, tuple[str, ...]] | None:
+        """Nouns of every product title under ``nouns``'s backend, computed once per machine and cached on disk.
+
+        With spaCy, tagging titles is the only reason an environment process would import spaCy (and torch,
+        ~270 MB); the table lets processes after the first skip that. None for the heuristic backend.
+        """
+        backend = nouns.planned_backend()
+        if backend == "heuristic":
+            return None
+        with self._lock:
+            table = self._noun_tables.get(backend)
+            if table is not None:
+                return table
+            titles = sorted({p.title for p in self.products})
+            digest = hashlib.sha1("\n".join(titles).encode("utf-8")).hexdigest()[:16]
+            from envs.paths import cache_dir
+
+            path = cache_dir("webshop", "nouns") / f"{digest}_{re.sub(r'[^A-Za-z0-9_.-]', '_', backend)}.json"
+            table = None
+            if path.is_file():
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        raw = json.load(f)
+                    table = {t: tuple(v) for t, v in raw.items()}
+                except (OSError, ValueError):
+                    table = None  # unreadable cache: recompute
+            if table is None or len(table) != len(titles):
+                table = dict(zip(titles, nouns.nouns_many(titles)))
+                if not nouns.backend.startswith("spacy:"):  # the pipeline failed to load: no table to keep
+                    return None
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump({t: list(v) for t, v in table.items()}, f)
+                os.replace(tmp, path)
+            self._noun_tables[backend] = table
+            return table
 
     def search_index(self, fields: tuple[str, ...], k1: float, b: float):
         """The BM25 index over ``fields`` (built once per catalogue and parameters, then shared)."""

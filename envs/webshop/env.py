@@ -58,6 +58,7 @@ class WebShopEnv(TextEnv):
         self.index = self.catalogue.search_index(self.config.search_fields, self.config.bm25_k1,
                                                  self.config.bm25_b)
         self.nouns = NounExtractor(self.config.reward.noun_extractor)
+        self._noun_table_ready = False
         n, t = self.catalogue.num_goals, self.config.num_test_goals
         if n <= t:
             raise ValueError(
@@ -157,8 +158,15 @@ class WebShopEnv(TextEnv):
             return self._buy()
         return self._page_text(), 0.0, False, self._info()
 
+    def _ensure_noun_table(self) -> None:
+        if not self._noun_table_ready:
+            self._noun_table_ready = True
+            if self.config.reward.use_type:
+                self.nouns.use_table(self.catalogue.noun_table(self.nouns))
+
     def _buy(self) -> tuple[str, float, bool, dict]:
         assert self.goal is not None and self._item is not None
+        self._ensure_noun_table()
         product = self.catalogue.products[self._item]
         breakdown = score_purchase(product, self.goal, float(self.catalogue.prices[self._item]), self._options,
                                    self.config.reward, self.nouns)
@@ -334,6 +342,7 @@ class WebShopEnv(TextEnv):
     def _achievable(self, i: int) -> float:
         cache = self._expert_cache
         if i not in cache:
+            self._ensure_noun_table()
             p = self.catalogue.products[i]
             cache[i] = score_purchase(p, self.goal, float(self.catalogue.prices[i]), self._desired_options(p),
                                       self.config.reward, self.nouns).score

@@ -5,6 +5,8 @@ Everything here is a pure function of its input (caches only memoise), so scores
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import importlib.util
 import logging
 import re
 
@@ -134,6 +136,7 @@ class NounExtractor:
         self.mode = mode
         self.models = tuple(models)
         self._nlp = None
+        self._table: dict[str, tuple[str, ...]] | None = None
         self._resolved: str | None = None if mode != "heuristic" else "heuristic"
 
     # the backend actually used ("spacy:<model>" or "heuristic"); loads spaCy on first call
@@ -180,12 +183,55 @@ class NounExtractor:
         self._nlp = nlp
         self._resolved = f"spacy:{name}"
 
+    def planned_backend(self) -> str:
+        """The backend ``nouns`` will use, found without importing spaCy when possible.
+
+        "spacy:<model>:<version>" for the first installed pipeline package of ``models`` (or the one already
+        loaded), else "heuristic". A package that is installed but fails to load is only noticed on first use.
+        """
+        if self._resolved is not None and self._resolved == "heuristic":
+            return "heuristic"
+        if self._nlp is not None:
+            return f"{self._resolved}:{_package_version(self._resolved.split(':', 1)[1])}"
+        if importlib.util.find_spec("spacy") is not None:
+            for name in self.models:
+                if importlib.util.find_spec(name) is not None:
+                    return f"spacy:{name}:{_package_version(name)}"
+        return "heuristic" if self.mode == "auto" else f"spacy:{self.models[0]}:?"
+
+    def use_table(self, table: dict[str, tuple[str, ...]] | None) -> None:
+        """Answer these titles from a precomputed table (made by this backend) without running the tagger."""
+        self._table = table
+
     def nouns(self, title: str) -> tuple[str, ...]:
         """Lower-cased noun tokens of ``title`` in order, duplicates kept (the original divides by them)."""
+        table = getattr(self, "_table", None)
+        if table is not None:
+            hit = table.get(title)
+            if hit is not None:
+                return hit
         self._resolve()
         if self._nlp is None:
             return _heuristic_nouns(title)
         return _spacy_nouns(self._nlp, title)
+
+    def nouns_many(self, titles: list[str]) -> list[tuple[str, ...]]:
+        """``nouns`` for many titles (batched through the tagger)."""
+        self._resolve()
+        if self._nlp is None:
+            return [_heuristic_nouns(t) for t in titles]
+        return [tuple(t.text.lower() for t in doc if t.pos_ in _NOUN_POS)
+                for doc in self._nlp.pipe(titles, batch_size=256)]
+
+
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "?"
 
 
 @functools.lru_cache(maxsize=100_000)

@@ -182,7 +182,7 @@ def test_generated_files_have_the_official_format(tmp_path_factory):
         entry = attrs[p["asin"]]
         assert set(entry) == {"attributes", "instruction", "instruction_attributes"}
         assert set(entry["instruction_attributes"]) <= set(entry["attributes"])
-    for asin, entries in human.items():
+    for entries in human.values():
         assert all({"instruction", "instruction_attributes", "instruction_options"} <= set(e) for e in entries)
     cat = load_catalogue(WebShopConfig(data_dir=str(folder), share_catalogue=False))
     assert sum(cat.skipped.values()) == 0 and len(cat.products) == 150

@@ -184,3 +184,24 @@ def test_spacy_nouns_follow_the_tagger(spacy_nouns):
     g = goal(name="Minkissy Stainless Steel Eyebrow Tweezers")
     assert type_reward(product(title=g.name), g, ext)[3] == 1.0
     assert NounExtractor("auto").backend == ext.backend
+
+
+def test_title_noun_table_is_cached_and_equals_the_tagger(spacy_nouns, tmp_path, tmp_path_factory, monkeypatch):
+    from envs.webshop import WebShopConfig, load_catalogue
+    from tests.envs.webshop_helpers import small_catalogue
+
+    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path))
+    folder = small_catalogue(tmp_path_factory)
+    cat = load_catalogue(WebShopConfig(data_dir=str(folder), share_catalogue=False))
+    table = cat.noun_table(NounExtractor("spacy"))
+    files = list((tmp_path / "webshop" / "nouns").glob("*.json"))
+    assert len(files) == 1 and "en_core_web" in files[0].name
+    assert set(table) == {p.title for p in cat.products}
+    for title in list(table)[:40]:
+        assert table[title] == spacy_nouns.nouns(title)
+    again = load_catalogue(WebShopConfig(data_dir=str(folder), share_catalogue=False))
+    fresh = NounExtractor("spacy")
+    assert again.noun_table(fresh) == table
+    fresh.use_table(table)
+    assert fresh.nouns(cat.products[0].title) == table[cat.products[0].title]
+    assert again.noun_table(NounExtractor("heuristic")) is None
