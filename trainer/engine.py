@@ -416,12 +416,31 @@ class ActorEngine:
 
     def _minibatch_step(self, mb, prompt_ids, response_ids, advantages, old_logprobs, ref_logprobs, r_len,
                         row_ids, pad_id) -> dict:
+        sums, bad_rows = self._accumulate(mb, prompt_ids, response_ids, advantages, old_logprobs, ref_logprobs,
+                                          r_len, row_ids, pad_id)
+        applied = self._optimizer_step(bad_rows)
+        # metrics are partial sums over micro-batches and ranks: sum them over ranks
+        keys = sorted(sums)
+        vec = self._allreduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
+        out_m: dict = {k: float(vec[i]) for i, k in enumerate(keys)}
+        if applied:
+            gn = self._manual_grad_norm if self._manual_grad_norm is not None else self.engine.get_global_grad_norm()
+            if gn is not None and math.isfinite(float(gn)):
+                out_m["loss/grad_norm"] = float(gn)
+        out_m["applied"] = applied
+        return out_m
+
+    def _accumulate(self, mb, prompt_ids, response_ids, advantages, old_logprobs, ref_logprobs, r_len, row_ids,
+                    pad_id, micro_batch_rows: int | None = None) -> tuple[dict[str, float], list]:
+        """Forward + backward over the micro-batches of mini-batch ``mb`` (row indices of this rank); gradients
+        accumulate in the engine. Returns (metric partial sums, offending row ids)."""
         cfg = self.cfg
+        micro_rows = micro_batch_rows or cfg.micro_batch_rows
         # global denominators of this mini-batch (all ranks): tokens and rows with >= 1 token
         mb_t = torch.tensor(mb, dtype=torch.long)
         local = torch.tensor([float(r_len[mb_t].sum()) if mb else 0.0, float((r_len[mb_t] > 0).sum()) if mb else 0.0])
         total_tokens, total_rows = self._allreduce(local).tolist()
-        n_micro = max(1, math.ceil(len(mb) / cfg.micro_batch_rows))
+        n_micro = max(1, math.ceil(len(mb) / micro_rows))
         n_micro = int(self._allreduce(torch.tensor([n_micro]), "max").item())
         sums: dict[str, float] = defaultdict(float)
         bad_rows: list = []
@@ -457,18 +476,7 @@ class ActorEngine:
             self.engine.backward(loss, scale_wrt_gas=False)
             for k, v in res.metrics.items():
                 sums[k] += float(v)
-        applied = self._optimizer_step(bad_rows)
-        if applied:
-            gn = self._manual_grad_norm if self._manual_grad_norm is not None else self.engine.get_global_grad_norm()
-            if gn is not None and math.isfinite(float(gn)):
-                sums["loss/grad_norm"] = float(gn)
-        # metrics are partial sums over micro-batches and ranks: sum them over ranks
-        keys = sorted(sums)
-        vec = self._allreduce(torch.tensor([sums[k] if k != "loss/grad_norm" else 0.0 for k in keys],
-                                           dtype=torch.float64))
-        out_m = {k: (float(vec[i]) if k != "loss/grad_norm" else sums[k]) for i, k in enumerate(keys)}
-        out_m["applied"] = applied
-        return out_m
+        return sums, bad_rows
 
     def _optimizer_step(self, bad_rows: list) -> bool:
         """engine.step() unless something is non-finite on any rank; returns whether the step was applied."""
