@@ -279,7 +279,9 @@ class ActorModule(nn.Module):
     """Wraps a causal LM so that a DeepSpeed engine's ``forward`` is exactly ``actor_forward``.
 
     DeepSpeed (ZeRO-3 above all) must see the whole computation inside its engine's forward call so that its
-    parameter gathering and hooks run; ``engine(**packed.as_kwargs(), hidden_layer=-12)`` does that.
+    parameter gathering and hooks run; ``engine(**packed.as_kwargs(), hidden_layer=-12)`` does that. The output
+    is a plain dict of tensors (ZeRO-3's backward hooks only look inside tuples, lists and dicts); turn it into an
+    ``ActorOutput`` with ``ActorOutput(**out)``.
     """
 
     def __init__(self, lm: nn.Module):
@@ -287,7 +289,8 @@ class ActorModule(nn.Module):
         self.lm = lm
 
     def forward(self, input_ids, attention_mask, prompt_len, response_ids, response_mask, hidden_layer=None,
-                compute_entropy=True, chunk_tokens=1024, temperature=1.0) -> ActorOutput:
-        return actor_forward(self.lm, input_ids, attention_mask, prompt_len, response_ids, response_mask,
-                             hidden_layer=hidden_layer, compute_entropy=compute_entropy,
-                             chunk_tokens=chunk_tokens, temperature=temperature)
+                compute_entropy=True, chunk_tokens=1024, temperature=1.0) -> dict[str, torch.Tensor | None]:
+        out = actor_forward(self.lm, input_ids, attention_mask, prompt_len, response_ids, response_mask,
+                            hidden_layer=hidden_layer, compute_entropy=compute_entropy,
+                            chunk_tokens=chunk_tokens, temperature=temperature)
+        return dict(vars(out))

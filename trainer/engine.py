@@ -346,8 +346,9 @@ class ActorEngine:
             for k in range(n_chunks):
                 idx = chunks[k] if k < len(chunks) else chunks[0][:1]  # extra chunks: equal forward counts
                 packed = pack_rows([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id).to(self.device)
-                out = model(**packed.as_kwargs(), hidden_layer=hidden_layer, compute_entropy=compute_entropy,
-                            chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=self.temperature)
+                out = ActorOutput(**model(**packed.as_kwargs(), hidden_layer=hidden_layer,
+                                          compute_entropy=compute_entropy, chunk_tokens=self.cfg.logprob_chunk_tokens,
+                                          temperature=self.temperature))
                 if k >= len(chunks):
                     continue
                 w = out.logprobs.shape[1]
@@ -448,8 +449,8 @@ class ActorEngine:
             dummy = len(micro) == 0
             idx = micro if not dummy else [0]  # a zero-weight row keeps the ranks' backward counts equal
             packed = pack_rows([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id).to(self.device)
-            out = self.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
-                              chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature)
+            out = ActorOutput(**self.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
+                                            chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature))
             w = out.logprobs.shape[1]
             ix = torch.tensor(idx)
             mask = out.mask if not dummy else torch.zeros_like(out.mask)
@@ -466,8 +467,8 @@ class ActorEngine:
                     m = mask[j]
                     if not (_is_finite(old[j][m]) and (ref is None or _is_finite(ref[j][m])) and _is_finite(adv[j])):
                         flagged.add(j)
-                if not bool(torch.isfinite(res.loss.detach())):
-                    flagged.update(range(len(idx)))
+                if not flagged and not bool(torch.isfinite(res.loss.detach())):
+                    flagged.update(range(len(idx)))  # a non-finite loss no single row explains
                 bad_rows.extend(row_ids[idx[j]] for j in sorted(flagged))
             # DeepSpeed averages gradients over the W ranks; the loss already divides by the global denominators
             loss = res.loss * self.world_size

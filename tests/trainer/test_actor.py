@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
-from trainer.actor import ActorModule, actor_forward, hidden_state_module, pack_rows
+from trainer.actor import ActorModule, ActorOutput, actor_forward, hidden_state_module, pack_rows
 
 LAYERS = 4
 
@@ -139,6 +139,6 @@ def test_actor_module_and_peft_wrapping(batch):
     with torch.no_grad():
         want = actor_forward(base, **packed.as_kwargs(), hidden_layer=-2)
         lora = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
-        got = ActorModule(lora)(**packed.as_kwargs(), hidden_layer=-2)  # B = 0 at init: same function
+        got = ActorOutput(**ActorModule(lora)(**packed.as_kwargs(), hidden_layer=-2))  # B = 0 at init: same function
     assert torch.allclose(got.logprobs, want.logprobs, atol=1e-6)
     assert torch.allclose(got.hidden, want.hidden, atol=1e-6)
