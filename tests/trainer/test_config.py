@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from trainer.config import (
+    _SECTIONS,
     ConfigError,
     RunConfig,
     TrainerConfig,
-    _SECTIONS,
     config_reference_markdown,
     config_to_dict,
     field_docs,
