@@ -20,7 +20,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-import tests.trainer.conftest  # noqa: E402,F401  (estimator names until they land on main)
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2  # noqa: E402
 from trainer.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from trainer.config import ModelConfig, TrainerConfig  # noqa: E402

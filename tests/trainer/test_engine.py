@@ -240,3 +240,18 @@ def test_hidden_layer_checked_before_compute():
 def test_split_even():
     assert split_even(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
     assert split_even([1], 3) == [[1], [], []]
+
+
+@pytest.mark.parametrize("name", ["grpo", "bipace_q"])
+def test_hidden_states_feed_the_estimator_registry(name, batch):
+    """The old-log-prob pass yields what compute_advantages needs; the update consumes its advantages."""
+    from estimators import EstimatorConfig, compute_advantages
+
+    eng = make_engine(0, use_kl_loss=False)
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)
+    rb = copy.copy(batch)
+    rb.reward = torch.tensor([10.0 if i % 3 == 0 else 0.0 for i in range(len(batch))])
+    result = compute_advantages(rb.to_step_batch(hidden=old.hidden), EstimatorConfig(name=name, epsilon=0.05))
+    assert result.advantages.shape == (len(batch),)
+    m = eng.update(batch.prompt_ids, batch.response_ids, result.advantages, old.logprobs)
+    assert m["loss/optimizer_steps"] >= 1.0
