@@ -172,7 +172,7 @@ def run_cell(a: dict) -> dict:
 CPU_CELLS = {
     "tiny": dict(P=4, G=4, S=4, prompt=320, response=48, mini=32, micro=8, lp_rows=16, layer=-3, chunk=1024,
                  gc=False, repeats=2),
-    "smollm2": dict(P=2, G=4, S=1, prompt=160, response=32, mini=8, micro=4, lp_rows=8, layer=-12, chunk=1024,
+    "smollm2": dict(P=2, G=2, S=1, prompt=128, response=24, mini=4, micro=2, lp_rows=4, layer=-12, chunk=1024,
                     gc=False, repeats=1),
 }
 QUICK_CELL = dict(P=2, G=2, S=2, prompt=64, response=16, mini=8, micro=4, lp_rows=8, layer=-3, chunk=1024,

@@ -146,3 +146,14 @@ def test_every_field_is_documented_once():
     for f in dataclasses.fields(TrainerConfig):
         assert f"`trainer.{f.name}`" in md
     assert "[GiGPO: 0.2]" in md  # the source tag travels into the reference
+
+
+def test_readme_reference_is_in_sync():
+    from pathlib import Path
+
+    from trainer.config import README_END, README_START
+
+    text = (Path(__file__).resolve().parents[2] / "trainer" / "README.md").read_text()
+    generated = text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
+    assert generated == config_reference_markdown().strip(), (
+        "trainer/README.md is stale: run `python -m trainer.config --write trainer/README.md`")
