@@ -50,6 +50,7 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "apply_overrides",
+    "config_from_argv",
     "field_docs",
     "config_reference_markdown",
 ]
@@ -754,6 +755,29 @@ def save_config(cfg: RunConfig, path: str | Path) -> Path:
     tmp.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     tmp.replace(p)
     return p
+
+
+def config_from_argv(argv: list[str] | None = None, prog: str = "python -m experiments.train") -> RunConfig:
+    """Command-line front end: ``[--config PATH] [key=value ...]``; ``--help-config`` prints the reference.
+
+    Used by the entry points (``python -m experiments.train --config configs/x.yaml trainer.lr=1e-5``). Errors
+    exit with the ``ConfigError`` message (status 2), before any compute.
+    """
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog=prog, description="Run one experiment (one env, model, estimator, seed).")
+    ap.add_argument("--config", default=None, help="YAML preset (e.g. configs/<preset>.yaml); defaults if omitted")
+    ap.add_argument("--help-config", action="store_true", help="print every config key with its meaning and exit")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. trainer.lr=1e-5")
+    args = ap.parse_args(argv)
+    if args.help_config:
+        print(config_reference_markdown())
+        sys.exit(0)
+    try:
+        return load_config(args.config, args.overrides)
+    except ConfigError as e:
+        ap.exit(2, f"{prog}: config error: {e}\n")
 
 
 # ------------------------------------------------------------------------------------------- documentation

@@ -157,3 +157,22 @@ def test_readme_reference_is_in_sync():
     generated = text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
     assert generated == config_reference_markdown().strip(), (
         "trainer/README.md is stale: run `python -m trainer.config --write trainer/README.md`")
+
+
+def test_command_line_front_end(tmp_path, capsys):
+    from trainer.config import config_from_argv
+
+    cfg = config_from_argv(["--config", write(tmp_path, {"seed": 4}), "trainer.lr=1e-5", "estimator.name=gigpo"])
+    assert (cfg.seed, cfg.trainer.lr, cfg.estimator.name) == (4, 1e-5, "gigpo")
+    with pytest.raises(SystemExit) as e:
+        config_from_argv(["trainer.lrr=1"])
+    assert e.value.code == 2 and "did you mean 'trainer.lr'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        config_from_argv(["--help-config"])
+    assert e.value.code == 0 and "`trainer.clip_ratio`" in capsys.readouterr().out
+
+
+def test_package_exports():
+    import trainer
+
+    assert trainer.RunConfig is RunConfig and callable(trainer.ActorEngine)
