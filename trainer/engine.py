@@ -108,12 +108,17 @@ def init_distributed(device: str) -> tuple[int, int, int]:
             "anything imports deepspeed (or run with device=cuda)"
         )
     if not dist.is_initialized():
-        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or str(free_port())
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-        os.environ.setdefault("LOCAL_RANK", os.environ.get("RANK", "0"))
+        added: list[str] = []
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:  # a plain `python` process: rank 0 of 1
+            single = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}
+            for k, v in single.items():
+                if k not in os.environ:
+                    os.environ[k] = v
+                    added.append(k)
+        os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's engine reads it
         deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
+        for k in added:  # child processes must not inherit the address of this process's rendezvous
+            os.environ.pop(k, None)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device == "cuda":
         torch.cuda.set_device(local_rank)

@@ -255,3 +255,11 @@ def test_hidden_states_feed_the_estimator_registry(name, batch):
     assert result.advantages.shape == (len(batch),)
     m = eng.update(batch.prompt_ids, batch.response_ids, result.advantages, old.logprobs)
     assert m["loss/optimizer_steps"] >= 1.0
+
+
+def test_single_process_rendezvous_is_not_inherited():
+    """Subprocesses (other tests, the rollout's workers) must not inherit this process's MASTER_PORT."""
+    import os
+
+    make_engine(0)
+    assert "MASTER_PORT" not in os.environ and "RANK" not in os.environ
