@@ -176,3 +176,19 @@ def test_alfworld_groups_in_worker_processes(alfworld_data):
             for i, r in zip(idx, pool.step(idx, pool.expert_actions(idx))):
                 won[i] = r.info["won"]
         assert won == {0: True, 1: True, 2: True, 3: True}
+
+
+def test_webshop_pool_and_prompt():
+    """The pool and the prompt builder serve any env of the contract (here the WebShop engineer's)."""
+    from agents.prompts import Transcript, get_prompt_builder
+
+    with EnvPool("WebShop-v0", 2, mode="inline") as pool:
+        tasks = eval_tasks("test", pool.num_tasks("test"), max_tasks=1)
+        obs, infos = pool.reset(tasks, group_size=2)
+        assert obs[0] == obs[1]
+        text = get_prompt_builder("WebShop-v0").build(Transcript.start(obs[0], infos[0]))
+        assert "WebShop" in text and "'search[" in text and infos[0]["task"] in text
+        while pool.any_live():
+            idx = pool.live_indices()
+            results = pool.step(idx, pool.expert_actions(idx))
+        assert all(r.info["raw_score"] is not None for r in results)
