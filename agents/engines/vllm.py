@@ -40,7 +40,7 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def _in_process_env(cpu_kv_cache_gb: float) -> None:
+def _in_process_env(cpu_kv_cache_gb: int) -> None:
     """Environment vLLM must see before its first import (engine core in this process)."""
     current = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
     if "vllm" in sys.modules and current != "0":
@@ -51,7 +51,7 @@ def _in_process_env(cpu_kv_cache_gb: float) -> None:
         raise RuntimeError(f"VLLM_ENABLE_V1_MULTIPROCESSING={current!r}: the in-place weight refresh needs the "
                            "engine in this process; unset it or set it to 0")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gb))  # GiB of KV cache on CPU
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gb)))  # GiB of KV cache on CPU (int)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
@@ -62,21 +62,26 @@ class VLLMEngine(RolloutEngine):
     dtype                  : auto (the folder's) | float32 | bfloat16 | float16
     gpu_memory_utilization : share of GPU memory vLLM may take (weights + KV cache); colocated with
                              training, leave room for the actor and optimiser [GiGPO: 0.6 on H100]. Ignored on CPU
-    cpu_kv_cache_gb        : KV-cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``); ignored on GPU
+    cpu_kv_cache_gb        : KV-cache GiB on CPU (``VLLM_CPU_KVCACHE_SPACE``, whole GiB); ignored on GPU
     max_model_len          : prompt + response tokens per sequence (None = the model's maximum)
     enable_sleep_mode      : GPU only: allow ``sleep()`` (free KV cache, offload weights) between phases
     sleep_level            : 1 = offload weights to CPU and drop the KV cache; 2 = drop both (the next
                              ``update_weights`` must then provide every tensor)
     tensor_parallel_size   : GPUs per engine
-    seed                   : engine seed (per-request seeds come from ``generate``)
-    llm_kwargs             : passed on to ``vllm.LLM`` (e.g. enforce_eager=True)
+    enforce_eager          : skip vLLM's torch.compile / graph capture. None = True on CPU ([choice]: on the
+                             2-core machine the compiled start took 207 s against 38 s eager), False on GPU
+    seed                   : engine seed (per-request seeds come from ``generate``). In-process vLLM seeds
+                             the *global* Python/NumPy/torch RNGs with it when it starts: build the engine
+                             before the run's own seeding function runs
+    llm_kwargs             : passed on to ``vllm.LLM`` (e.g. max_num_seqs=128)
     """
 
     name = "vllm"
 
     def __init__(self, model, dtype: str = "auto", gpu_memory_utilization: float = 0.5,
-                 cpu_kv_cache_gb: float = 1.0, max_model_len: int | None = None, enable_sleep_mode: bool = False,
-                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0, **llm_kwargs):
+                 cpu_kv_cache_gb: int = 1, max_model_len: int | None = None, enable_sleep_mode: bool = False,
+                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0,
+                 enforce_eager: bool | None = None, **llm_kwargs):
         from agents.models import check_model_dir
 
         if not 0 < gpu_memory_utilization <= 1:
@@ -93,7 +98,9 @@ class VLLMEngine(RolloutEngine):
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
-        kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed,
+        if enforce_eager is None:
+            enforce_eager = self.on_cpu
+        kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed, enforce_eager=enforce_eager,
                       tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len)
         if not self.on_cpu:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
