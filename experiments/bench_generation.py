@@ -6,7 +6,7 @@
 One command produces the whole table: the HF rows run in this interpreter; the vLLM rows run in a
 subprocess of the interpreter that has vLLM (this one if it can import vllm, else ``.venv-vllm/bin/python``
 from ``make setup-vllm``), with the same prompts, sampling config, seeds and thread count. Each cell:
-one warm-up call, then the median over ``--repeats`` timed calls of ``engine.generate`` on B prompts.
+one small warm-up call per engine and model, then the median over ``--repeats`` timed calls of ``engine.generate`` on B prompts.
 Tokens/s = generated tokens (EOS or max_tokens) / wall time. Sampling at temperature 1, no stop
 string, so rows run to ``--max-tokens`` unless the model emits EOS. Writes
 ``results/benchmarks/generation.md`` (or ``--out``).
@@ -65,9 +65,10 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
         eng = make_engine(engine_name, path, **kw)
         start_s = time.perf_counter() - t0
         sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=max_tokens, stop=(), logprobs=False)
+        warm = _prompts(eng.tokenizer, 2)
+        eng.generate(warm, SamplingConfig(temperature=1.0, max_tokens=4, stop=()), seeds=[0, 1])  # warm-up
         for b in batches:
             prompts = _prompts(eng.tokenizer, b)
-            eng.generate(prompts, sampling, seeds=list(range(b)))  # warm-up
             times, toks = [], []
             for r in range(repeats):
                 t = time.perf_counter()
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "(other jobs on the machine slow both engines; compare ratios, not absolute numbers).",
         "",
         f"Sampling at temperature 1.0, top-p 1, no stop string, up to {max_tokens} generated tokens per row, "
-        f"float32 weights in both engines; median of {repeats} timed call(s) after one warm-up. Prompts: "
+        f"float32 weights in both engines; median of {repeats} timed call(s) after a small warm-up call. Prompts: "
         "protocol-style TextCraft prompts through each model's chat template. Tokens/s counts generated "
         "tokens only (prefill time included in the wall time).",
         "",

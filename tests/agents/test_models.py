@@ -172,7 +172,10 @@ def test_corpus_is_textcraft_and_protocol_text():
     assert list(textcraft_corpus(seed=1, n_tasks=5)) == list(textcraft_corpus(seed=1, n_tasks=5))
 
 
-def test_build_tiny_command_line(tmp_path):
+def test_build_tiny_command_line(tmp_path, capsys):
+    """The real entry point in a subprocess once; `info` and a rejected shape through main() in-process."""
+    from agents.models.__main__ import main
+
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(list(textcraft_corpus(n_tasks=10))[:400]).replace("\n\n", "\\n\\n") + "\n")
     out = tmp_path / "cli_tiny"
@@ -184,13 +187,13 @@ def test_build_tiny_command_line(tmp_path):
     assert "built" in r.stdout
     meta = json.loads((out / "bipace_tiny.json").read_text())
     assert meta["config"]["layers"] == 1 and meta["vocab_size"] <= 512
-    r = subprocess.run([sys.executable, "-m", "agents.models", "info", str(out)], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["model_type"] == "qwen2"
-    bad = subprocess.run(cmd[:-2] + ["--heads", "4", "--force"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert bad.returncode != 0 and "head dim" in bad.stderr
+    assert main(["info", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["model_type"] == "qwen2"
+    with pytest.raises(ValueError, match="head dim"):
+        main(cmd[3:-2] + ["--heads", "4", "--force"])
+    with pytest.raises(FileNotFoundError, match="corpus file"):
+        main(["build-tiny", "--out", str(tmp_path / "x"), "--hidden", "64", "--heads", "2", "--corpus",
+              str(tmp_path / "missing.txt")])
 
 
 # ---------------------------------------------------------------- SmolLM2
