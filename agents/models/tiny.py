@@ -111,7 +111,16 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency:
     Special tokens get ids 0, 1, 2 (``SPECIAL_TOKENS`` order); the protocol tags are added tokens after
     the learned vocabulary. ``vocab_size`` bounds the learned vocabulary plus the special tokens.
     """
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
