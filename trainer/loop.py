@@ -72,12 +72,14 @@ class RolloutFns:
 
     collect: Callable
     evaluate: Callable
+    prompt_config: Callable | None = None
+    """``(tokenizer, max_prompt_tokens, history_length) -> PromptConfig``; None = ``PromptConfig(history_length)``."""
 
 
 def default_rollout_fns() -> RolloutFns:
     from agents import rollout
 
-    return RolloutFns(collect=rollout.collect, evaluate=rollout.evaluate)
+    return RolloutFns(collect=rollout.collect, evaluate=rollout.evaluate, prompt_config=rollout.prompt_config_for)
 
 
 def iteration_seed(seed: int, rank: int, iteration: int) -> int:
@@ -86,19 +88,13 @@ def iteration_seed(seed: int, rank: int, iteration: int) -> int:
     return int(ss.generate_state(1)[0] % (2**31 - 1))
 
 
-def eval_task_list(split: str, num_tasks: int, max_tasks: int | None, episodes: int, seed: int) -> list:
-    """The fixed evaluation tasks of ``split`` (``envs.pool.eval_tasks``), each repeated ``episodes`` times with
-    its own env seed (episode 0 keeps the list's seed). Equal in every run with the same ``eval`` settings."""
-    from envs.pool import Task, eval_tasks
+def eval_task_list(split: str, num_tasks: int, max_tasks: int | None, seed: int) -> list:
+    """The fixed evaluation tasks of ``split``: ``envs.pool.eval_tasks`` (the whole split, or a seeded subset of
+    ``max_tasks``), with env seeds that depend on ``(seed, task)`` only. Equal in every run with the same
+    ``eval`` settings, whatever the estimator, the training seed or the iteration."""
+    from envs.pool import eval_tasks
 
-    base = eval_tasks(split, num_tasks, max_tasks, seed=seed)
-    out = []
-    for t in base:
-        out.append(t)
-        for e in range(1, episodes):
-            ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 3, t.index, e])
-            out.append(Task(t.split, t.index, int(ss.generate_state(1)[0] % (2**31 - 1))))
-    return out
+    return eval_tasks(split, num_tasks, max_tasks, seed=seed)
 
 
 def _is_due(iteration: int, every: int, last: int) -> bool:
@@ -199,13 +195,21 @@ class Trainer:
             if split not in self.pool.splits:
                 raise ConfigError(f"{key}: {split!r} is not a split of {cfg.env.id}; its splits are "
                                   f"{list(self.pool.splits)}")
+        if cfg.eval.episodes_per_task > self.pool.num_envs:
+            raise ConfigError(
+                f"eval.episodes_per_task={cfg.eval.episodes_per_task} exceeds the {self.pool.num_envs} environments "
+                "of this rank's pool (env.groups / ranks x env.group_size), because the episodes of a task run "
+                "side by side: lower it or raise env.group_size")
         self.sampler = TaskSampler(self.train_split, self.pool.num_tasks(self.train_split), seed=cfg.seed)
         self.eval_tasks = {
-            s: eval_task_list(s, self.pool.num_tasks(s), cfg.eval.max_tasks_per_split, cfg.eval.episodes_per_task,
-                              cfg.eval.seed)
+            s: eval_task_list(s, self.pool.num_tasks(s), cfg.eval.max_tasks_per_split, cfg.eval.seed)
             for s in self.eval_splits
         }
-        self.prompt_config = PromptConfig(history_length=cfg.rollout.history_length)
+        if self.fns.prompt_config is not None:
+            self.prompt_config = self.fns.prompt_config(self.tokenizer, cfg.rollout.max_prompt_tokens,
+                                                        cfg.rollout.history_length)
+        else:
+            self.prompt_config = PromptConfig(history_length=cfg.rollout.history_length)
         self.train_sampling = SamplingConfig(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                              max_tokens=cfg.rollout.max_response_tokens)
         self.eval_sampling = SamplingConfig(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
@@ -222,7 +226,7 @@ class Trainer:
             self.evals_done = [int(i) for i in resumed.extra.get("evals_done", [])]
             msg = f"resumed from {resumed.path.name} (iteration {resumed.iteration})"
             if resumed.fell_back:
-                msg += ", an older checkpoint because the latest one was unusable (see the warnings above)"
+                msg += f", an older checkpoint because the latest one was unusable: {self._latest_problem()}"
             log.info(msg)
             self._say(msg)
         self.sync_weights()  # the rollout engine starts from the actor's (possibly restored) weights
@@ -253,6 +257,16 @@ class Trainer:
                            tensor_parallel_size=cfg.rollout.vllm_tensor_parallel, seed=cfg.seed,
                            max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens,
                            enable_sleep_mode=device == "cuda", **extra)
+
+    def _latest_problem(self) -> str:
+        from .checkpoint import validate_checkpoint
+
+        latest = self.folder.checkpoints / "latest"
+        try:
+            name = latest.read_text().strip()
+        except OSError:
+            return f"{latest} is missing"
+        return validate_checkpoint(self.folder.checkpoints / name) or f"{name} could not be loaded"
 
     def _generators(self) -> dict:
         return {"task": self.seeds.task, "rollout": self.seeds.rollout}
@@ -354,13 +368,16 @@ class Trainer:
                 mine = tasks[self.rank:: self.world_size]
                 if not mine:
                     continue
+                extra = {"episodes_per_task": self.cfg.eval.episodes_per_task} if self.cfg.eval.episodes_per_task > 1 \
+                    else {}
                 metrics, _ = self.fns.evaluate(
                     self.pool, self.rollout_engine, self.tokenizer, mine, sampling=self.eval_sampling,
                     prompt_config=self.prompt_config, seed=self.cfg.eval.seed,
-                    max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name)
+                    max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name, **extra)
                 for k, v in metrics.items():
-                    out[k] = float(v)
-                    counts[k] = float(self._eval_count(k, split, mine))
+                    if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)
+                        out[k] = float(v)
+                        counts[k] = float(self._eval_count(k, split, mine))
         finally:
             self.rollout_engine.sleep()
         if self.world_size > 1:
@@ -373,8 +390,8 @@ class Trainer:
         parts = key.split("/")
         if "family" in parts:
             fam = parts[parts.index("family") + 1]
-            return sum(1 for t in tasks if self._family(split, t.index) == fam)
-        return len(tasks)
+            return sum(1 for t in tasks if self._family(split, t.index) == fam) * self.cfg.eval.episodes_per_task
+        return len(tasks) * self.cfg.eval.episodes_per_task
 
     def _family(self, split: str, index: int) -> str:
         cache = self.__dict__.setdefault("_family_cache", {})
@@ -383,7 +400,7 @@ class Trainer:
         return cache[(split, index)]
 
     def _reduce_weighted(self, values: dict[str, float], weights: dict[str, float]) -> dict[str, float]:
-        """Across ranks: sum(w v) / sum(w) per key (keys missing on a rank weigh 0)."""
+        """Across ranks: sum(w v) / sum(w) per key (keys missing on a rank weigh 0); ``.../num_episodes`` summed."""
         import torch.distributed as dist
 
         gathered: list = [None] * self.world_size
@@ -391,6 +408,9 @@ class Trainer:
         keys = sorted({k for v, _ in gathered for k in v})
         out = {}
         for k in keys:
+            if k.endswith("/num_episodes"):  # a count: summed
+                out[k] = float(sum(v[k] for v, _ in gathered if k in v))
+                continue
             num = sum(v[k] * w.get(k, 1.0) for v, w in gathered if k in v and math.isfinite(v[k]))
             den = sum(w.get(k, 1.0) for v, w in gathered if k in v and math.isfinite(v[k]))
             out[k] = num / den if den > 0 else float("nan")

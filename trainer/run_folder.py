@@ -14,7 +14,8 @@ Layout (read by ``analysis.runs``; house style item 5)::
 ``run.json`` status: ``running`` (also what a killed run leaves behind), ``finished``, ``failed`` (with
 ``error``). A new invocation on a folder whose status is ``finished`` with every iteration done does nothing;
 anything else resumes from the newest usable checkpoint (``trainer.resume``). The config of a resumed run must
-equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (logging, length of the run, worker count):
+equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (the folder's location, logging, the length
+of the run, checkpoint frequency, worker count):
 changing anything else would mix two experiments in one folder.
 """
 from __future__ import annotations
@@ -36,8 +37,8 @@ from .config import ConfigError, RunConfig, config_to_dict, save_config
 __all__ = ["RunFolder", "RunStatus", "RESUMABLE_CHANGES", "git_commit", "config_differences"]
 
 #: config keys (dotted prefixes) that may differ between the saved config and a resuming invocation [choice]
-RESUMABLE_CHANGES = ("logging.", "trainer.iterations", "trainer.resume", "trainer.save_every", "trainer.keep_last",
-                     "env.num_workers")
+RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.resume", "trainer.save_every",
+                     "trainer.keep_last", "env.num_workers")
 
 
 @dataclass
