@@ -34,7 +34,9 @@ writes the same ``metrics.jsonl`` as an uninterrupted run (tested), apart from `
 
 Data parallelism (``torchrun``/``deepspeed`` launchers): every rank runs this loop on its own P/W prompt groups
 end to end (own pool, rollout engine, advantages); DeepSpeed averages gradients; the metrics of the ranks are
-averaged once per iteration (evaluation metrics weighted by each rank's task count) and rank 0 writes them.
+combined once per iteration (counts summed, everything else averaged; evaluation metrics weighted by each
+rank's episode count) and rank 0 writes them. Rank r plays groups r*P/W .. (r+1)*P/W - 1 of the same task draw
+and its share of every evaluation list; the loss already uses global denominators (``trainer.engine``).
 """
 from __future__ import annotations
 
@@ -54,6 +56,10 @@ from .run_folder import RunFolder
 __all__ = ["Trainer", "RolloutFns", "default_rollout_fns", "iteration_seed", "eval_task_list", "TrainingFailed"]
 
 log = logging.getLogger("trainer.loop")
+
+#: metric names ending like this are counts: with several ranks they are summed, every other metric is averaged
+SUMMED_SUFFIXES = ("/num_rows", "/num_trajectories", "/num_episodes", "/gen_tokens", "/env_errors",
+                   "/generations_avoided", "group/rows", "/num_clusters", "/num_anchor_groups")
 
 
 class TrainingFailed(RuntimeError):
@@ -82,9 +88,13 @@ def default_rollout_fns() -> RolloutFns:
     return RolloutFns(collect=rollout.collect, evaluate=rollout.evaluate, prompt_config=rollout.prompt_config_for)
 
 
-def iteration_seed(seed: int, rank: int, iteration: int) -> int:
-    """Rollout sampling seed of ``iteration`` on ``rank``: a function of the three only (exact resume) [choice]."""
-    ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x5EED, int(rank), int(iteration)])
+def iteration_seed(seed: int, iteration: int) -> int:
+    """Rollout sampling seed of ``iteration``: a function of the run seed and the iteration only [choice].
+
+    Not drawn from a generator, so a resumed run needs no state for it. Not a function of the rank either: the
+    rollout derives each response's seed from this seed, the task, the copy and the turn, so a task's
+    trajectories are the same whichever rank plays it, and W ranks sample what one process would."""
+    ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x5EED, int(iteration)])
     return int(ss.generate_state(1)[0] % (2**31 - 1))
 
 
@@ -298,7 +308,7 @@ class Trainer:
             batch, metrics = self.fns.collect(
                 self.pool, self.rollout_engine, self.tokenizer, mine, group_size=self.cfg.env.group_size,
                 sampling=self.train_sampling, prompt_config=self.prompt_config,
-                seed=iteration_seed(self.cfg.seed, self.rank, iteration),
+                seed=iteration_seed(self.cfg.seed, iteration),
                 max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name)
         finally:
             self.rollout_engine.sleep()
@@ -400,7 +410,8 @@ class Trainer:
         return cache[(split, index)]
 
     def _reduce_weighted(self, values: dict[str, float], weights: dict[str, float]) -> dict[str, float]:
-        """Across ranks: sum(w v) / sum(w) per key (keys missing on a rank weigh 0); ``.../num_episodes`` summed."""
+        """Across ranks: sum(w v) / sum(w) per key (keys missing on a rank weigh 0); counts (``SUMMED_SUFFIXES``)
+        are summed."""
         import torch.distributed as dist
 
         gathered: list = [None] * self.world_size
@@ -408,7 +419,7 @@ class Trainer:
         keys = sorted({k for v, _ in gathered for k in v})
         out = {}
         for k in keys:
-            if k.endswith("/num_episodes"):  # a count: summed
+            if k.endswith(SUMMED_SUFFIXES):  # counts over this rank's rows or episodes: summed
                 out[k] = float(sum(v[k] for v, _ in gathered if k in v))
                 continue
             num = sum(v[k] * w.get(k, 1.0) for v, w in gathered if k in v and math.isfinite(v[k]))

@@ -245,3 +245,34 @@ def test_corrupt_latest_checkpoint_falls_back_and_extends(reference_run, tmp_pat
     assert [r["iteration"] for r in _lines(out / "eval.jsonl")] == [0, 2, 4]
     info = json.loads((out / "run.json").read_text())
     assert (info["status"], info["iterations_done"], info["resumed_from"]) == ("finished", 4, [2])
+
+
+@pytest.mark.slow
+def test_two_ranks_play_and_train_like_one_process(reference_run, tmp_path):
+    """torchrun with 2 CPU ranks (gloo): each rank owns one of the P=2 groups; the rollouts equal the one-process
+    run's (per-response seeds do not depend on the rank), the update equals it up to float reduction order."""
+    from trainer.engine import free_port
+
+    out = tmp_path / "run"
+    env = _env()
+    env["DS_ACCELERATOR"] = "cpu"
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                          "127.0.0.1", "--master_port", str(free_port()), "-m", "experiments.train", *KILL_ARGS,
+                          "trainer.iterations=2", f"output_dir={out}"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    info = json.loads((out / "run.json").read_text())
+    assert (info["status"], info["world_size"]) == ("finished", 2)
+    assert (out / "train.log").exists() and (out / "train.rank1.log").exists()
+    two, one = _lines(out / "metrics.jsonl"), _lines(reference_run / "metrics.jsonl")
+    assert [r["iteration"] for r in two] == [0, 1, 2]  # rank 0 alone writes
+    assert _comparable(two[:1]) == _comparable(one[:1])  # evaluation before training: same tasks, same weights
+    for a, b in zip(two[1:], one[1:3]):
+        for k in ("rollout/success_rate", "rollout/num_rows", "rollout/num_trajectories", "rollout/gen_tokens",
+                  "group/rows", "loss/optimizer_steps"):
+            assert a[k] == b[k], (k, a[k], b[k])
+        for k in ("loss/policy", "loss/kl", "loss/entropy", "loss/total"):  # (no grad norm: stage 0, 2 ranks)
+            assert abs(a[k] - b[k]) <= 1e-4 * max(1.0, abs(b[k])), (k, a[k], b[k])
+    w2 = load_file(str(out / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
+    w1 = load_file(str(reference_run / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
+    assert max(float((w2[k] - w1[k]).abs().max()) for k in w1) < 1e-5
