@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
     folder = RunFolder(cfg, runs_root, rank=rank)
     try:
         cfg.check_paths()
+        if cfg.sft.enabled and not cfg.sft.init_from:
+            raise ConfigError(
+                "sft.enabled=true but no warm-started model is given: this command does not train the warm start; "
+                "build it first (python -m experiments.warmstart ...) and pass its folder as sft.init_from or "
+                "model.path")
         if cfg.trainer.resume and folder.is_finished():
             if rank == 0:
                 print(f"[train] {folder.path} is already finished ({cfg.trainer.iterations} iterations): nothing to "

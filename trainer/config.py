@@ -102,7 +102,8 @@ class EnvConfig:
     group_size: int = 8
     """G: trajectories per prompt group, same task and env seed [GiGPO: 8]; P x G = 128 environments."""
     num_workers: int = 0
-    """Worker processes of the environment pool; 0 = step all envs in the main process [choice]."""
+    """Worker processes of the environment pool; 0 = step all envs in the main process (best for TextCraft,
+    whose steps cost less than a worker round trip; ALFWorld gains from 2) [choice]."""
 
     def validate(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -382,7 +383,7 @@ class EvalConfig:
     """Validation on fixed, seeded task lists."""
 
     every: int = 5
-    """Evaluate every K iterations; 0 = never [GiGPO: 5]."""
+    """Evaluate every K iterations and at the last one; 0 = never [GiGPO: 5]."""
     at_start: bool = True
     """Also evaluate before the first update (iteration 0) [choice]."""
     temperature: float = 0.4
@@ -393,7 +394,8 @@ class EvalConfig:
     """Tasks evaluated per split, a fixed seeded subset; null = the whole split [choice: less noisy than the
     reference's 128 random tasks]."""
     episodes_per_task: int = 1
-    """Episodes per evaluation task [choice]."""
+    """Episodes per evaluation task (same task and env seed, their own sampling seeds; at most the pool's
+    P/W x G environments) [choice]."""
     seed: int = 12345
     """Seed of the evaluation task list and sampler, equal for all runs so estimators see the same tasks [choice]."""
 
@@ -415,7 +417,8 @@ class SFTConfig:
     enabled: bool = False
     """Run (or reuse from the cache) an SFT warm start before RL [choice: on in CPU presets]."""
     init_from: str | None = None
-    """Start RL from this SFT'd model folder instead of training one; null = train or reuse the cached one."""
+    """Start RL (actor and KL reference) from this warm-started model folder instead of ``model.path``'s weights;
+    run folders and reports keep ``model.path``'s name. null = ``model.path`` [choice]."""
     episodes: int = 2000
     """Expert episodes collected for the first SFT round [choice]."""
     epochs: int = 1
