@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
                 "sft.enabled=true but no warm-started model is given: this command does not train the warm start; "
                 "build it first (python -m experiments.warmstart ...) and pass its folder as sft.init_from or "
                 "model.path")
+        folder.check_compatible()  # first: a changed experiment must not pass as "already finished"
         if cfg.trainer.resume and folder.is_finished():
             if rank == 0:
                 print(f"[train] {folder.path} is already finished ({cfg.trainer.iterations} iterations): nothing to "
                       "do (raise trainer.iterations to extend it, or set trainer.resume=false to start it over)")
             return 0
-        folder.check_compatible()
     except ConfigError as e:
         print(f"{PROG}: config error: {e}", file=sys.stderr)
         return 2

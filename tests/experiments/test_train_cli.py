@@ -174,6 +174,9 @@ def test_rerun_of_a_finished_run_does_nothing(reference_run):
     assert res.returncode == 0
     assert "already finished" in res.stdout
     assert {p: p.stat().st_mtime_ns for p in reference_run.rglob("*") if p.is_file()} == before
+    res = _cli([*KILL_ARGS, "estimator.name=gigpo", f"output_dir={reference_run}"])  # another experiment
+    assert res.returncode == 2 and "estimator.name: 'bipace_q' -> 'gigpo'" in res.stderr
+    assert {p: p.stat().st_mtime_ns for p in reference_run.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.slow
