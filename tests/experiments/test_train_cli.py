@@ -279,3 +279,27 @@ def test_two_ranks_play_and_train_like_one_process(reference_run, tmp_path):
     w2 = load_file(str(out / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
     w1 = load_file(str(reference_run / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
     assert max(float((w2[k] - w1[k]).abs().max()) for k in w1) < 1e-5
+
+
+def test_warm_started_folder_as_model_path_or_init_from(tmp_path, initial_weights):
+    """A plain Hugging Face folder (what the SFT warm start writes) is a model: as ``model.path`` (its folder name
+    names the run) or as ``sft.init_from`` (weights and KL reference from it, the run keeps model.path's name).
+    With lr = 0 the final checkpoint holds exactly the starting weights."""
+    from safetensors.torch import save_file
+
+    from experiments.train import main
+    from trainer.models import resolve_model_folder
+
+    warm = tmp_path / "warm-start"
+    shutil.copytree(resolve_model_folder(TINY), warm)
+    g = torch.Generator().manual_seed(0)
+    perturbed = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in initial_weights.items()}
+    save_file(perturbed, str(warm / "model.safetensors"), metadata={"format": "pt"})
+    args = [*FAST, "trainer.iterations=1", "trainer.lr=0", "eval.every=0"]
+    root = tmp_path / "runs"
+    assert main([*args, f"model.path={warm}"], runs_root=str(root)) == 0
+    assert main([*args, f"sft.init_from={warm}"], runs_root=str(root)) == 0
+    for model_name in ("warm-start", "tiny-layers-2-hidden-64-heads-2"):
+        ckpt = root / "textcraft" / model_name / "bipace_q" / "seed_0" / "checkpoints" / "iter_00000001"
+        final = load_file(str(ckpt / "model" / "model.safetensors"))
+        assert all(torch.equal(final[k], perturbed[k]) for k in perturbed), model_name
