@@ -196,24 +196,7 @@ class Trainer:
         # the process group first: an in-process vLLM joins it instead of starting its own (agents/README.md)
         self.rank, self.world_size, _ = init_distributed(device)
         dtype = "bfloat16" if precision == "bf16" else "float32"
-        self.model_dir = resolve_model_folder(cfg.sft.init_from or cfg.model.path)
-        self.tokenizer = load_tokenizer(cfg.model.tokenizer or self.model_dir)
-        self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
-
-        # vLLM in-process seeds the global RNGs when it starts: build it before seeding (agents/README.md)
-        if cfg.rollout.engine == "vllm":
-            self.rollout_engine = self._make_rollout_engine(device, dtype)
-        self.seeds = seed_everything(cfg.seed, self.rank)
-
-        model = load_model(self.model_dir, dtype=dtype, device="cpu")
-        self.tied_aliases = tied_aliases(model)
-        self.engine = ActorEngine(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
-                                  device=cfg.device)
-        del model
-        self.rank, self.world_size = self.engine.rank, self.engine.world_size
-        if self.rollout_engine is None:
-            self.rollout_engine = self._make_rollout_engine(device, dtype)
-
+        # the environments first: a wrong split fails before any model is loaded
         env_kwargs = dict(cfg.env.kwargs)
         if cfg.env.max_steps is not None:
             env_kwargs["max_steps"] = cfg.env.max_steps
@@ -236,6 +219,24 @@ class Trainer:
             s: eval_task_list(s, self.pool.num_tasks(s), cfg.eval.max_tasks_per_split, cfg.eval.seed)
             for s in self.eval_splits
         }
+        self.model_dir = resolve_model_folder(cfg.sft.init_from or cfg.model.path)
+        self.tokenizer = load_tokenizer(cfg.model.tokenizer or self.model_dir)
+        self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
+
+        # vLLM in-process seeds the global RNGs when it starts: build it before seeding (agents/README.md)
+        if cfg.rollout.engine == "vllm":
+            self.rollout_engine = self._make_rollout_engine(device, dtype)
+        self.seeds = seed_everything(cfg.seed, self.rank)
+
+        model = load_model(self.model_dir, dtype=dtype, device="cpu")
+        self.tied_aliases = tied_aliases(model)
+        self.engine = ActorEngine(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
+                                  device=cfg.device)
+        del model
+        self.rank, self.world_size = self.engine.rank, self.engine.world_size
+        if self.rollout_engine is None:
+            self.rollout_engine = self._make_rollout_engine(device, dtype)
+
         if self.fns.prompt_config is not None:
             self.prompt_config = self.fns.prompt_config(self.tokenizer, cfg.rollout.max_prompt_tokens,
                                                         cfg.rollout.history_length)
