@@ -1,0 +1,406 @@
+"""Run a named study end to end: the cached SFT warm start, the runs (a sweep, resumable) and the report.
+
+    python -m experiments.study demo                      # what `make demo` runs (TextCraft, 4 estimators, seed 0)
+    python -m experiments.study cpu --seeds 0,1,2 --estimators grpo,gigpo,bipace_v,bipace_q,hgpo,rloo
+    python -m experiments.study cpu-alfworld              # the shorter study on generated ALFWorld
+    python -m experiments.study cpu --dry-run             # the plan and the commands, nothing run
+    python -m experiments.study cpu --report-only         # rewrite the report from the runs done so far
+    python -m experiments.study --list                    # the studies and what they hold
+
+A study = a CPU preset x estimators x seeds, every run starting from the same cached warm start, written to
+``results/<study>/runs/<env>/<model>/<method>/seed_<k>/`` and reported into ``results/<study>/`` (curves, tables,
+sample efficiency, IQM / probability of improvement, diagnostics: ``python -m experiments.report``).
+
+Parts: the command can be stopped at any time (Ctrl-C, or ``--max-hours H`` to stop launching runs after H
+hours) and run again: finished runs are skipped, interrupted ones resume from their last checkpoint, the warm
+start is cached. The report is written once every run has finished (``--report-only`` writes it from whatever
+is there). ``results/<study>/study.json`` records the plan, the warm start and each run's measured wall-clock
+and CPU seconds.
+
+The warm start comes from ``python -m experiments.warmstart --env <env>`` (``trainer/warmstart.py``, cached
+under ``$BIPACE_CACHE/warmstart/``); ``--init-from DIR`` uses a model folder of your own instead, and
+``--no-warmstart`` starts RL from the preset's ``model.path`` as it is (a random tiny model learns nothing:
+for pipeline checks only).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from experiments import sweep as sweep_mod
+
+__all__ = ["Study", "STUDIES", "main", "warmstart_overrides", "find_warmstart"]
+
+PROG = "python -m experiments.study"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Study:
+    """One named study: which preset, methods and seeds, where it writes, how long it takes here."""
+
+    name: str
+    title: str
+    preset: str
+    out: str
+    estimators: list[str]
+    seeds: list[int]
+    warmstart_env: str | None
+    """env name given to ``python -m experiments.warmstart --env``; None = no warm start."""
+    jobs: int = 2
+    """runs at a time (2 on the 2-core machine, each run on one core)."""
+    overrides: list[str] = field(default_factory=list)
+    """config overrides of every run of the study (on top of the preset)."""
+    minutes_per_run: float | None = None
+    """measured CPU minutes of one run on the 2-core machine (the up-front estimate; see README)."""
+    baseline: str = "gigpo"
+    description: str = ""
+
+
+STUDIES: dict[str, Study] = {
+    s.name: s
+    for s in (
+        Study(
+            name="demo",
+            title="Demo: TextCraft depth-2, tiny SFT warm start, GRPO / GiGPO / BiPACE_V / BiPACE_Q (seed 0)",
+            preset="configs/cpu/textcraft_demo.yaml",
+            out="results/demo",
+            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
+            seeds=[0],
+            warmstart_env="textcraft",
+            minutes_per_run=None,
+            description="the main job (`make demo`): one seed, four estimators from the same warm start",
+        ),
+        Study(
+            name="cpu",
+            title="CPU study: TextCraft, tiny SFT warm start, 3 seeds",
+            preset="configs/cpu/textcraft_tiny_sft.yaml",
+            out="results/cpu-study",
+            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
+            seeds=[0, 1, 2],
+            warmstart_env="textcraft",
+            description="the CPU study of issue 7 (add hgpo,rloo with --estimators when time allows)",
+        ),
+        Study(
+            name="cpu-alfworld",
+            title="CPU study (short): generated ALFWorld, tiny SFT warm start",
+            preset="configs/cpu/alfworld_tiny_sft.yaml",
+            out="results/cpu-study-alfworld",
+            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
+            seeds=[0, 1, 2],
+            warmstart_env="alfworld",
+            description="the shorter study on the other environment (generated games: not comparable to "
+                        "published ALFWorld numbers)",
+        ),
+        Study(
+            name="cpu-webshop",
+            title="CPU study (short): generated WebShop, tiny SFT warm start",
+            preset="configs/cpu/webshop_tiny_sft.yaml",
+            out="results/cpu-study-webshop",
+            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
+            seeds=[0],
+            warmstart_env="webshop",
+            description="optional; generated catalogue: not comparable to published WebShop numbers",
+        ),
+        Study(
+            name="smoke",
+            title="Smoke study: the whole study pipeline on a random tiny model (learns nothing)",
+            preset="configs/cpu/textcraft_tiny.yaml",
+            out="results/smoke-study",
+            estimators=["grpo", "bipace_q"],
+            seeds=[0],
+            warmstart_env=None,
+            overrides=["env.groups=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=16",
+                       "trainer.iterations=2", "trainer.save_every=1", "eval.every=2", "eval.max_tasks_per_split=1",
+                       "logging.tensorboard=false"],
+            description="checks the machinery in about a minute (tests use it)",
+        ),
+    )
+}
+
+
+# ------------------------------------------------------------------------------------------------ warm start
+def _is_model_folder(p: Path) -> bool:
+    return (p / "config.json").is_file() and any(p.glob("*.safetensors"))
+
+
+def find_warmstart(env: str, printed: list[str] | None = None) -> Path | None:
+    """The final model folder of the default warm start of ``env``, or None.
+
+    Looked up, in order: a model folder printed on the last lines of ``experiments.warmstart``'s output; the
+    cache entry of the default ``trainer.warmstart.WarmStartConfig(env=env)``; the newest finished entry
+    ``$BIPACE_CACHE/warmstart/<env>-*/final`` (with its ``DONE`` marker).
+    """
+    for line in reversed(printed or []):
+        for tok in reversed(line.strip().split()):
+            p = Path(tok.strip("'\"`,;:()"))
+            if p.is_absolute() and _is_model_folder(p):
+                return p
+    try:
+        from trainer.warmstart import WarmStartConfig, cache_folder
+
+        folder = cache_folder(WarmStartConfig(env=env))
+        if (folder / "DONE").is_file() and _is_model_folder(folder / "final"):
+            return folder / "final"
+    except (ImportError, ValueError, TypeError):
+        pass
+    from envs.paths import cache_dir
+
+    root = cache_dir("warmstart", create=False)
+    done = sorted((p for p in root.glob(f"{env}-*") if (p / "DONE").is_file() and _is_model_folder(p / "final")),
+                  key=lambda p: (p / "DONE").stat().st_mtime)
+    return done[-1] / "final" if done else None
+
+
+def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
+    """Run (or find cached) ``python -m experiments.warmstart --env <env>``; its output goes to the terminal and
+    ``log_path``. Returns the final model folder; raises ``RuntimeError`` with the fix when it cannot."""
+    cmd = [sys.executable, "-m", "experiments.warmstart", "--env", env, *extra]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[study] warm start: {shlex.join(cmd[1:])} (cached after the first run)", flush=True)
+    tail: list[str] = []
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc, \
+            log_path.open("ab") as log:
+        buf = b""
+        for chunk in iter(lambda: proc.stdout.read1(4096), b""):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+            log.write(chunk)
+            buf = (buf + chunk)[-8192:]
+        rc = proc.wait()
+    tail = buf.decode("utf-8", "replace").replace("\r", "\n").splitlines()[-20:]
+    if rc != 0:
+        hint = ("the warm-start command does not exist yet in this checkout (it comes with trainer/warmstart.py); "
+                "pass --init-from <model folder> or --no-warmstart") if any("No module named" in x for x in tail) \
+            else f"see {log_path}"
+        raise RuntimeError(f"`{shlex.join(cmd[1:])}` failed with exit status {rc}: {hint}")
+    folder = find_warmstart(env, tail)
+    if folder is None:
+        raise RuntimeError(f"`{shlex.join(cmd[1:])}` finished but no warm-start model folder was found (looked in its "
+                           f"output and under $BIPACE_CACHE/warmstart/{env}-*/final); pass --init-from <folder>")
+    return folder
+
+
+def warmstart_overrides(folder: Path, preset_model_path: str) -> list[str]:
+    """Overrides that start RL from a warm-started folder with the settings it was trained under.
+
+    ``sft.enabled=true sft.init_from=<folder>``; ``env.kwargs.<k>=<v>`` for the env options the warm start used
+    (``final/warmstart.json``: TextCraft's ``show_inventory``, which changes what the model sees); and, when the
+    folder is a tiny Qwen2 whose shape differs from the preset's ``tiny:`` spec, a ``model.path`` spec of its
+    shape, so that run folders are named after the model that is really trained.
+    """
+    folder = Path(folder)
+    ov = ["sft.enabled=true", f"sft.init_from={folder}"]
+    info = {}
+    for cand in (folder / "warmstart.json", folder.parent / "final" / "warmstart.json"):
+        if cand.is_file():
+            info = json.loads(cand.read_text())
+            break
+    for k, v in sorted((info.get("env_kwargs") or {}).items()):
+        ov.append(f"env.kwargs.{k}={json.dumps(v)}")
+    if preset_model_path.startswith("tiny:") and (folder / "config.json").is_file():
+        from trainer.models import parse_tiny_spec
+
+        c = json.loads((folder / "config.json").read_text())
+        want = {"layers": c.get("num_hidden_layers"), "hidden": c.get("hidden_size"),
+                "heads": c.get("num_attention_heads")}
+        have = parse_tiny_spec(preset_model_path)
+        if any(v is not None and getattr(have, k) != v for k, v in want.items()):
+            ov.append("model.path=tiny:" + ",".join(f"{k}={v}" for k, v in want.items() if v is not None))
+    return ov
+
+
+# ------------------------------------------------------------------------------------------------ records
+def _load_timings(runs_root: Path) -> dict[str, dict]:
+    """Per run label: attempts, summed wall and CPU seconds (from ``sweep.jsonl``)."""
+    out: dict[str, dict] = {}
+    p = runs_root / "sweep.jsonl"
+    if not p.exists():
+        return out
+    for line in p.read_text().splitlines():
+        try:
+            t = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        d = out.setdefault(t["run"], {"attempts": 0, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_mb": 0.0})
+        d["attempts"] += 1
+        d["wall_s"] = round(d["wall_s"] + (t.get("wall_s") or 0.0), 1)
+        d["cpu_s"] = round(d["cpu_s"] + (t.get("cpu_s") or 0.0), 1)
+        d["max_rss_mb"] = max(d["max_rss_mb"], t.get("max_rss_mb") or 0.0)
+        d["last_exit"] = t.get("exit")
+    return out
+
+
+def _estimate(study: Study, specs, timings: dict[str, dict], jobs: int) -> str:
+    """Up-front time estimate: measured CPU minutes per run (this study's earlier runs, else the study's figure)
+    spread over ``jobs`` cores of an otherwise idle machine."""
+    todo = [s for s in specs if s.status != "finished"]
+    if not todo:
+        return "nothing left to run"
+    done = [t["cpu_s"] / 60 for t in timings.values() if t.get("last_exit") == 0 and t["attempts"] == 1]
+    per_run = sum(done) / len(done) if done else study.minutes_per_run
+    if per_run is None:
+        return f"{len(todo)} runs to do (no measured time per run yet)"
+    lanes = min(jobs, len(todo), os.cpu_count() or 1)
+    minutes = per_run * len(todo) / max(1, lanes)
+    return (f"{len(todo)} runs to do, ~{per_run:.1f} CPU min each: ~{minutes:.0f} min on an idle "
+            f"{os.cpu_count()}-core machine with {lanes} at a time (more while others use the cores)")
+
+
+def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict) -> Path:
+    rec = {
+        "study": study.name, "title": study.title, "preset": study.preset,
+        "estimators": sorted({s.estimator for s in specs}), "seeds": sorted({s.seed for s in specs}),
+        "command": " ".join(["python", "-m", "experiments.study", *sys.argv[1:]]),
+        "host": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+        "runs": {s.label: {"status": s.status, "run_dir": str(s.run_dir), **_load_timings(runs_root).get(s.label, {})}
+                 for s in specs},
+        **extra,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    p = out / "study.json"
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    tmp.replace(p)
+    return p
+
+
+# ------------------------------------------------------------------------------------------------ command line
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Studies: " + ", ".join(f"{k} ({v.description})" for k, v in STUDIES.items()))
+    ap.add_argument("study", nargs="?", choices=sorted(STUDIES), help="which study")
+    ap.add_argument("--list", action="store_true", help="list the studies and exit")
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds or a range (default: the study's)")
+    ap.add_argument("--estimators", default=None, help="comma-separated registry keys (default: the study's)")
+    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the study's, 2 on CPU)")
+    ap.add_argument("--out", default=None, help="study folder (default: the study's, e.g. results/cpu-study)")
+    ap.add_argument("--init-from", default=None, help="start RL from this model folder instead of the warm start")
+    ap.add_argument("--no-warmstart", action="store_true", help="start RL from the preset's model as it is")
+    ap.add_argument("--warmstart-args", default="", help="extra arguments of `experiments.warmstart` (one string)")
+    ap.add_argument("--max-hours", type=float, default=None,
+                    help="start no new run after this many hours; rerun the same command to go on")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and the commands, run nothing")
+    ap.add_argument("--report-only", action="store_true", help="only (re)write the report from the runs done")
+    ap.add_argument("--no-report", action="store_true", help="run, but do not write the report")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides of every run")
+    return ap
+
+
+def list_studies() -> str:
+    lines = []
+    for s in STUDIES.values():
+        lines.append(f"{s.name:13s} {s.title}\n{'':13s} preset {s.preset}; {len(s.estimators)} estimators "
+                     f"({','.join(s.estimators)}) x seeds {s.seeds}; out {s.out}; {s.description}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.list:
+        print(list_studies())
+        return 0
+    if not args.study:
+        ap.error("name a study (or --list)")
+    study = STUDIES[args.study]
+    os.chdir(REPO)  # presets and results are repo-relative
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    out = Path(args.out or study.out)
+    runs_root = out / "runs"
+    jobs = args.jobs or study.jobs
+    try:
+        seeds = sweep_mod._seeds(args.seeds) if args.seeds else list(study.seeds)
+        estimators = sweep_mod._csv(args.estimators) or list(study.estimators)
+        if jobs < 1:
+            raise sweep_mod.SweepError(f"--jobs {jobs} must be >= 1")
+    except sweep_mod.SweepError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    t_start = time.time()
+
+    # 1. the warm start (cached), unless a folder is given or none is wanted
+    from trainer.config import load_config
+
+    preset_model = load_config(study.preset).model.path
+    ws_folder: Path | None = None
+    ws_note = "none (the preset's model as it is)"
+    if args.init_from:
+        ws_folder = Path(args.init_from).expanduser().resolve()
+        ws_note = f"given: {ws_folder}"
+    elif study.warmstart_env and not args.no_warmstart:
+        cached = find_warmstart(study.warmstart_env)
+        if args.dry_run or args.report_only:
+            ws_folder = cached
+            ws_note = f"cached: {cached}" if cached else "not cached yet (the first run builds it once)"
+        else:
+            if cached is None:
+                print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
+                      "once (up to ~30 minutes on 2 cores), then the runs start. Later runs reuse it.", flush=True)
+            try:
+                ws_folder = run_warmstart(study.warmstart_env, shlex.split(args.warmstart_args),
+                                          out / "warmstart.log")
+            except RuntimeError as e:
+                print(f"{PROG}: error: {e}", file=sys.stderr)
+                return 1
+            ws_note = f"{'cached' if cached else 'built'}: {ws_folder}"
+    ws_ov = warmstart_overrides(ws_folder, preset_model) if ws_folder is not None else []
+    if ws_folder is None and study.warmstart_env and not args.no_warmstart and (args.dry_run or args.report_only):
+        ws_ov = ["sft.enabled=true", "sft.init_from=<warm start folder>"]
+
+    # 2. the runs
+    overrides = [*study.overrides, *ws_ov, *args.overrides]
+    try:
+        specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
+        specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs
+    except sweep_mod.SweepError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    timings = _load_timings(runs_root)
+    print(f"[study] {study.title}\n[study] warm start: {ws_note}\n[study] {len(specs)} runs under {runs_root}: "
+          f"{_estimate(study, specs, timings, jobs)}", flush=True)
+    if args.dry_run:
+        sweep_mod.print_plan(specs, [sys.executable, "-m"])
+        return 0
+    summary = None
+    if not args.report_only:
+        deadline = t_start + args.max_hours * 3600 if args.max_hours else None
+        summary = sweep_mod.run_sweep(specs, launcher=[sys.executable, "-m"], jobs=jobs, runs_root=runs_root,
+                                      tee=False, progress=True, deadline=deadline)
+        rc = sweep_mod.report_summary(summary, f"{PROG} {study.name}")
+        specs = sweep_mod.plan(specs)
+        write_record(study, out, runs_root, specs, {"warmstart": str(ws_folder) if ws_folder else None,
+                                                    "wall_s_this_call": round(time.time() - t_start, 1)})
+        if rc != 0 or any(s.status != "finished" for s in specs):
+            print(f"[study] not every run has finished: rerun `{PROG} {study.name}` to go on (the report is written "
+                  "when all are done; --report-only writes it now)", file=sys.stderr)
+            return rc or 1
+    if args.no_report:
+        return 0
+
+    # 3. the report
+    from experiments import report
+
+    rargs = ["--runs", str(runs_root), "--out", str(out), "--title", study.title, "--baseline", study.baseline]
+    print(f"[study] report: python -m experiments.report {shlex.join(rargs)}", flush=True)
+    rc = report.main(rargs)
+    if not args.report_only:
+        write_record(study, out, runs_root, specs, {"warmstart": str(ws_folder) if ws_folder else None,
+                                                    "wall_s_this_call": round(time.time() - t_start, 1)})
+    if rc == 0:
+        print(f"[study] done in {(time.time() - t_start) / 60:.1f} min: {out / 'summary.md'}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
