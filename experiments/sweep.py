@@ -140,7 +140,7 @@ def variant_name(estimator: str, point: list[tuple[str, str]]) -> str:
         short = GRID_SHORT_NAMES.get(key, key.rsplit(".", 1)[-1])
         v = str(value).strip()
         part = f"{short}{v}" if _NUMBER.match(v) else f"{short}-{v}"
-        parts.append(re.sub(r"[^A-Za-z0-9._-]+", "-", part).strip("-"))
+        parts.append(re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]+", "-", part)).strip("-"))
     return "_".join(parts)
 
 
