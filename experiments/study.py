@@ -305,7 +305,7 @@ def list_studies() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
     if args.list:
         print(list_studies())
         return 0

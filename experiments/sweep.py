@@ -497,7 +497,10 @@ def print_plan(specs: list[RunSpec], launcher: list[str], out=sys.stdout) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
+    # `--config a.yaml key=value`: nargs='+' takes the override too; give it back
+    args.overrides = [c for c in args.config if "=" in c] + args.overrides
+    args.config = [c for c in args.config if "=" not in c]
     try:
         if args.jobs < 1:
             raise SweepError(f"--jobs {args.jobs} must be >= 1")

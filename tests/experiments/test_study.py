@@ -1,0 +1,135 @@
+"""``python -m experiments.study``: the plan, the warm-start hand-off, and the demo pipeline end to end on the
+tiny smoke model (warm start replaced by ``--init-from``): runs, skip on rerun, report, study record."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import study
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = "tiny:layers=2,hidden=64,heads=2"
+SHRINK = ["env.groups=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=16",
+          "trainer.iterations=2", "trainer.save_every=1", "eval.every=2", "eval.max_tasks_per_split=1",
+          "logging.tensorboard=false"]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
+               TOKENIZERS_PARALLELISM="false")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _study(args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.study", *args], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=900, **kw)
+
+
+def test_every_study_names_an_existing_preset_and_loads():
+    from trainer.config import load_config
+
+    assert {"demo", "cpu", "cpu-alfworld", "smoke"} <= set(study.STUDIES)
+    for s in study.STUDIES.values():
+        cfg = load_config(REPO / s.preset, s.overrides)
+        assert cfg.sft.enabled == (s.warmstart_env is not None), s.name
+        if s.warmstart_env:
+            assert cfg.env_name == s.warmstart_env
+    demo = study.STUDIES["demo"]
+    assert demo.estimators == ["grpo", "gigpo", "bipace_v", "bipace_q"] and demo.seeds == [0]
+    assert demo.out == "results/demo" and study.STUDIES["cpu"].out == "results/cpu-study"
+    assert study.STUDIES["cpu"].seeds == [0, 1, 2]
+
+
+def _fake_warmstart(root: Path, name: str, env_kwargs: dict, layers=4, hidden=128, heads=4) -> Path:
+    final = root / name / "final"
+    final.mkdir(parents=True)
+    (final / "config.json").write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": hidden,
+                                                   "num_attention_heads": heads}))
+    (final / "model.safetensors").write_bytes(b"x")
+    (final / "warmstart.json").write_text(json.dumps({"env_kwargs": env_kwargs}))
+    (root / name / "DONE").write_text("done\n")
+    return final
+
+
+def test_warmstart_overrides_carry_env_options_and_the_model_shape(tmp_path):
+    final = _fake_warmstart(tmp_path, "textcraft-tiny-abc", {"show_inventory": True})
+    ov = study.warmstart_overrides(final, "tiny:layers=4,hidden=128,heads=4")
+    assert ov == ["sft.enabled=true", f"sft.init_from={final}", "env.kwargs.show_inventory=true"]
+    other = _fake_warmstart(tmp_path, "textcraft-tiny-def", {}, layers=2, hidden=64, heads=2)
+    ov = study.warmstart_overrides(other, "tiny:layers=4,hidden=128,heads=4")
+    assert ov[-1] == "model.path=tiny:layers=2,hidden=64,heads=2"
+    # the overrides make a valid run config whose folder is named after the trained shape
+    from trainer.config import load_config
+
+    cfg = load_config(REPO / "configs/cpu/textcraft_demo.yaml", ov)
+    assert cfg.sft.init_from == str(other) and cfg.model.short_name == "tiny-layers-2-hidden-64-heads-2"
+
+
+def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path))
+    assert study.find_warmstart("textcraft") is None
+    a = _fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-aaa", {})
+    os.utime(tmp_path / "warmstart" / "textcraft-tiny-aaa" / "DONE", (1, 1))
+    b = _fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-bbb", {})
+    _fake_warmstart(tmp_path / "warmstart", "alfworld-tiny-ccc", {})
+    unfinished = tmp_path / "warmstart" / "textcraft-tiny-zzz" / "final"
+    unfinished.mkdir(parents=True)
+    assert study.find_warmstart("textcraft") == b  # the newest finished entry
+    assert study.find_warmstart("textcraft", ["[warmstart] done: " + str(a) + "; held-out 0.3"]) == a  # printed
+    assert study.find_warmstart("webshop") is None
+
+
+def test_dry_run_plans_without_running(tmp_path):
+    res = _study(["demo", "--out", str(tmp_path / "demo"), "--init-from",
+                  str(_fake_warmstart(tmp_path, "ws", {"show_inventory": True})), "--dry-run"])
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "# 4 runs: 0 finished (skipped), 0 to resume, 4 new" in out
+    for est in ("grpo", "gigpo", "bipace_v", "bipace_q"):
+        assert f"{tmp_path / 'demo' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4' / est / 'seed_0'}" in out
+    assert "configs/cpu/textcraft_demo.yaml" in out and "env.kwargs.show_inventory=true" in out
+    assert not (tmp_path / "demo" / "runs").exists()
+    res = _study(["cpu", "--seeds", "0-1", "--estimators", "grpo,hgpo,rloo", "--dry-run", "--out", str(tmp_path / "c"),
+                  "--init-from", str(tmp_path / "ws" / "final")])
+    assert res.returncode == 0 and "# 6 runs:" in res.stdout
+    res = _study(["--list"])
+    assert res.returncode == 0 and "cpu-alfworld" in res.stdout
+
+
+@pytest.mark.slow
+def test_demo_pipeline_end_to_end_on_the_smoke_model(tmp_path):
+    """The demo's chain (runs from one model folder, two at a time, then the report) with the tiny smoke model in
+    place of the SFT warm start and the runs shrunk to seconds."""
+    from trainer.models import resolve_model_folder
+
+    model = resolve_model_folder(TINY)
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--init-from", str(model), "--estimators", "grpo,bipace_q", *SHRINK]
+    res = _study(args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    runs = out / "runs" / "textcraft" / "tiny-layers-2-hidden-64-heads-2"
+    assert sorted(p.name for p in runs.iterdir()) == ["bipace_q", "grpo"]
+    for m in ("grpo", "bipace_q"):
+        cfg = (runs / m / "seed_0" / "config.yaml").read_text()
+        assert f"init_from: {model}" in cfg
+    # the report: summary, tables and figures
+    summary = (out / "summary.md").read_text()
+    assert "grpo" in summary and "bipace_q" in summary
+    assert (out / "tables.md").exists() and list(out.glob("*.png"))
+    rec = json.loads((out / "study.json").read_text())
+    assert rec["study"] == "demo" and rec["estimators"] == ["bipace_q", "grpo"]
+    assert all(r["status"] == "finished" and r["cpu_s"] > 0 and r["attempts"] == 1 for r in rec["runs"].values())
+    # again: nothing to run, the report is rewritten
+    res = _study(args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "nothing left to run" in res.stdout
+    rec = json.loads((out / "study.json").read_text())
+    assert all(r["attempts"] == 1 for r in rec["runs"].values())
