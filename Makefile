@@ -17,7 +17,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONHASHSEED ?= 0
 
-.PHONY: setup setup-vllm test test-fast test-vllm lint clean-venv
+.PHONY: setup setup-vllm test test-fast test-vllm lint clean-venv demo
 
 setup: $(STAMP)
 
@@ -52,6 +52,11 @@ VLLM_TEST := TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VENV_VLLM)/torch_extensions $(VPY)
 test: setup setup-vllm
 	$(PY) -m pytest -q
 	$(VLLM_TEST)
+
+# The main job: set up, then the CPU demo (warm start once, four estimators, report in results/demo/).
+# Not part of `make test`.
+demo: setup
+	$(PY) -m experiments.demo
 
 test-vllm: setup-vllm
 	$(VLLM_TEST)

@@ -1,0 +1,27 @@
+"""The main job: a small but real CPU experiment, end to end (what `make demo` runs after `make setup`).
+
+    python -m experiments.demo                 # = python -m experiments.study demo
+    python -m experiments.demo --dry-run       # the plan and the commands only
+
+TextCraft depth-2 goals with a tiny model: the SFT warm start (``python -m experiments.warmstart --env textcraft``,
+built once and cached: the first run adds it, up to ~30 minutes on 2 cores), then GRPO, GiGPO, BiPACE_V and
+BiPACE_Q from that warm start with seed 0 (``configs/cpu/textcraft_demo.yaml``), evaluated on depth-2 and depth-3
+goals, and the report (curves, tables, diagnostics) in ``results/demo/summary.md``. Interrupt it at any time and
+run it again: it goes on where it stopped. Every option of ``experiments.study`` works here too.
+"""
+from __future__ import annotations
+
+import sys
+
+from experiments import study
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+    return study.main(["demo", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The top-level README stays true: every `python -m` entry point it shows answers `--help`, its dry-run commands
+run as written, the files and presets it names exist, and the two commands it opens with are Makefile targets
+that CI uses (`make test`) or that stay out of the test suite (`make demo`)."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+DOCS = [README, REPO / "configs" / "README.md"]
+
+
+def _code_commands(path: Path) -> list[str]:
+    """Shell commands inside ```bash blocks (continuation lines joined, comments dropped)."""
+    text = path.read_text()
+    cmds = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                cmds.append(line)
+    return cmds
+
+
+def _modules() -> list[str]:
+    mods = set()
+    for doc in DOCS:
+        for cmd in _code_commands(doc):
+            for m in re.finditer(r"(?:python|-m)\s+-m\s+([\w.]+)|python -m ([\w.]+)", cmd):
+                mods.add(m.group(1) or m.group(2))
+        for m in re.finditer(r"`python -m ([\w.]+)", doc.read_text()):
+            mods.add(m.group(1))
+    mods |= {"experiments.train", "experiments.sweep", "experiments.study", "experiments.demo", "experiments.report"}
+    return sorted(mods)
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline", OMP_NUM_THREADS="1")
+    return env
+
+
+def test_readme_opens_with_the_two_commands():
+    first = _code_commands(README)[:2]
+    assert [c.split()[:2] for c in first] == [["make", "demo"], ["make", "test"]]
+    make = (REPO / "Makefile").read_text()
+    assert re.search(r"^demo: setup\n\t\$\(PY\) -m experiments\.demo$", make, flags=re.M)
+    assert re.search(r"^test: setup", make, flags=re.M)
+    test_recipe = make.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "demo" not in test_recipe  # `make test` does not run the demo
+    assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_every_entry_point_answers_help():
+    mods = _modules()
+    assert "experiments.sweep" in mods and "estimators.calibrate" in mods
+    missing = [m for m in mods if not (REPO / (m.replace(".", "/") + ".py")).exists()
+               and not (REPO / m.replace(".", "/") / "__main__.py").exists()]
+    # module names the docs show that belong to pieces still being written elsewhere are listed, not hidden
+    assert missing in ([], ["experiments.warmstart"]), missing
+    procs = {m: subprocess.Popen([sys.executable, "-m", m, "--help"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True) for m in mods if m not in missing}
+    for m, p in procs.items():
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, f"python -m {m} --help failed:\n{out[-2000:]}"
+        assert "usage" in out.lower() or m == "experiments.demo", m
+
+
+def test_dry_run_commands_of_the_readme_run_as_written():
+    cmds = [c for c in _code_commands(README) if "--dry-run" in c]
+    assert len(cmds) >= 3
+    for c in cmds:
+        argv = shlex.split(c)
+        assert argv[:2] == ["python", "-m"], c
+        res = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, env=_env(), capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, f"{c}\n{res.stdout[-1500:]}\n{res.stderr[-1500:]}"
+
+
+def test_named_files_exist():
+    text = "\n".join(d.read_text() for d in DOCS)
+    for rel in sorted(set(re.findall(r"(configs/[\w/.-]+\.yaml)", text))):
+        assert (REPO / rel).exists(), rel
+    for rel in sorted(set(re.findall(r"\]\(([\w/.-]+)\)", README.read_text()))):
+        assert (REPO / rel).exists(), rel
+    for name in ("alfworld", "webshop", "textcraft"):
+        for size in ("1.5b", "7b"):
+            assert f"{name}_qwen2.5-{size}" in text or f"`{name}_…`" in text
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_unfilled_placeholders(doc):
+    assert not re.search(r"\b(TODO|TBD|DEMO_MINUTES|DEMO_SECTION|STUDY_SECTION)\b", doc.read_text())
