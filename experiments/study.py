@@ -25,6 +25,7 @@ for pipeline checks only).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -36,7 +37,8 @@ from pathlib import Path
 
 from experiments import sweep as sweep_mod
 
-__all__ = ["Study", "STUDIES", "main", "warmstart_overrides", "find_warmstart"]
+__all__ = ["Study", "STUDIES", "main", "warmstart_overrides", "find_warmstart", "warmstart_command",
+           "missing_warmstart_message"]
 
 PROG = "python -m experiments.study"
 REPO = Path(__file__).resolve().parents[1]
@@ -111,16 +113,17 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             name="smoke",
-            title="Smoke study: the whole study pipeline on a random tiny model (learns nothing)",
+            title="SMOKE TEST (not a result): the study pipeline on a random tiny model that learns nothing",
             preset="configs/cpu/textcraft_tiny.yaml",
-            out="results/smoke-study",
+            out="results/smoke",
             estimators=["grpo", "bipace_q"],
-            seeds=[0],
+            seeds=[0, 1],
             warmstart_env=None,
             overrides=["env.groups=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=16",
-                       "trainer.iterations=2", "trainer.save_every=1", "eval.every=2", "eval.max_tasks_per_split=1",
+                       "trainer.iterations=4", "trainer.save_every=2", "eval.every=2", "eval.max_tasks_per_split=2",
                        "logging.tensorboard=false"],
-            description="checks the machinery in about a minute (tests use it)",
+            description="2 estimators x 2 seeds x 4 iterations: runs -> run folders -> report, in a few minutes; "
+                        "its numbers mean nothing",
         ),
     )
 }
@@ -159,13 +162,55 @@ def find_warmstart(env: str, printed: list[str] | None = None) -> Path | None:
     return done[-1] / "final" if done else None
 
 
+WARMSTART_MODULE = "experiments.warmstart"
+"""The warm-start command line (``python -m experiments.warmstart --env <env>``); it wraps ``trainer.warmstart``."""
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def warmstart_command(env: str, extra: list[str] = ()) -> list[str] | None:
+    """The command that builds (or finds cached) the warm start of ``env`` in this checkout, or None.
+
+    ``python -m experiments.warmstart --env <env> [extra]`` when that module exists; else, when only the library
+    ``trainer.warmstart`` exists, a ``python -c`` call of ``warm_start(WarmStartConfig(env=<env>))`` (its default
+    settings; ``extra`` is then refused, it belongs to the command line); else None.
+    """
+    if _has_module(WARMSTART_MODULE):
+        return [sys.executable, "-m", WARMSTART_MODULE, "--env", env, *extra]
+    if _has_module("trainer.warmstart"):
+        if extra:
+            raise RuntimeError(f"--warmstart-args {shlex.join(extra)!r} are options of `python -m {WARMSTART_MODULE}`, "
+                               "which this checkout does not have (only trainer/warmstart.py): drop them, or pass "
+                               "--init-from <model folder>")
+        code = ("import sys; from trainer.warmstart import WarmStartConfig, warm_start; "
+                "print('[warmstart] final model folder:', warm_start(WarmStartConfig(env=sys.argv[1])), flush=True)")
+        return [sys.executable, "-c", code, env]
+    return None
+
+
+def missing_warmstart_message(env: str) -> str:
+    """What to do when this checkout cannot make the warm start (the command that makes it, the alternatives)."""
+    return (f"the SFT warm start of {env} is not cached and this checkout cannot build it: "
+            f"`python -m {WARMSTART_MODULE} --env {env}` makes it (it comes with trainer/warmstart.py, branch `sft`; "
+            f"`git merge main` once it has landed). Until then pass --init-from <model folder> (a warm-started "
+            "Hugging Face folder, handed to the runs as sft.init_from) or --no-warmstart (RL from the preset's "
+            "model as it is: a random tiny model learns nothing, pipeline checks only)")
+
+
 def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
-    """Run (or find cached) ``python -m experiments.warmstart --env <env>``; its output goes to the terminal and
+    """Run (or find cached) the warm start of ``env`` (``warmstart_command``); its output goes to the terminal and
     ``log_path``. Returns the final model folder; raises ``RuntimeError`` with the fix when it cannot."""
-    cmd = [sys.executable, "-m", "experiments.warmstart", "--env", env, *extra]
+    cmd = warmstart_command(env, extra)
+    if cmd is None:
+        raise RuntimeError(missing_warmstart_message(env))
+    shown = shlex.join(["python", *cmd[1:]]) if cmd[1] == "-m" else f"trainer.warmstart.warm_start(env={env!r})"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"[study] warm start: {shlex.join(cmd[1:])} (cached after the first run)", flush=True)
-    tail: list[str] = []
+    print(f"[study] warm start: {shown} (cached after the first run)", flush=True)
     with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc, \
             log_path.open("ab") as log:
         buf = b""
@@ -177,14 +222,11 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
         rc = proc.wait()
     tail = buf.decode("utf-8", "replace").replace("\r", "\n").splitlines()[-20:]
     if rc != 0:
-        hint = ("the warm-start command does not exist yet in this checkout (it comes with trainer/warmstart.py); "
-                "pass --init-from <model folder> or --no-warmstart") if any("No module named" in x for x in tail) \
-            else f"see {log_path}"
-        raise RuntimeError(f"`{shlex.join(cmd[1:])}` failed with exit status {rc}: {hint}")
+        raise RuntimeError(f"`{shown}` failed with exit status {rc}: see {log_path} (its last lines are above)")
     folder = find_warmstart(env, tail)
     if folder is None:
-        raise RuntimeError(f"`{shlex.join(cmd[1:])}` finished but no warm-start model folder was found (looked in its "
-                           f"output and under $BIPACE_CACHE/warmstart/{env}-*/final); pass --init-from <folder>")
+        raise RuntimeError(f"`{shown}` finished but no warm-start model folder was found (looked in its output "
+                           f"and under $BIPACE_CACHE/warmstart/{env}-*/final); pass --init-from <folder>")
     return folder
 
 
@@ -332,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     # 1. the warm start (cached), unless a folder is given or none is wanted
     from trainer.config import load_config
 
-    preset_model = load_config(study.preset).model.path
+    preset_cfg = load_config(study.preset)
+    preset_model = preset_cfg.model.path
     ws_folder: Path | None = None
     ws_note = "none (the preset's model as it is)"
     if args.init_from:
@@ -340,10 +383,20 @@ def main(argv: list[str] | None = None) -> int:
         ws_note = f"given: {ws_folder}"
     elif study.warmstart_env and not args.no_warmstart:
         cached = find_warmstart(study.warmstart_env)
+        try:
+            have_cmd = warmstart_command(study.warmstart_env) is not None
+        except RuntimeError:
+            have_cmd = True
         if args.dry_run or args.report_only:
             ws_folder = cached
-            ws_note = f"cached: {cached}" if cached else "not cached yet (the first run builds it once)"
+            ws_note = (f"cached: {cached}" if cached else "not cached yet (the first run builds it once)" if have_cmd
+                       else missing_warmstart_message(study.warmstart_env))
+        elif cached is not None and not have_cmd:
+            ws_folder, ws_note = cached, f"cached: {cached}"
         else:
+            if not have_cmd:
+                print(f"{PROG}: error: {missing_warmstart_message(study.warmstart_env)}", file=sys.stderr)
+                return 1
             if cached is None:
                 print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
                       "once (up to ~30 minutes on 2 cores), then the runs start. Later runs reuse it.", flush=True)
@@ -357,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     ws_ov = warmstart_overrides(ws_folder, preset_model) if ws_folder is not None else []
     if ws_folder is None and study.warmstart_env and not args.no_warmstart and (args.dry_run or args.report_only):
         ws_ov = ["sft.enabled=true", "sft.init_from=<warm start folder>"]
+    if args.no_warmstart and ws_folder is None and preset_cfg.sft.enabled:
+        ws_ov = ["sft.enabled=false"]  # the preset expects a warm start; RL starts from model.path's weights instead
 
     # 2. the runs
     overrides = [*study.overrides, *ws_ov, *args.overrides]
@@ -370,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[study] {study.title}\n[study] warm start: {ws_note}\n[study] {len(specs)} runs under {runs_root}: "
           f"{_estimate(study, specs, timings, jobs)}", flush=True)
     if args.dry_run:
-        sweep_mod.print_plan(specs, [sys.executable, "-m"])
+        sweep_mod.print_plan(specs, [sys.executable, "-m"], out=sys.stdout)
         return 0
     summary = None
     if not args.report_only:

@@ -37,6 +37,7 @@ def test_every_study_names_an_existing_preset_and_loads():
     from trainer.config import load_config
 
     assert {"demo", "cpu", "cpu-alfworld", "smoke"} <= set(study.STUDIES)
+    assert study.STUDIES["smoke"].out == "results/smoke" and "SMOKE TEST" in study.STUDIES["smoke"].title
     for s in study.STUDIES.values():
         cfg = load_config(REPO / s.preset, s.overrides)
         assert cfg.sft.enabled == (s.warmstart_env is not None), s.name
@@ -85,6 +86,44 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     assert study.find_warmstart("textcraft") == b  # the newest finished entry
     assert study.find_warmstart("textcraft", ["[warmstart] done: " + str(a) + "; held-out 0.3"]) == a  # printed
     assert study.find_warmstart("webshop") is None
+
+
+def test_warmstart_command_uses_what_the_checkout_has(monkeypatch):
+    have: set[str] = set()
+    monkeypatch.setattr(study, "_has_module", lambda name: name in have)
+    assert study.warmstart_command("textcraft") is None
+    msg = study.missing_warmstart_message("textcraft")
+    assert "`python -m experiments.warmstart --env textcraft`" in msg and "--init-from" in msg
+    have.add("trainer.warmstart")  # the library without its command line: called through python -c
+    cmd = study.warmstart_command("alfworld")
+    assert cmd[:2] == [sys.executable, "-c"] and cmd[-1] == "alfworld" and "WarmStartConfig(env=sys.argv[1])" in cmd[2]
+    with pytest.raises(RuntimeError, match="--warmstart-args"):
+        study.warmstart_command("alfworld", ["--epochs", "2"])
+    have.add("experiments.warmstart")
+    assert study.warmstart_command("webshop", ["--epochs", "2"]) == [
+        sys.executable, "-m", "experiments.warmstart", "--env", "webshop", "--epochs", "2"]
+
+
+def test_a_missing_warm_start_stops_the_study_naming_the_command(tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(study, "_has_module", lambda name: False)
+    assert study.main(["demo", "--out", str(tmp_path / "demo")]) == 1
+    err = capfd.readouterr().err
+    assert "`python -m experiments.warmstart --env textcraft` makes it" in err and "--init-from" in err
+    assert not (tmp_path / "demo" / "runs").exists()
+    assert study.main(["demo", "--out", str(tmp_path / "demo"), "--dry-run"]) == 0
+    assert "`python -m experiments.warmstart --env textcraft` makes it" in capfd.readouterr().out
+    # a cached warm start is used without the command; its env options travel with it
+    final = _fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
+    assert study.main(["demo", "--out", str(tmp_path / "demo"), "--dry-run"]) == 0
+    out = capfd.readouterr().out
+    assert f"warm start: cached: {final}" in out and f"sft.init_from={final}" in out
+    assert "env.kwargs.show_inventory=true" in out
+    # --no-warmstart: RL from the preset's model, so the preset's sft.enabled is switched off
+    assert study.main(["demo", "--out", str(tmp_path / "demo"), "--no-warmstart", "--dry-run"]) == 0
+    out = capfd.readouterr().out
+    assert "sft.enabled=false" in out and "sft.init_from" not in out
 
 
 def test_dry_run_plans_without_running(tmp_path):

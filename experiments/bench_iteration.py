@@ -1,0 +1,195 @@
+"""Benchmark: seconds per RL iteration (and per phase) of each estimator in a study's configuration, and from them
+the wall-clock time of the whole study on this machine.
+
+    python -m experiments.bench_iteration                           # demo preset, 4 estimators, 3 iterations
+    python -m experiments.bench_iteration --init-from <warm start>  # the same from a warm-started model
+    python -m experiments.bench_iteration --study cpu --iterations 2 --jobs 1
+
+It runs the study itself (``python -m experiments.study <study> --out <tmp>``) shrunk to ``--iterations``
+iterations with one evaluation at the end, the same runs side by side as the study runs them (``--jobs``, one
+core each), then reads every run's ``metrics.jsonl`` (``perf/time_<phase>``, ``perf/time_iteration``,
+``perf/time_eval``) and the sweep's per-run wall-clock and CPU seconds. Without ``--init-from`` the model is the
+preset's architecture with random weights (``--no-warmstart``): it never finishes an episode and writes the full
+``rollout.max_response_tokens`` every step, so its rollouts are an upper bound on a warm start's, which stops at
+its end-of-turn token and finishes the episodes it solves.
+
+The estimate of the full study: per run, startup + iterations x (mean s/iteration) + evaluations x (s/evaluation,
+scaled by the evaluation task count), runs spread over ``jobs`` lanes. The table states the machine and its
+load (other users share the cores: a loaded machine inflates every number); ratios are against ``grpo`` measured
+in the same call. The table is written to ``results/benchmarks/iteration.md`` (``--no-write`` to skip).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "benchmarks"
+PHASES = ("rollout", "logprobs", "advantages", "update", "sync")
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    p = run_dir / "metrics.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
+
+
+def _phase_keys(rows: list[dict]) -> list[str]:
+    keys = sorted({k for r in rows for k in r if k.startswith("perf/time_")} - {"perf/time_iteration", "perf/time_eval"})
+    return keys
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def summarise(runs_root: Path, timings: dict[str, dict]) -> dict[str, dict]:
+    """Per method: mean seconds per iteration and per phase (iterations >= 1), seconds per evaluation, response
+    tokens per step, run wall/CPU seconds and start-up seconds (wall minus iterations minus evaluations)."""
+    out = {}
+    for mfile in sorted(runs_root.rglob("metrics.jsonl")):
+        run_dir = mfile.parent
+        rows = _metrics(run_dir)
+        it_rows = [r for r in rows if r.get("iteration", 0) >= 1 and "perf/time_iteration" in r]
+        if not it_rows:
+            continue
+        method = run_dir.parent.name
+        evals = [r["perf/time_eval"] for r in rows if "perf/time_eval" in r]
+        t = next((v for k, v in timings.items() if k.split("/")[-2:-1] == [method]), {})
+        iters = [r["perf/time_iteration"] for r in it_rows]
+        rec = {
+            "iterations": len(iters),
+            "s_per_iteration": _mean(iters),
+            "phases": {k.removeprefix("perf/time_"): _mean([r.get(k, 0.0) for r in it_rows]) for k in _phase_keys(it_rows)},
+            "evals": len(evals),
+            "s_per_eval": _mean(evals),
+            "response_tokens": _mean([r.get("rollout/response_tokens_mean", float("nan")) for r in it_rows]),
+            "rows": _mean([r.get("rollout/num_rows", float("nan")) for r in it_rows]),
+            "wall_s": t.get("wall_s"), "cpu_s": t.get("cpu_s"),
+        }
+        if rec["wall_s"] is not None:
+            rec["startup_s"] = max(0.0, rec["wall_s"] - sum(iters) - sum(evals))
+        out[method] = rec
+    return out
+
+
+def estimate_minutes(summary: dict[str, dict], iterations: int, evals: int, eval_scale: float, jobs: int,
+                     seeds: int = 1) -> float:
+    """Wall-clock minutes of a study of these methods x ``seeds`` with ``iterations`` iterations and ``evals``
+    evaluations per run (each ``eval_scale`` times the measured evaluation's task count), ``jobs`` at a time."""
+    per_run = []
+    for rec in summary.values():
+        s = rec.get("startup_s") or 0.0
+        s += iterations * rec["s_per_iteration"] + evals * eval_scale * (rec["s_per_eval"] if rec["evals"] else 0.0)
+        per_run += [s] * seeds
+    per_run.sort(reverse=True)
+    lanes = [0.0] * max(1, jobs)
+    for s in per_run:  # longest first onto the least-loaded lane: what a queue of `jobs` workers does
+        lanes[lanes.index(min(lanes))] += s
+    return max(lanes) / 60
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench_iteration", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--study", default="demo", help="the study whose preset and estimators are timed (default demo)")
+    ap.add_argument("--estimators", default="grpo,gigpo,bipace_v,bipace_q")
+    ap.add_argument("--iterations", type=int, default=3, help="iterations per timed run (default 3)")
+    ap.add_argument("--jobs", type=int, default=2, help="runs side by side, as the study runs them (default 2)")
+    ap.add_argument("--init-from", default=None, help="a warm-started model folder (default: random weights)")
+    ap.add_argument("--out", default=None, help="keep the timed runs here (default: a temporary folder)")
+    ap.add_argument("--no-write", action="store_true", help="do not write results/benchmarks/iteration.md")
+    args = ap.parse_args(argv)
+
+    from experiments.study import STUDIES
+    from trainer.config import load_config
+
+    study = STUDIES[args.study]
+    cfg = load_config(ROOT / study.preset)
+    tmp = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_iteration_"))
+    init = ["--init-from", args.init_from] if args.init_from else ["--no-warmstart"]
+    cmd = [sys.executable, "-m", "experiments.study", args.study, "--out", str(tmp), "--no-report",
+           "--estimators", args.estimators, "--seeds", "0", "--jobs", str(args.jobs), *init,
+           f"trainer.iterations={args.iterations}", "eval.at_start=false", f"eval.every={args.iterations}",
+           f"trainer.save_every={args.iterations}", "logging.tensorboard=false"]
+    load0 = os.getloadavg()
+    print("[bench] " + " ".join(["python", *cmd[1:]]), flush=True)
+    t0 = time.time()
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    wall = time.time() - t0
+    load1 = os.getloadavg()
+    if rc != 0:
+        print(f"[bench] the timed study failed (exit {rc}); its runs are in {tmp}", file=sys.stderr)
+        return rc
+    from experiments.study import _load_timings
+
+    summary = summarise(tmp / "runs", _load_timings(tmp / "runs"))
+    if not summary:
+        print(f"[bench] no timed iterations found under {tmp / 'runs'}", file=sys.stderr)
+        return 1
+    phases = sorted({p for r in summary.values() for p in r["phases"]})
+    base = summary.get("grpo", {}).get("s_per_iteration")
+
+    est = {}
+    for name in ("demo", "cpu"):
+        s = STUDIES[name]
+        c = load_config(ROOT / s.preset)
+        n_ev = (1 if c.eval.at_start else 0) + (math.ceil(c.trainer.iterations / c.eval.every) if c.eval.every else 0)
+        scale = (c.eval.max_tasks_per_split or 1) / (cfg.eval.max_tasks_per_split or 1)
+        sub = {m: r for m, r in summary.items() if m in s.estimators}
+        est[name] = (c.trainer.iterations, n_ev, len(s.seeds), estimate_minutes(sub, c.trainer.iterations, n_ev, scale,
+                                                                                 s.jobs, len(s.seeds)))
+
+    init_txt = f"warm start `{args.init_from}`" if args.init_from else "random weights (preset architecture)"
+    lines = [
+        f"# Seconds per RL iteration per estimator ({args.study} preset `{study.preset}`)",
+        "",
+        f"Command: `python -m experiments.bench_iteration {' '.join(argv if argv is not None else sys.argv[1:])}`"
+        f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({platform.processor() or 'cpu'}), Python "
+        f"{platform.python_version()}; load average (1/5/15 min) before {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f}, "
+        f"after {load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f} (shared machine: a load above the core count means "
+        "other processes took part of the cores, and every time below is inflated by it).",
+        f"Set-up: model {init_txt}, P={cfg.env.groups} groups x G={cfg.env.group_size}, horizon "
+        f"{cfg.env.max_steps}, responses up to {cfg.rollout.max_response_tokens} tokens; {args.iterations} iterations "
+        f"per run, {args.jobs} runs side by side (one core each, as the study runs them), one evaluation of "
+        f"{cfg.eval.max_tasks_per_split} tasks per split at the end; {wall / 60:.1f} min in all.",
+        "",
+        "| method | s / iteration | × grpo | " + " | ".join(f"{p} s" for p in phases)
+        + " | step rows | response tokens | s / evaluation | run wall s | run CPU s | start-up s |",
+        "|---|---|---|" + "---|" * len(phases) + "---|---|---|---|---|---|",
+    ]
+    for m, r in summary.items():
+        ratio = f"{r['s_per_iteration'] / base:.2f}" if base else "–"
+        lines.append(f"| {m} | {r['s_per_iteration']:.1f} | {ratio} | "
+                     + " | ".join(f"{r['phases'].get(p, float('nan')):.1f}" for p in phases)
+                     + f" | {r['rows']:.0f} | {r['response_tokens']:.0f} | {r['s_per_eval']:.1f} | {r['wall_s']} | {r['cpu_s']} | {r.get('startup_s', float('nan')):.0f} |")
+    lines += ["", "Estimated wall-clock of the full studies on this machine at this load (start-up + iterations x "
+              "s/iteration + evaluations x s/evaluation scaled by task count, runs queued over the study's lanes):", "",
+              "| study | iterations per run | evaluations per run | seeds | estimated minutes |", "|---|---|---|---|---|"]
+    for name, (its, nev, nseeds, mins) in est.items():
+        lines.append(f"| {name} | {its} | {nev} | {nseeds} | {mins:.0f} |")
+    if not args.init_from:
+        lines += ["", "Random weights write every response to the token cap and never finish an episode early, so the "
+                  "rollout column is an upper bound for a warm-started model of the same size."]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "iteration.md").write_text(table)
+        (RESULTS / "iteration.json").write_text(json.dumps({"summary": summary, "estimates": est,
+                                                            "load_before": load0, "load_after": load1,
+                                                            "wall_s": wall}, indent=1) + "\n")
+        print(f"[bench] wrote {RESULTS / 'iteration.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
