@@ -82,13 +82,18 @@ def summarise(runs_root: Path, timings: dict[str, dict]) -> dict[str, dict]:
 
 
 def estimate_minutes(summary: dict[str, dict], iterations: int, evals: int, eval_scale: float, jobs: int,
-                     seeds: int = 1) -> float:
+                     seeds: int = 1, idle: bool = False) -> float:
     """Wall-clock minutes of a study of these methods x ``seeds`` with ``iterations`` iterations and ``evals``
-    evaluations per run (each ``eval_scale`` times the measured evaluation's task count), ``jobs`` at a time."""
+    evaluations per run (each ``eval_scale`` times the measured evaluation's task count), ``jobs`` at a time.
+
+    ``idle``: scale each run by its measured CPU seconds / wall seconds, i.e. the time of a run that has its one
+    core to itself (runs use one thread each in a study; an approximation: memory and cache sharing remain)."""
     per_run = []
     for rec in summary.values():
         s = rec.get("startup_s") or 0.0
         s += iterations * rec["s_per_iteration"] + evals * eval_scale * (rec["s_per_eval"] if rec["evals"] else 0.0)
+        if idle and rec.get("wall_s") and rec.get("cpu_s"):
+            s *= min(1.0, rec["cpu_s"] / rec["wall_s"])
         per_run += [s] * seeds
     per_run.sort(reverse=True)
     lanes = [0.0] * max(1, jobs)
@@ -106,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init-from", default=None, help="a warm-started model folder (default: random weights)")
     ap.add_argument("--out", default=None, help="keep the timed runs here (default: a temporary folder)")
     ap.add_argument("--no-write", action="store_true", help="do not write results/benchmarks/iteration.md")
+    ap.add_argument("--summarise-only", action="store_true",
+                    help="run nothing: tabulate the iterations already logged under --out (e.g. after a stopped call)")
     args = ap.parse_args(argv)
 
     from experiments.study import STUDIES
@@ -120,14 +127,28 @@ def main(argv: list[str] | None = None) -> int:
            f"trainer.iterations={args.iterations}", "eval.at_start=false", f"eval.every={args.iterations}",
            f"trainer.save_every={args.iterations}", "logging.tensorboard=false"]
     load0 = os.getloadavg()
-    print("[bench] " + " ".join(["python", *cmd[1:]]), flush=True)
     t0 = time.time()
-    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    if args.summarise_only:
+        if not args.out:
+            ap.error("--summarise-only needs --out (the folder of an earlier call)")
+        rc = 0
+    else:
+        print("[bench] " + " ".join(["python", *cmd[1:]]), flush=True)
+        rc = subprocess.run(cmd, cwd=ROOT).returncode
     wall = time.time() - t0
     load1 = os.getloadavg()
     if rc != 0:
         print(f"[bench] the timed study failed (exit {rc}); its runs are in {tmp}", file=sys.stderr)
         return rc
+    rec_path = tmp / "bench_call.json"
+    if rec_path.exists():  # the runs were timed by an earlier call into the same --out: report that call's figures
+        first = json.loads(rec_path.read_text())
+        load0, load1, wall = first["load_before"], first["load_after"], first["wall_s"]
+    elif args.summarise_only:
+        print("[bench] no record of the timing call under --out: the load and total wall time are today's, not the "
+              "runs'", file=sys.stderr)
+    else:
+        rec_path.write_text(json.dumps({"load_before": load0, "load_after": load1, "wall_s": wall}) + "\n")
     from experiments.study import _load_timings
 
     summary = summarise(tmp / "runs", _load_timings(tmp / "runs"))
@@ -144,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         n_ev = (1 if c.eval.at_start else 0) + (math.ceil(c.trainer.iterations / c.eval.every) if c.eval.every else 0)
         scale = (c.eval.max_tasks_per_split or 1) / (cfg.eval.max_tasks_per_split or 1)
         sub = {m: r for m, r in summary.items() if m in s.estimators}
-        est[name] = (c.trainer.iterations, n_ev, len(s.seeds), estimate_minutes(sub, c.trainer.iterations, n_ev, scale,
-                                                                                 s.jobs, len(s.seeds)))
+        est[name] = (c.trainer.iterations, n_ev, len(s.seeds),
+                     estimate_minutes(sub, c.trainer.iterations, n_ev, scale, s.jobs, len(s.seeds)),
+                     estimate_minutes(sub, c.trainer.iterations, n_ev, scale, s.jobs, len(s.seeds), idle=True))
 
     init_txt = f"warm start `{args.init_from}`" if args.init_from else "random weights (preset architecture)"
     lines = [
@@ -173,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                      + f" | {r['rows']:.0f} | {r['response_tokens']:.0f} | {r['s_per_eval']:.1f} | {r['wall_s']} | {r['cpu_s']} | {r.get('startup_s', float('nan')):.0f} |")
     lines += ["", "Estimated wall-clock of the full studies on this machine at this load (start-up + iterations x "
               "s/iteration + evaluations x s/evaluation scaled by task count, runs queued over the study's lanes):", "",
-              "| study | iterations per run | evaluations per run | seeds | estimated minutes |", "|---|---|---|---|---|"]
-    for name, (its, nev, nseeds, mins) in est.items():
-        lines.append(f"| {name} | {its} | {nev} | {nseeds} | {mins:.0f} |")
+              "| study | iterations per run | evaluations per run | seeds | minutes at the measured load | "
+              "minutes with a core per run (CPU-time scaled) |", "|---|---|---|---|---|---|"]
+    for name, (its, nev, nseeds, mins, idle) in est.items():
+        lines.append(f"| {name} | {its} | {nev} | {nseeds} | {mins:.0f} | {idle:.0f} |")
     if not args.init_from:
         lines += ["", "Random weights write every response to the token cap and never finish an episode early, so the "
                   "rollout column is an upper bound for a warm-started model of the same size."]

@@ -122,6 +122,7 @@ STUDIES: dict[str, Study] = {
             overrides=["env.groups=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=16",
                        "trainer.iterations=4", "trainer.save_every=2", "eval.every=2", "eval.max_tasks_per_split=2",
                        "logging.tensorboard=false"],
+            baseline="grpo",
             description="2 estimators x 2 seeds x 4 iterations: runs -> run folders -> report, in a few minutes; "
                         "its numbers mean nothing",
         ),
