@@ -51,6 +51,10 @@ def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
 
+def _num(x, digits: int = 1) -> str:
+    return "–" if x is None or x != x else f"{x:.{digits}f}"
+
+
 def summarise(runs_root: Path, timings: dict[str, dict]) -> dict[str, dict]:
     """Per method: mean seconds per iteration and per phase (iterations >= 1), seconds per evaluation, response
     tokens per step, run wall/CPU seconds and start-up seconds (wall minus iterations minus evaluations)."""
@@ -75,8 +79,10 @@ def summarise(runs_root: Path, timings: dict[str, dict]) -> dict[str, dict]:
             "rows": _mean([r.get("rollout/num_rows", float("nan")) for r in it_rows]),
             "wall_s": t.get("wall_s"), "cpu_s": t.get("cpu_s"),
         }
-        if rec["wall_s"] is not None:
+        if rec["wall_s"] is not None and t.get("last_exit", 0) == 0 and t.get("attempts", 1) == 1:
             rec["startup_s"] = max(0.0, rec["wall_s"] - sum(iters) - sum(evals))
+        else:  # stopped or resumed: its wall time holds unlogged work; the estimate uses the others' start-up
+            rec["startup_s"] = None
         out[method] = rec
     return out
 
@@ -89,9 +95,12 @@ def estimate_minutes(summary: dict[str, dict], iterations: int, evals: int, eval
     ``idle``: scale each run by its measured CPU seconds / wall seconds, i.e. the time of a run that has its one
     core to itself (runs use one thread each in a study; an approximation: memory and cache sharing remain)."""
     per_run = []
+    startups = [r["startup_s"] for r in summary.values() if r.get("startup_s") is not None]
+    eval_times = [r["s_per_eval"] for r in summary.values() if r["evals"]]
     for rec in summary.values():
-        s = rec.get("startup_s") or 0.0
-        s += iterations * rec["s_per_iteration"] + evals * eval_scale * (rec["s_per_eval"] if rec["evals"] else 0.0)
+        s = rec["startup_s"] if rec.get("startup_s") is not None else (_mean(startups) if startups else 0.0)
+        s_eval = rec["s_per_eval"] if rec["evals"] else (_mean(eval_times) if eval_times else 0.0)
+        s += iterations * rec["s_per_iteration"] + evals * eval_scale * s_eval
         if idle and rec.get("wall_s") and rec.get("cpu_s"):
             s *= min(1.0, rec["cpu_s"] / rec["wall_s"])
         per_run += [s] * seeds
@@ -192,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{r['s_per_iteration'] / base:.2f}" if base else "–"
         lines.append(f"| {m} | {r['s_per_iteration']:.1f} | {ratio} | "
                      + " | ".join(f"{r['phases'].get(p, float('nan')):.1f}" for p in phases)
-                     + f" | {r['rows']:.0f} | {r['response_tokens']:.0f} | {r['s_per_eval']:.1f} | {r['wall_s']} | {r['cpu_s']} | {r.get('startup_s', float('nan')):.0f} |")
+                     + f" | {r['rows']:.0f} | {r['response_tokens']:.0f} | {_num(r['s_per_eval'])} | {r['wall_s']} | {r['cpu_s']} | "
+                     f"{_num(r['startup_s'], 0)} |")
     lines += ["", "Estimated wall-clock of the full studies on this machine at this load (start-up + iterations x "
               "s/iteration + evaluations x s/evaluation scaled by task count, runs queued over the study's lanes):", "",
               "| study | iterations per run | evaluations per run | seeds | minutes at the measured load | "

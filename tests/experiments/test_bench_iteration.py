@@ -43,3 +43,12 @@ def test_summarise_and_estimate(tmp_path):
     assert estimate_minutes(s, 10, 2, 0.5, jobs=2, seeds=3) == pytest.approx(max(lanes) / 60)
     # with a core per run: each run scaled by its CPU / wall seconds (grpo 0.9, bipace_q 80/95)
     assert estimate_minutes(s, 10, 2, 0.5, jobs=1, idle=True) == pytest.approx((0.9 * grpo_run + 80 / 95 * bq_run) / 60)
+    # a stopped run: its wall time holds unlogged work, so it takes the other runs' start-up (and evaluation) time
+    timings["textcraft/tiny/bipace_q/seed_0"].update(last_exit=130, attempts=1)
+    _run(tmp_path, "gigpo", [{"perf/time_iteration": 12.0}], [])
+    timings["textcraft/tiny/gigpo/seed_0"] = {"wall_s": 99.0, "cpu_s": 50.0, "last_exit": 130, "attempts": 1}
+    s = summarise(tmp_path, timings)
+    assert s["bipace_q"]["startup_s"] is None and s["gigpo"]["startup_s"] is None and s["gigpo"]["evals"] == 0
+    only_gigpo = {"gigpo": s["gigpo"], "grpo": s["grpo"]}
+    gigpo_run = 40.0 + 10 * 12.0 + 2 * 0.5 * 30.0
+    assert estimate_minutes(only_gigpo, 10, 2, 0.5, jobs=1) == pytest.approx((grpo_run + gigpo_run) / 60)
