@@ -231,13 +231,16 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
     return folder
 
 
-def warmstart_overrides(folder: Path, preset_model_path: str) -> list[str]:
+def warmstart_overrides(folder: Path, preset_model_path: str, preset_history: int | None = None) -> list[str]:
     """Overrides that start RL from a warm-started folder with the settings it was trained under.
 
     ``sft.enabled=true sft.init_from=<folder>``; ``env.kwargs.<k>=<v>`` for the env options the warm start used
-    (``final/warmstart.json``: TextCraft's ``show_inventory``, which changes what the model sees); and, when the
-    folder is a tiny Qwen2 whose shape differs from the preset's ``tiny:`` spec, a ``model.path`` spec of its
-    shape, so that run folders are named after the model that is really trained.
+    (``final/warmstart.json``: TextCraft's ``show_inventory``, which changes what the model sees), except
+    ``max_steps``: the RL horizon is the preset's ``env.max_steps``; ``rollout.history_length`` when the warm
+    start was trained on prompts with another number of past turns (``settings.history_length``), so RL prompts
+    look like the ones it learned on; and, when the folder is a tiny Qwen2 whose shape differs from the preset's
+    ``tiny:`` spec, a ``model.path`` spec of its shape, so that run folders are named after the model that is
+    really trained.
     """
     folder = Path(folder)
     ov = ["sft.enabled=true", f"sft.init_from={folder}"]
@@ -247,7 +250,11 @@ def warmstart_overrides(folder: Path, preset_model_path: str) -> list[str]:
             info = json.loads(cand.read_text())
             break
     for k, v in sorted((info.get("env_kwargs") or {}).items()):
-        ov.append(f"env.kwargs.{k}={json.dumps(v)}")
+        if k != "max_steps":
+            ov.append(f"env.kwargs.{k}={json.dumps(v)}")
+    hist = (info.get("settings") or {}).get("history_length")
+    if isinstance(hist, int) and not isinstance(hist, bool) and hist != preset_history:
+        ov.append(f"rollout.history_length={hist}")
     if preset_model_path.startswith("tiny:") and (folder / "config.json").is_file():
         from trainer.models import parse_tiny_spec
 
@@ -408,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{PROG}: error: {e}", file=sys.stderr)
                 return 1
             ws_note = f"{'cached' if cached else 'built'}: {ws_folder}"
-    ws_ov = warmstart_overrides(ws_folder, preset_model) if ws_folder is not None else []
+    ws_ov = (warmstart_overrides(ws_folder, preset_model, preset_cfg.rollout.history_length)
+             if ws_folder is not None else [])
     if ws_folder is None and study.warmstart_env and not args.no_warmstart and (args.dry_run or args.report_only):
         ws_ov = ["sft.enabled=true", "sft.init_from=<warm start folder>"]
     if args.no_warmstart and ws_folder is None and preset_cfg.sft.enabled:

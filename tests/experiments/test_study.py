@@ -49,13 +49,13 @@ def test_every_study_names_an_existing_preset_and_loads():
     assert study.STUDIES["cpu"].seeds == [0, 1, 2]
 
 
-def _fake_warmstart(root: Path, name: str, env_kwargs: dict, layers=4, hidden=128, heads=4) -> Path:
+def _fake_warmstart(root: Path, name: str, env_kwargs: dict, layers=4, hidden=128, heads=4, settings=None) -> Path:
     final = root / name / "final"
     final.mkdir(parents=True)
     (final / "config.json").write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": hidden,
                                                    "num_attention_heads": heads}))
     (final / "model.safetensors").write_bytes(b"x")
-    (final / "warmstart.json").write_text(json.dumps({"env_kwargs": env_kwargs}))
+    (final / "warmstart.json").write_text(json.dumps({"env_kwargs": env_kwargs, "settings": settings or {}}))
     (root / name / "DONE").write_text("done\n")
     return final
 
@@ -67,6 +67,14 @@ def test_warmstart_overrides_carry_env_options_and_the_model_shape(tmp_path):
     other = _fake_warmstart(tmp_path, "textcraft-tiny-def", {}, layers=2, hidden=64, heads=2)
     ov = study.warmstart_overrides(other, "tiny:layers=4,hidden=128,heads=4")
     assert ov[-1] == "model.path=tiny:layers=2,hidden=64,heads=2"
+    # the warm start's prompt history reaches the rollout; its horizon does not (RL's is the preset's env.max_steps)
+    third = _fake_warmstart(tmp_path, "textcraft-tiny-ghi", {"show_inventory": True, "max_steps": 15},
+                            settings={"history_length": 0})
+    ov3 = study.warmstart_overrides(third, "tiny:layers=4,hidden=128,heads=4", preset_history=2)
+    assert ov3 == ["sft.enabled=true", f"sft.init_from={third}", "env.kwargs.show_inventory=true",
+                  "rollout.history_length=0"]
+    assert study.warmstart_overrides(third, "tiny:layers=4,hidden=128,heads=4", preset_history=0)[-1] != \
+        "rollout.history_length=0"
     # the overrides make a valid run config whose folder is named after the trained shape
     from trainer.config import load_config
 
