@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init-from", default=None, help="a warm-started model folder (default: random weights)")
     ap.add_argument("--out", default=None, help="keep the timed runs here (default: a temporary folder)")
     ap.add_argument("--no-write", action="store_true", help="do not write results/benchmarks/iteration.md")
+    ap.add_argument("--note", default="", help="a sentence written under the table's header (e.g. how the runs were made)")
     ap.add_argument("--summarise-only", action="store_true",
                     help="run nothing: tabulate the iterations already logged under --out (e.g. after a stopped call)")
     args = ap.parse_args(argv)
@@ -165,6 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] no timed iterations found under {tmp / 'runs'}", file=sys.stderr)
         return 1
     phases = sorted({p for r in summary.values() for p in r["phases"]})
+    run_loads = []  # each timed attempt's load average at its start and end (sweep.jsonl)
+    sj = tmp / "runs" / "sweep.jsonl"
+    for line in (sj.read_text().splitlines() if sj.exists() else []):
+        try:
+            t = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        run_loads += [x for x in (t.get("load_avg_start"), t.get("load_avg_end")) if isinstance(x, (int, float))]
+    load_txt = (f"load average (1 min) at the timed runs' starts and ends {min(run_loads):.1f}-{max(run_loads):.1f}"
+                if run_loads else f"load average (1/5/15 min) before {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f}, "
+                                  f"after {load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f}")
     base = summary.get("grpo", {}).get("s_per_iteration")
 
     est = {}
@@ -185,21 +197,24 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `python -m experiments.bench_iteration {' '.join(argv if argv is not None else sys.argv[1:])}`"
         f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({platform.processor() or 'cpu'}), Python "
-        f"{platform.python_version()}; load average (1/5/15 min) before {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f}, "
-        f"after {load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f} (shared machine: a load above the core count means "
+        f"{platform.python_version()}; {load_txt} (shared machine: a load above the core count means "
         "other processes took part of the cores, and every time below is inflated by it).",
         f"Set-up: model {init_txt}, P={cfg.env.groups} groups x G={cfg.env.group_size}, horizon "
-        f"{cfg.env.max_steps}, responses up to {cfg.rollout.max_response_tokens} tokens; {args.iterations} iterations "
-        f"per run, {args.jobs} runs side by side (one core each, as the study runs them), one evaluation of "
-        f"{cfg.eval.max_tasks_per_split} tasks per split at the end; {wall / 60:.1f} min in all.",
+        f"{cfg.env.max_steps}, responses up to {cfg.rollout.max_response_tokens} tokens; "
+        + (f"{args.iterations} iterations per run, {args.jobs} runs side by side (one core each, as the study runs "
+           f"them), one evaluation of {cfg.eval.max_tasks_per_split} tasks per split at the end; "
+           f"{wall / 60:.1f} min in all." if not args.summarise_only else
+           f"the iterations logged under `{tmp}` (tabulated with --summarise-only: the runs' own figures)."),
         "",
-        "| method | s / iteration | × grpo | " + " | ".join(f"{p} s" for p in phases)
+        *([args.note, ""] if args.note else []),
+        "| method | s / iteration | × grpo | CPU s / iteration | " + " | ".join(f"{p} s" for p in phases)
         + " | step rows | response tokens | s / evaluation | run wall s | run CPU s | start-up s |",
-        "|---|---|---|" + "---|" * len(phases) + "---|---|---|---|---|---|",
+        "|---|---|---|---|" + "---|" * len(phases) + "---|---|---|---|---|---|",
     ]
     for m, r in summary.items():
         ratio = f"{r['s_per_iteration'] / base:.2f}" if base else "–"
-        lines.append(f"| {m} | {r['s_per_iteration']:.1f} | {ratio} | "
+        cpu_it = (r["s_per_iteration"] * min(1.0, r["cpu_s"] / r["wall_s"])) if r.get("cpu_s") and r.get("wall_s") else None
+        lines.append(f"| {m} | {r['s_per_iteration']:.1f} | {ratio} | {_num(cpu_it, 0)} | "
                      + " | ".join(f"{r['phases'].get(p, float('nan')):.1f}" for p in phases)
                      + f" | {r['rows']:.0f} | {r['response_tokens']:.0f} | {_num(r['s_per_eval'])} | {r['wall_s']} | {r['cpu_s']} | "
                      f"{_num(r['startup_s'], 0)} |")
