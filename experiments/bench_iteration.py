@@ -55,6 +55,23 @@ def _num(x, digits: int = 1) -> str:
     return "–" if x is None or x != x else f"{x:.{digits}f}"
 
 
+def _shown_args(argv: list[str]) -> str:
+    """The command's arguments for the table header, the --note text shortened (it is printed below anyway)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            out.append("'…'")
+            skip = False
+        elif a == "--note":
+            out.append(a)
+            skip = True
+        elif a.startswith("--note="):
+            out.append("--note='…'")
+        else:
+            out.append(a)
+    return " ".join(out)
+
+
 def summarise(runs_root: Path, timings: dict[str, dict]) -> dict[str, dict]:
     """Per method: mean seconds per iteration and per phase (iterations >= 1), seconds per evaluation, response
     tokens per step, run wall/CPU seconds and start-up seconds (wall minus iterations minus evaluations)."""
@@ -194,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# Seconds per RL iteration per estimator ({args.study} preset `{study.preset}`)",
         "",
-        f"Command: `python -m experiments.bench_iteration {' '.join(argv if argv is not None else sys.argv[1:])}`"
+        f"Command: `python -m experiments.bench_iteration {_shown_args(argv if argv is not None else sys.argv[1:])}`"
         f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({platform.processor() or 'cpu'}), Python "
         f"{platform.python_version()}; {load_txt} (shared machine: a load above the core count means "
@@ -232,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "iteration.md").write_text(table)
-        (RESULTS / "iteration.json").write_text(json.dumps({"summary": summary, "estimates": est,
+        (RESULTS / "iteration.json").write_text(json.dumps({"summary": summary, "estimates": est, "run_loads": run_loads,
                                                             "load_before": load0, "load_after": load1,
                                                             "wall_s": wall}, indent=1) + "\n")
         print(f"[bench] wrote {RESULTS / 'iteration.md'}")
