@@ -231,6 +231,16 @@ def test_finished_episodes_never_generate_again(tok, request):
     assert all(torch.equal(x, y) for x, y in zip(wb.prompt_ids, batch.prompt_ids))
 
 
+def test_max_turns_ends_the_rollout_with_done_rows(tok, request):
+    engine = ScriptedEngine(tok, lambda *a: tagged("inc"))
+    with env_pool("counter", 4, request) as pool:
+        batch, metrics = collect(pool, engine, tok, [Task("train", 0, 0), Task("train", 4, 0)], group_size=2,
+                                 sampling=SHORT, prompt_config=None, seed=0, max_prompt_tokens=1024, max_turns=3)
+    trajs = check_row_structure(batch, 2, 2)
+    assert [len(trajs[(g, c)]) for g in range(2) for c in range(2)] == [2, 2, 3, 3]  # targets 2 and 6
+    assert batch.won.tolist() == [True] * 4 + [False] * 6 and len(engine.calls) == 3
+
+
 # ---------------------------------------------------------------------------------------------- bad generations
 BAD = [
     ("", "stop", False),                                                    # empty
