@@ -355,26 +355,32 @@ def test_hard_prompt_cut_keeps_header_and_generation_prompt(tok):
 
 
 def test_prompt_cut_is_counted_and_the_builder_bound_avoids_it(tok, request):
-    """TextCraft with the tiny tokenizer: the first prompt takes ~390 tokens, the second (recipes twice: task block
-    and history) ~590; the builder can shorten the second to ~390."""
+    """TextCraft: the second prompt (recipes twice: task block and history) is much longer than the first; a bound
+    between the two hard-cuts the second prompts only, unless the builder's own bound shortens them first."""
     engine = ScriptedEngine(tok, lambda *a: "no tags")
     with env_pool("textcraft", 2, request, max_steps=2) as pool:
         tasks = [Task("train", 0, 0)]
-        kw = dict(group_size=2, sampling=SHORT, seed=0, max_prompt_tokens=420)
-        hard, m_hard = collect(pool, engine, tok, tasks, prompt_config=None, **kw)
-        soft, m_soft = collect(pool, engine, tok, tasks, prompt_config=prompt_config_for(tok, 420), **kw)
+        kw = dict(group_size=2, sampling=SHORT, seed=0)
+        full, _ = collect(pool, engine, tok, tasks, prompt_config=None, max_prompt_tokens=10**6, **kw)
+        n0, n1 = len(full.prompt_ids[0]), len(full.prompt_ids[1])
+        assert n1 > n0 + 100
+        bound = (n0 + n1) // 2
+        hard, m_hard = collect(pool, engine, tok, tasks, prompt_config=None, max_prompt_tokens=bound, **kw)
+        soft, m_soft = collect(pool, engine, tok, tasks, prompt_config=prompt_config_for(tok, bound),
+                               max_prompt_tokens=bound, **kw)
         # a builder bound below the prompt's fixed parts falls back to the hard cut (counted), never a crash
-        low, m_low = collect(pool, engine, tok, tasks, prompt_config=prompt_config_for(tok, 100), **kw)
+        low, m_low = collect(pool, engine, tok, tasks, prompt_config=prompt_config_for(tok, 100),
+                             max_prompt_tokens=bound, **kw)
     step1 = [i for i in range(len(hard)) if hard.step[i] == 1]
     assert m_hard["rollout/prompt_truncated_frac"] == 0.5 and len(step1) == 2
     for i in range(len(hard)):
         text = tok.decode(hard.prompt_ids[i])
-        assert len(hard.prompt_ids[i]) <= 420 and (PROMPT_CUT_MARKER in text) == (i in step1)
+        assert len(hard.prompt_ids[i]) <= bound and (PROMPT_CUT_MARKER in text) == (i in step1)
         assert text.startswith("<|im_start|>user\nYou are playing a text version of Minecraft crafting")
         assert text.endswith("inside <action> </action>.<|im_end|>\n<|im_start|>assistant\n")
-    assert m_soft["rollout/prompt_truncated_frac"] == 0.0 and all(len(p) <= 420 for p in soft.prompt_ids)
+    assert m_soft["rollout/prompt_truncated_frac"] == 0.0 and all(len(p) <= bound for p in soft.prompt_ids)
     assert "to fit the prompt length" in tok.decode(soft.prompt_ids[step1[0]])  # the builder's own, gentler cut
-    assert m_low["rollout/prompt_truncated_frac"] == 0.5 and all(len(p) <= 420 for p in low.prompt_ids)
+    assert m_low["rollout/prompt_truncated_frac"] == 0.5 and all(len(p) <= bound for p in low.prompt_ids)
     with pytest.raises(ValueError, match="max_prompt_tokens"):
         prompt_config_for(tok, 10)
 
