@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load1 = _loadavg()
     table = _table(rows, models, batches)
-    cmd = "python -m experiments.bench_generation" + (" --quick" if args.quick else "")
+    cmd = " ".join(["python -m experiments.bench_generation", *(argv if argv is not None else sys.argv[1:])])
     md = "\n".join([
         "# Generation throughput: Hugging Face engine vs vLLM",
         "",

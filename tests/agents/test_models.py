@@ -163,6 +163,23 @@ def test_tokenizer_corpus_errors():
         train_tokenizer(["ok", 3], vocab_size=400)
 
 
+def test_expert_episode_corpus_renders_rollout_prompts():
+    """Prompts exactly as agents.prompts renders them for the env, answered by the env's expert."""
+    import envs
+    from agents.models.corpus import expert_episode_corpus
+    from agents.prompts import Transcript, build_messages
+
+    docs = list(expert_episode_corpus("TextCraft-v0", n_episodes=2))
+    prompts, responses = docs[0::2], docs[1::2]
+    assert len(prompts) == len(responses) >= 2
+    env = envs.make("TextCraft-v0")
+    obs, info = env.reset(seed=0, options={"split": "train", "task_index": 0})
+    assert prompts[0] == build_messages("TextCraft-v0", Transcript.start(obs, info))[0]["content"]
+    first = envs.expert_action(env)
+    assert responses[0].endswith(f"<action>{first}</action>") and responses[0].startswith("<think>")
+    env.close()
+
+
 def test_corpus_is_textcraft_and_protocol_text():
     tc = list(textcraft_corpus(n_tasks=5))
     assert any(t.startswith("craft ") and " using " in t for t in tc)  # real recipe commands
