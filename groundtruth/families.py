@@ -25,6 +25,7 @@ location, object location or hand, clean flag, set of opened receptacles). Actio
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -208,7 +209,7 @@ class CraftFamily:
     def _junk_name(self, j: int) -> str:
         return self.junk[j][0]
 
-    def render(self, event: tuple, s: int, t: int, rng: np.random.Generator) -> str:
+    def render(self, event: tuple, s: int, t: int, rng: random.Random) -> str:
         sp = Speaker(self.surface, rng)
         kind = event[0]
         show_all = False
@@ -458,7 +459,7 @@ class RoomsFamily:
             sp.say(("On the {x}, you see {y}.", "In the {x}, you see {y}.", "The {x} holds {y}.",
                     "You notice {y} in the {x}."), x=name, y=sp.items(self._contents(loc, s)))
 
-    def render(self, event: tuple, s, t: int, rng: np.random.Generator) -> str:
+    def render(self, event: tuple, s, t: int, rng: random.Random) -> str:
         sp = Speaker(self.surface, rng)
         task, agent, obj_loc, clean, om = s
         obj = self.objects[self.tasks[task][0]]

@@ -93,6 +93,47 @@ class TabularMDP:
         """(S, A, K) reward used by dynamic programming: env reward minus the action's penalty."""
         return self.env_reward - self.penalty[None, :, None]
 
+    def _build_sparse(self) -> None:
+        from scipy import sparse
+
+        S, A, K = self.prob.shape
+        cont = (self.prob * (~self.done)).reshape(S * A, K)  # (S·A, K) probability of going on to s'
+        rows = np.repeat(np.arange(S * A), K)
+        m = sparse.csr_matrix((cont.reshape(-1), (rows, self.next_state.reshape(-1))), shape=(S * A, S))
+        m.eliminate_zeros()
+        self._cont = m  # (S·A, S)
+        self._cont_t = m.T.tocsr()  # (S, S·A)
+        self._exp_reward = (self.prob * self.reward).sum(-1)  # (S, A) expected DP reward
+        self._win = (self.prob * (self.done & (self.env_reward > 0))).sum(-1)  # (S, A) P(win now)
+
+    @property
+    def continuation(self):
+        """scipy CSR (S·A, S): P(s' and the episode goes on | s, a); row index s·A + a."""
+        if getattr(self, "_cont", None) is None:
+            self._build_sparse()
+        return self._cont
+
+    @property
+    def continuation_t(self):
+        """scipy CSR (S, S·A): transpose of ``continuation`` (for forward occupancy)."""
+        if getattr(self, "_cont_t", None) is None:
+            self._build_sparse()
+        return self._cont_t
+
+    @property
+    def expected_reward(self) -> np.ndarray:
+        """(S, A) Σ_k p(k|s,a) r(s,a,k) with the DP reward."""
+        if getattr(self, "_exp_reward", None) is None:
+            self._build_sparse()
+        return self._exp_reward
+
+    @property
+    def win_probability(self) -> np.ndarray:
+        """(S, A) probability that taking a in s wins the episode at this step."""
+        if getattr(self, "_win", None) is None:
+            self._build_sparse()
+        return self._win
+
     def outcomes(self, s: int, a: int) -> list[tuple[float, int, float, bool, int]]:
         """Non-zero outcomes of (s, a): (prob, next_state, env_reward, done, event)."""
         return [
@@ -106,12 +147,11 @@ class TabularMDP:
 
         Finite-horizon value iteration on the DP reward; this is the ``expert`` of the family.
         """
-        H, S = self.horizon, self.num_states
+        H, S, A = self.horizon, self.num_states, self.num_actions
         v = np.zeros(S)
         best = np.zeros((H, S), dtype=np.int64)
-        r = self.reward
         for t in range(H - 1, -1, -1):
-            q = (self.prob * (r + self.gamma * (~self.done) * v[self.next_state])).sum(-1)  # (S, A)
+            q = self.expected_reward + self.gamma * (self.continuation @ v).reshape(S, A)  # (S, A)
             best[t] = q.argmax(axis=1)
             v = q.max(axis=1)
         return best

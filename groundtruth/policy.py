@@ -75,10 +75,9 @@ def evaluate_policy(mdp: TabularMDP, pi: np.ndarray) -> Values:
     H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
     V = np.zeros((H + 1, S))
     Q = np.zeros((H, S, A))
-    r = mdp.reward  # (S, A, K)
-    cont = mdp.gamma * (~mdp.done)  # (S, A, K)
+    r, cont = mdp.expected_reward, mdp.continuation  # (S, A), CSR (S·A, S)
     for t in range(H - 1, -1, -1):
-        Q[t] = (mdp.prob * (r + cont * V[t + 1][mdp.next_state])).sum(-1)  # (S, A)
+        Q[t] = r + mdp.gamma * (cont @ V[t + 1]).reshape(S, A)  # Σ_k p_k [r_k + γ (1 − done_k) V_{t+1}(s'_k)]
         V[t] = (pi * Q[t]).sum(-1)
     return Values(V=V, Q=Q, A=Q - V[:H, :, None])
 
@@ -98,16 +97,12 @@ def occupancy(mdp: TabularMDP, pi: np.ndarray, rho: np.ndarray) -> tuple[np.ndar
     H, S = mdp.horizon, mdp.num_states
     d = np.zeros((H, S))
     won = np.zeros(H)
-    flow = mdp.prob * (~mdp.done)  # (S, A, K) continuing mass
-    win = (mdp.prob * (mdp.done & (mdp.env_reward > 0))).sum(-1)  # (S, A)
-    cur = rho.astype(np.float64)
-    ns = mdp.next_state.reshape(-1)
+    cur = np.asarray(rho, dtype=np.float64)
     for t in range(H):
         d[t] = cur
-        sa = cur[:, None] * pi  # (S, A)
-        won[t] = (sa * win).sum()
-        mass = (sa[:, :, None] * flow).reshape(-1)
-        cur = np.bincount(ns, weights=mass, minlength=S)
+        sa = cur[:, None] * pi  # (S, A) P(s_t = s, a_t = a, running)
+        won[t] = (sa * mdp.win_probability).sum()
+        cur = mdp.continuation_t @ sa.reshape(-1)  # (S,)
     return d, won
 
 

@@ -8,6 +8,7 @@ Row order: (group, trajectory, step), as a rollout stored per trajectory.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,10 +106,14 @@ def sample_rollout(mdp: TabularMDP, pi: np.ndarray, tasks, group_size: int, rng:
 
 
 def render_observations(mdp: TabularMDP, ro: Rollout, rng: np.random.Generator) -> list[str]:
-    """The observation text o_i of every row (the anchor observation), in row order."""
+    """The observation text o_i of every row (the anchor observation), in row order.
+
+    One draw from ``rng`` seeds a ``random.Random`` that renders all rows (``groundtruth.text``).
+    """
     fam = mdp.family
+    r = random.Random(int(rng.integers(2**63)))
     return [
-        fam.render(mdp.events[e], mdp.states[s], int(t), rng)
+        fam.render(mdp.events[e], mdp.states[s], int(t), r)
         for e, s, t in zip(ro.obs_event.tolist(), ro.state.tolist(), ro.step.tolist())
     ]
 

@@ -1,0 +1,148 @@
+"""Learning comparison: tabular softmax policies trained with each estimator from the same start.
+
+Per iteration (one batch, one update, as one PPO epoch whose first mini-batch step has ratio 1) [choice]::
+
+    sample P groups × G trajectories (P distinct tasks drawn at random)
+    Â = compute_advantages(batch, EstimatorConfig(name, ε))          (``oracle``: Â = A^π, the true advantage)
+    ĝ = (1/N) Σ_i Â_i ∇_θ log π(a_i|s_i)                              (row mean, as a token-mean loss)
+    θ ← Adam(θ, ascent direction ĝ, lr)
+
+Adam, as in the real trainer, also makes the comparison insensitive to the different scales of the
+estimators (normalised GiGPO terms versus PACE's reward-scale step term). The success rate is exact:
+P(won within H) under the current policy, averaged over all tasks (no evaluation noise). Every method of a
+seed starts from the same logits θ₀ (expert strength calibrated to ``start_success``) and sees the same
+task draws; trajectories differ once the policies do.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from .bench import HIDDEN_ESTIMATORS, Scenario, calibrated_logits, estimate, make_mdp
+from .embed import ProxyConfig, ProxyEmbedder
+from .mdp import TabularMDP
+from .policy import evaluate_policy, score_gradient, softmax, start_distribution, success_probability
+from .sampling import render_observations, sample_rollout, to_step_batch
+
+__all__ = ["LearnConfig", "train_one", "run_learning"]
+
+
+@dataclass
+class LearnConfig:
+    """Settings of the learning comparison."""
+
+    methods: tuple[str, ...] = ("grpo", "rloo", "gigpo", "hgpo", "bigpo", "bipace_v", "bipace_q", "oracle")
+    """Registry keys trained (plus ``oracle``: the true advantage, an upper reference)."""
+    families: tuple[str, ...] = ("craft", "rooms")
+    """MDP families; each one is a task of the (runs × tasks) score matrix."""
+    family_kwargs: dict | None = None
+    """Per-family config overrides."""
+    scenario: Scenario = Scenario("varied+aliased", "high", 0.5)
+    """Observation function of the training runs."""
+    seeds: int = 20
+    """Runs per method and family."""
+    iterations: int = 60
+    """Training iterations (one batch and one update each)."""
+    groups: int = 4
+    """P groups per batch."""
+    group_size: int = 8
+    """G trajectories per group."""
+    horizon: int = 50
+    """Max steps per episode."""
+    lr: float = 0.1
+    """Adam learning rate on the tabular logits [choice, fixed for all methods]."""
+    start_success: float = 0.15
+    """Exact success rate of the common starting policy."""
+    policy_noise: float = 1.0
+    """Std of the random part of the starting logits."""
+    epsilon: float = 0.05
+    """Clustering threshold of bigpo / bipace_* [paper: 0.05 for Qwen2.5-1.5B]; not tuned here."""
+    proxy_noise: float = 0.2
+    """σ_obs of the proxy hidden states used by the clustering estimators."""
+    proxy_spread: float = 0.3
+    """κ of the proxy."""
+    norm_mode: str = "mean_std_norm"
+    """GiGPO normalisation [GiGPO scripts for ALFWorld / TextCraft]."""
+    eval_every: int = 1
+    """Exact evaluation every k iterations (and at the start and the end)."""
+    thresholds: tuple[float, ...] = (0.5, 0.8)
+    """Success levels for iterations-to-threshold."""
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1 or self.seeds < 1:
+            raise ValueError(f"LearnConfig needs iterations >= 1 and seeds >= 1 (got {self.iterations}, {self.seeds})")
+        if self.lr <= 0:
+            raise ValueError(f"LearnConfig.lr={self.lr} must be > 0")
+        if not 0.0 < self.start_success < 1.0:
+            raise ValueError(f"LearnConfig.start_success={self.start_success} must lie in (0, 1)")
+        if self.eval_every < 1:
+            raise ValueError(f"LearnConfig.eval_every={self.eval_every} must be >= 1")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["scenario"] = asdict(self.scenario)
+        return d
+
+    def eval_iterations(self) -> np.ndarray:
+        its = list(range(0, self.iterations + 1, self.eval_every))
+        if its[-1] != self.iterations:
+            its.append(self.iterations)
+        return np.array(its)
+
+
+def train_one(mdp: TabularMDP, method: str, theta0: np.ndarray, cfg: LearnConfig, seed: int,
+              proxy: ProxyEmbedder | None) -> np.ndarray:
+    """Exact success rate at ``cfg.eval_iterations()`` for one method and seed."""
+    rng = np.random.default_rng([seed, 7])  # same task draws for every method (first draws of this stream)
+    task_rng = np.random.default_rng([seed, 8])
+    theta = torch.tensor(theta0, dtype=torch.float64)
+    opt = torch.optim.Adam([theta], lr=cfg.lr)
+    rho_all = start_distribution(mdp, np.arange(mdp.num_tasks))
+    evals = set(cfg.eval_iterations().tolist())
+    curve = []
+    for it in range(cfg.iterations + 1):
+        pi = softmax(theta.numpy())
+        if it in evals:
+            curve.append(success_probability(mdp, pi, rho_all))
+        if it == cfg.iterations:
+            break
+        tasks = task_rng.choice(mdp.num_tasks, size=min(cfg.groups, mdp.num_tasks), replace=False)
+        ro = sample_rollout(mdp, pi, tasks, cfg.group_size, rng)
+        obs = render_observations(mdp, ro, rng)
+        hidden = proxy.embed(ro.state, obs) if (proxy is not None and method in HIDDEN_ESTIMATORS) else None
+        batch = to_step_batch(mdp, ro, obs, hidden)
+        true_adv = evaluate_policy(mdp, pi).A[ro.step, ro.state, ro.action] if method == "oracle" else None
+        adv, _, _, _ = estimate(batch, method, cfg.epsilon, cfg.norm_mode, true_adv)
+        g = score_gradient(pi, ro.state, ro.action, adv) / len(ro)  # (S, A) ascent direction
+        opt.zero_grad()
+        theta.grad = torch.as_tensor(-g)
+        opt.step()
+    return np.array(curve)
+
+
+def run_learning(cfg: LearnConfig, log=print) -> dict:
+    """Train every method on every family for every seed; returns curves and metadata.
+
+    Result: {"iterations": (E,), "curves": {family: {method: (seeds, E)}}, "start": {family: [success]}}.
+    """
+    curves: dict = {}
+    start: dict = {}
+    for fi, family in enumerate(cfg.families):
+        kwargs = (cfg.family_kwargs or {}).get(family, {})
+        mdp = make_mdp(family, cfg.scenario, cfg.horizon, **kwargs)
+        curves[family] = {m: [] for m in cfg.methods}
+        start[family] = []
+        for seed in range(cfg.seeds):
+            t0 = time.perf_counter()
+            theta0, s0 = calibrated_logits(mdp, cfg.start_success, cfg.policy_noise, np.random.default_rng([seed, fi, 5]))
+            start[family].append(s0)
+            proxy = ProxyEmbedder(mdp.features, ProxyConfig(obs_noise=cfg.proxy_noise, spread=cfg.proxy_spread, seed=seed))
+            for m in cfg.methods:
+                curves[family][m].append(train_one(mdp, m, theta0, cfg, seed, proxy))
+            finals = " ".join(f"{m}={curves[family][m][-1][-1]:.2f}" for m in cfg.methods)
+            log(f"[learn] {family} seed {seed} ({time.perf_counter() - t0:.1f}s): start {s0:.2f} -> {finals}")
+        curves[family] = {m: np.stack(v) for m, v in curves[family].items()}
+    return {"iterations": cfg.eval_iterations(), "curves": curves, "start": start}
