@@ -8,3 +8,5 @@ from .config import EstimatorConfig
 from .registry import ESTIMATORS, EstimatorResult, compute_advantages, register_estimator
 
 __all__ = ["StepBatch", "EstimatorConfig", "EstimatorResult", "ESTIMATORS", "compute_advantages", "register_estimator"]
+
+from . import algorithms as _algorithms  # noqa: E402,F401  (registers the estimators)

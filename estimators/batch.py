@@ -12,7 +12,6 @@ D     hidden size of the actor
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
@@ -109,7 +108,8 @@ class StepBatch:
             raise ValueError("StepBatch.step holds negative step indices")
         if self.hidden is not None:
             _check_tensor("hidden", self.hidden, n, "float", 2)
-            if not torch.isfinite(self.hidden).all():
+            # one reduction: the sum is NaN/Inf iff an entry is (or the values are absurdly large)
+            if not torch.isfinite(self.hidden.sum(dtype=torch.float64)):
                 bad = torch.nonzero(~torch.isfinite(self.hidden).all(dim=1)).flatten()[:5].tolist()
                 raise ValueError(f"StepBatch.hidden holds NaN/Inf at rows {bad}: check the actor's forward pass")
         elif need_hidden:
@@ -139,9 +139,9 @@ class StepBatch:
     # ----------------------------------------------------------------- helpers
     def _traj_key(self) -> torch.Tensor:
         """LongTensor (N,): one dense id per (group_id, traj_id) pair."""
-        pair = torch.stack([self.group_id, self.traj_id], dim=1)  # (N, 2)
-        _, inverse = torch.unique(pair, dim=0, return_inverse=True)
-        return inverse
+        from .ops import dense_ids
+
+        return dense_ids(self.group_id, self.traj_id)
 
     def select(self, index: torch.Tensor | Sequence[int]) -> StepBatch:
         """The rows at ``index`` (a LongTensor or list of ints), all fields kept aligned."""
@@ -193,6 +193,29 @@ class StepBatch:
                 out[f.name] = [x for v in vals for x in v]
         return StepBatch(**out)
 
+    def save(self, path) -> None:
+        """Write the batch to ``path`` (torch file of tensors, strings and ints; ``state_key`` as repr strings)."""
+        data = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                v = v.detach().cpu()
+            elif f.name == "state_key" and v is not None:
+                v = [repr(k) for k in v]
+            elif v is not None:
+                v = list(v)
+            data[f.name] = v
+        torch.save(data, path)
+
+    @staticmethod
+    def load(path) -> StepBatch:
+        """Read a batch written by ``save`` (``weights_only`` loading: no arbitrary objects are unpickled)."""
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        unknown = set(data) - {f.name for f in fields(StepBatch)}
+        if unknown:
+            raise ValueError(f"{path}: not a StepBatch file (unknown fields {sorted(unknown)})")
+        return StepBatch(**data)
+
     @property
     def num_groups(self) -> int:
         return int(torch.unique(self.group_id).numel())
@@ -209,5 +232,3 @@ class StepBatch:
         )
 
 
-def is_finite_number(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

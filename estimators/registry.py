@@ -43,30 +43,38 @@ class EstimatorSpec:
     name: str
     fn: Callable
     needs_hidden: bool = False
+    uses_action_keys: bool = False
     doc: str = ""
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {}
 
 
-def register_estimator(name: str, needs_hidden: bool = False):
-    """Decorator: register ``fn(batch, cfg) -> EstimatorResult`` under ``name``."""
+def register_estimator(name: str, needs_hidden: bool = False, uses_action_keys: bool = False):
+    """Decorator: register ``fn(batch, cfg) -> EstimatorResult`` under ``name``.
+
+    ``needs_hidden``: the batch must carry hidden states; ``uses_action_keys``: the estimator reads
+    ``cfg.pace_key`` (so ``first_tokens`` requires ``response_ids``)."""
 
     def deco(fn):
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = EstimatorSpec(name=name, fn=fn, needs_hidden=needs_hidden, doc=fn.__doc__ or "")
+        ESTIMATORS[name] = EstimatorSpec(
+            name=name, fn=fn, needs_hidden=needs_hidden, uses_action_keys=uses_action_keys, doc=fn.__doc__ or ""
+        )
         return fn
 
     return deco
 
 
-def compute_advantages(batch: StepBatch, cfg) -> EstimatorResult:
+def compute_advantages(batch: StepBatch, cfg, diagnostics: bool = True) -> EstimatorResult:
     """Advantages for every step row of ``batch`` with the estimator ``cfg.name``.
 
     Raises ``ValueError`` naming the field for: an unknown estimator, a malformed or empty batch, NaN/Inf
     in rewards or hidden states, a hidden-state estimator without ``batch.hidden``; and ``FloatingPointError``
     if the estimator itself produced NaN/Inf (a bug, reported with the rows).
+    ``diagnostics=False`` skips the batch diagnostics (``estimators.diagnostics``), which otherwise
+    cluster hidden states for every estimator; the estimator's own metrics are always returned.
     """
     from .config import EstimatorConfig
     from .diagnostics import batch_diagnostics
@@ -75,7 +83,7 @@ def compute_advantages(batch: StepBatch, cfg) -> EstimatorResult:
         raise ValueError(f"compute_advantages needs an EstimatorConfig, got {type(cfg).__name__}")
     cfg.validate()
     spec = ESTIMATORS[cfg.name]
-    need_ids = cfg.pace_key == "first_tokens" and cfg.name.startswith("bipace")
+    need_ids = spec.uses_action_keys and cfg.pace_key == "first_tokens"
     batch.validate(need_hidden=spec.needs_hidden, need_response_ids=need_ids)
     result = spec.fn(batch, cfg)
     for name in ("advantages", "episode", "step"):
@@ -85,7 +93,8 @@ def compute_advantages(batch: StepBatch, cfg) -> EstimatorResult:
         if not torch.isfinite(t).all():
             bad = torch.nonzero(~torch.isfinite(t)).flatten()[:5].tolist()
             raise FloatingPointError(f"estimator {cfg.name!r} produced NaN/Inf in {name} at rows {bad}")
-    metrics = batch_diagnostics(batch, cfg, result)
-    metrics.update(result.metrics)
-    result.metrics = metrics
+    if diagnostics:
+        metrics = batch_diagnostics(batch, cfg, result)
+        metrics.update(result.metrics)
+        result.metrics = metrics
     return result

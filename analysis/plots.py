@@ -1,0 +1,105 @@
+"""Plots of run folders (matplotlib, Agg backend): success curves per seed with mean and bootstrap band,
+and the grouping diagnostics of method.md over training."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .runs import Run, series  # noqa: E402
+from .stats import curve_band, interp_curves  # noqa: E402
+
+__all__ = ["plot_curves", "plot_diagnostics", "METHOD_ORDER", "method_color"]
+
+METHOD_ORDER = ["grpo", "rloo", "gigpo", "hgpo", "bigpo", "bipace_v", "bipace_q"]
+_COLORS = {"grpo": "#7f7f7f", "rloo": "#bcbd22", "gigpo": "#1f77b4", "hgpo": "#9467bd", "bigpo": "#17becf",
+           "bipace_v": "#ff7f0e", "bipace_q": "#d62728"}
+
+
+def method_color(method: str, i: int = 0) -> str:
+    base = method.split("-")[0]
+    return _COLORS.get(base, plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10])
+
+
+def method_sort_key(method: str) -> tuple[int, str]:
+    base = method.split("-")[0]
+    return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), method)
+
+
+def plot_curves(runs_by_method: dict[str, list[Run]], key: str, source: str, title: str, out: Path, ylabel: str) -> bool:
+    """One panel: thin line per seed, bold mean, shaded 95% bootstrap band, one colour per method.
+    ``source`` is ``metrics`` or ``evals``. Returns False (and writes nothing) if no run has the key."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    drawn = False
+    for i, method in enumerate(sorted(runs_by_method, key=method_sort_key)):
+        curves = [series(getattr(r, source), key) for r in runs_by_method[method]]
+        curves = [c for c in curves if c[0]]
+        if not curves:
+            continue
+        color = method_color(method, i)
+        for xs, ys in curves:
+            ax.plot(xs, ys, color=color, alpha=0.3, linewidth=0.8)
+        its, mat = interp_curves(curves)
+        if its.size:
+            mean, lo, hi = curve_band(mat)
+            ax.plot(its, mean, color=color, linewidth=2.2, label=f"{method} (n={len(curves)})")
+            if len(curves) > 1:
+                ax.fill_between(its, lo, hi, color=color, alpha=0.15)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return False
+    ax.set_xlabel("training iteration")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_diagnostics(runs_by_method: dict[str, list[Run]], title: str, out: Path) -> bool:
+    """Three panels over training: singleton rate (exact anchors dashed, hidden clusters solid), PACE row
+    mix (PACE / fallback / singleton), and mean cluster size; means over seeds per method."""
+    panels = [
+        ("singleton rate", [("group/singleton_rate_anchor", "--", "anchors"), ("group/singleton_rate_cluster", "-", "clusters")]),
+        ("PACE row mix", [("group/pace_frac_pace", "-", "PACE"), ("group/pace_frac_fallback", "--", "fallback"),
+                          ("group/pace_frac_singleton", ":", "singleton")]),
+        ("mean cluster size", [("group/cluster_size_mean", "-", "clusters"), ("group/anchor_size_mean", "--", "anchors")]),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    drawn = False
+    for ax, (name, keys) in zip(axes, panels):
+        for i, method in enumerate(sorted(runs_by_method, key=method_sort_key)):
+            color = method_color(method, i)
+            for key, style, label in keys:
+                curves = [series(r.metrics, key) for r in runs_by_method[method]]
+                curves = [c for c in curves if c[0]]
+                if not curves:
+                    continue
+                its, mat = interp_curves(curves)
+                if its.size == 0:
+                    continue
+                ax.plot(its, mat.mean(axis=0), style, color=color, label=f"{method} {label}")
+                drawn = True
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("training iteration")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    if not drawn:
+        plt.close(fig)
+        return False
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+

@@ -1,0 +1,219 @@
+"""Build a study report from run folders: curves, the paper-style table, sample efficiency, aggregate
+statistics (IQM, probability of improvement) and grouping diagnostics, as PNG + Markdown.
+
+Scores. A run's score on an evaluation split is its success rate at the last evaluation (``final``) or
+its best evaluation (``peak``, as in the paper's ablation table). The aggregate statistics use a
+(runs x tasks) matrix whose tasks are the evaluation splits of one (env, model).
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from .plots import method_sort_key, plot_curves, plot_diagnostics
+from .runs import Run, series
+from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci
+
+__all__ = ["build_report", "eval_keys", "run_scores", "DEFAULT_THRESHOLDS"]
+
+DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
+_SPLIT_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/success_rate$")
+_FAMILY_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/family/(?P<family>[^/]+)/success_rate$")
+
+
+def eval_keys(runs: list[Run]) -> tuple[list[str], list[str]]:
+    """(split keys, family keys) present in any run's evaluations, sorted."""
+    splits, fams = set(), set()
+    for r in runs:
+        for row in r.evals:
+            for k in row:
+                if _SPLIT_KEY.match(k):
+                    splits.add(k)
+                elif _FAMILY_KEY.match(k):
+                    fams.add(k)
+    return sorted(splits), sorted(fams)
+
+
+def run_scores(run: Run, key: str, mode: str = "final") -> float | None:
+    xs, ys = series(run.evals, key)
+    if not ys:
+        return None
+    return ys[-1] if mode == "final" else max(ys)
+
+
+def _short(key: str) -> str:
+    m = _SPLIT_KEY.match(key)
+    if m:
+        return m["split"]
+    m = _FAMILY_KEY.match(key)
+    return f"{m['split']}/{m['family']}" if m else key
+
+
+def _fmt(mean: float, std: float) -> str:
+    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
+def score_table(by_method: dict[str, list[Run]], keys: list[str], mode: str) -> str:
+    """Markdown table: rows = methods, columns = keys; mean ± std over seeds (percent), best in bold."""
+    methods = sorted(by_method, key=method_sort_key)
+    cells: dict[tuple[str, str], tuple[float, float, int]] = {}
+    for m in methods:
+        for k in keys:
+            vals = [v for v in (run_scores(r, k, mode) for r in by_method[m]) if v is not None]
+            if vals:
+                cells[(m, k)] = (float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0, len(vals))
+    best = {k: max((cells[(m, k)][0] for m in methods if (m, k) in cells), default=None) for k in keys}
+    lines = ["| method | seeds | " + " | ".join(_short(k) for k in keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for m in methods:
+        n = max((cells[(m, k)][2] for k in keys if (m, k) in cells), default=0)
+        row = []
+        for k in keys:
+            if (m, k) not in cells:
+                row.append("–")
+                continue
+            mean, std, _ = cells[(m, k)]
+            txt = _fmt(mean, std)
+            row.append(f"**{txt}**" if best[k] is not None and abs(mean - best[k]) < 1e-12 else txt)
+        lines.append(f"| {m} | {n} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def efficiency_table(by_method: dict[str, list[Run]], key: str, source: str, thresholds, baseline: str) -> str:
+    """Iterations for the seed-mean curve to reach each threshold, and the speed-up over ``baseline``
+    (baseline iterations / method iterations; > 1 means sooner)."""
+    first: dict[str, dict[float, int | None]] = {}
+    for m, runs in by_method.items():
+        curves = [c for c in (series(getattr(r, source), key) for r in runs) if c[0]]
+        if not curves:
+            continue
+        its, mat = interp_curves(curves)
+        mean = mat.mean(axis=0) if its.size else np.array([])
+        first[m] = {t: steps_to_threshold(its.tolist(), mean.tolist(), t) for t in thresholds}
+    if not first:
+        return ""
+    lines = ["| method | " + " | ".join(f"≥ {100 * t:.0f}%" for t in thresholds) + " |", "|---|" + "---|" * len(thresholds)]
+    for m in sorted(first, key=method_sort_key):
+        row = []
+        for t in thresholds:
+            it = first[m][t]
+            if it is None:
+                row.append("never")
+                continue
+            base = first.get(baseline, {}).get(t)
+            ratio = f" ({base / it:.2f}×)" if base and it and m != baseline else ""
+            row.append(f"{it}{ratio}")
+        lines.append(f"| {m} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def aggregate_table(by_method: dict[str, list[Run]], keys: list[str], mode: str, baseline: str) -> str:
+    """IQM and mean over the (runs x splits) matrix with stratified-bootstrap 95% CIs, and the probability
+    of improvement over ``baseline`` with its CI."""
+    mats = {}
+    for m, runs in by_method.items():
+        rows = []
+        for r in runs:
+            vals = [run_scores(r, k, mode) for k in keys]
+            if all(v is not None for v in vals):
+                rows.append(vals)
+        if rows:
+            mats[m] = np.array(rows)
+    if not mats:
+        return ""
+    lines = ["| method | runs | IQM [95% CI] | mean [95% CI] | P(method > " + baseline + ") [95% CI] |", "|---|---|---|---|---|"]
+    for m in sorted(mats, key=method_sort_key):
+        x = mats[m]
+        q = stratified_bootstrap_ci(x, iqm)
+        mu = stratified_bootstrap_ci(x, lambda a: float(a.mean()))
+        if baseline in mats and m != baseline:
+            p = poi_ci(x, mats[baseline])
+            poi = f"{p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]"
+        else:
+            poi = "–"
+        lines.append(f"| {m} | {x.shape[0]} | {100 * q[0]:.1f} [{100 * q[1]:.1f}, {100 * q[2]:.1f}] | "
+                     f"{100 * mu[0]:.1f} [{100 * mu[1]:.1f}, {100 * mu[2]:.1f}] | {poi} |")
+    return "\n".join(lines)
+
+
+def diagnostics_table(by_method: dict[str, list[Run]]) -> str:
+    """Late-training grouping diagnostics (mean over the last 20% of iterations, then over seeds)."""
+    keys = ["group/singleton_rate_anchor", "group/singleton_rate_cluster", "group/cluster_size_mean",
+            "group/pace_frac_pace", "group/pace_frac_fallback", "group/pace_frac_singleton",
+            "group/pace_multikey_cluster_frac", "group/pace_keys_per_cluster"]
+    lines = ["| method | " + " | ".join(k.split("/")[1] for k in keys) + " |", "|---|" + "---|" * len(keys)]
+    any_row = False
+    for m in sorted(by_method, key=method_sort_key):
+        row = []
+        for k in keys:
+            vals = []
+            for r in by_method[m]:
+                xs, ys = series(r.metrics, k)
+                if ys:
+                    tail = ys[int(0.8 * len(ys)):] or ys[-1:]
+                    vals.append(float(np.mean(tail)))
+            row.append(f"{np.mean(vals):.3f}" if vals else "–")
+            any_row |= bool(vals)
+        lines.append(f"| {m} | " + " | ".join(row) + " |")
+    return "\n".join(lines) if any_row else ""
+
+
+def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRESHOLDS, baseline: str = "gigpo",
+                 command: str = "") -> Path:
+    """Write PNGs and ``summary.md`` (plus ``tables.md``) under ``out``; returns the summary path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not runs:
+        raise ValueError("no runs to report: check --runs and the filters")
+    groups: dict[tuple[str, str], dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        groups[(r.env, r.model)][r.method].append(r)
+    md = [f"# {title}", ""]
+    if command:
+        md += [f"Made by `{command}`.", ""]
+    md += ["Curves: thin lines are seeds, bold lines the mean over seeds, shaded bands a 95% bootstrap interval of",
+           "the mean. Table cells: success rate in %, mean ± std over seeds at the final evaluation (peak below);",
+           "best in bold.", ""]
+    tables = []
+    for (env, model), by_method in sorted(groups.items()):
+        tag = f"{env}_{model}".replace("/", "_")
+        md += [f"## {env} / {model}", ""]
+        split_keys, fam_keys = eval_keys([r for rs in by_method.values() for r in rs])
+        # curves: train success, then each evaluation split
+        png = out / f"curves_{tag}_train.png"
+        if plot_curves(by_method, "rollout/success_rate", "metrics", f"{env} / {model}: training rollouts", png, "success rate"):
+            md += [f"![training success]({png.name})", ""]
+        for k in split_keys:
+            png = out / f"curves_{tag}_{_short(k)}.png"
+            if plot_curves(by_method, k, "evals", f"{env} / {model}: {_short(k)}", png, "success rate"):
+                md += [f"![{_short(k)}]({png.name})", ""]
+        if split_keys:
+            t_final = score_table(by_method, split_keys + fam_keys, "final")
+            t_peak = score_table(by_method, split_keys, "peak")
+            md += ["### Success rate (final evaluation)", "", t_final, "", "### Peak success rate", "", t_peak, ""]
+            agg = aggregate_table(by_method, split_keys, "final", baseline)
+            if agg:
+                md += ["### Aggregate over evaluation splits (stratified bootstrap)", "", agg, ""]
+            eff = efficiency_table(by_method, split_keys[0], "evals", thresholds, baseline)
+            if eff:
+                md += [f"### Sample efficiency: iterations to reach a success threshold ({_short(split_keys[0])}, "
+                       f"seed-mean curve; speed-up over {baseline} in brackets)", "", eff, ""]
+            tables += [f"## {env} / {model}", "", t_final, "", t_peak, "", agg, "", eff, ""]
+        eff_train = efficiency_table(by_method, "rollout/success_rate", "metrics", thresholds, baseline)
+        if eff_train:
+            md += ["### Sample efficiency on training rollouts", "", eff_train, ""]
+        png = out / f"diagnostics_{tag}.png"
+        if plot_diagnostics(by_method, f"{env} / {model}: state groupings over training", png):
+            md += [f"![diagnostics]({png.name})", ""]
+        diag = diagnostics_table(by_method)
+        if diag:
+            md += ["### Grouping diagnostics (last 20% of training)", "", diag, ""]
+            tables += [diag, ""]
+    (out / "tables.md").write_text("\n".join(tables) + "\n")
+    summary = out / "summary.md"
+    summary.write_text("\n".join(md) + "\n")
+    return summary
+
+

@@ -1,0 +1,112 @@
+"""Statistics across seeds, written after rliable (Agarwal et al., 2021): interquartile mean, stratified
+bootstrap confidence intervals, probability of improvement, and sample efficiency.
+
+Score matrices are (runs x tasks): one row per seed, one column per task (an evaluation split or a task
+family). The stratified bootstrap resamples runs with replacement independently inside each task.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "iqm",
+    "mean_ci",
+    "stratified_bootstrap_ci",
+    "probability_of_improvement",
+    "poi_ci",
+    "steps_to_threshold",
+    "interp_curves",
+    "curve_band",
+]
+
+
+def iqm(scores: np.ndarray) -> float:
+    """Interquartile mean of all entries: the mean of the middle 50% (25% trimmed from each end, with
+    fractional weights at the cut points so that it is defined for any count)."""
+    x = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    n = x.size
+    if n == 0:
+        raise ValueError("iqm of an empty score matrix")
+    lo, hi = 0.25 * n, 0.75 * n
+    # weight of element i = overlap of [i, i+1) with [lo, hi)
+    idx = np.arange(n)
+    w = np.clip(np.minimum(idx + 1, hi) - np.maximum(idx, lo), 0, 1)
+    return float((w * x).sum() / w.sum())
+
+
+def stratified_bootstrap_ci(
+    scores: np.ndarray, stat: Callable[[np.ndarray], float], reps: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float, float]:
+    """(point, low, high): ``stat`` of the (runs x tasks) matrix and its percentile CI, resampling runs
+    with replacement independently per task."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim == 1:
+        scores = scores[:, None]
+    rng = np.random.default_rng(seed)
+    n_runs, n_tasks = scores.shape
+    point = stat(scores)
+    idx = rng.integers(0, n_runs, size=(reps, n_runs, n_tasks))  # (reps, runs, tasks)
+    boot = np.take_along_axis(scores[None].repeat(reps, 0), idx, axis=1)
+    vals = np.array([stat(b) for b in boot])
+    return point, float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))
+
+
+def mean_ci(values: Sequence[float], reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float, float]:
+    """Mean over seeds with a 95% percentile bootstrap interval."""
+    return stratified_bootstrap_ci(np.asarray(values, dtype=np.float64)[:, None], lambda m: float(m.mean()), reps, alpha, seed)
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """P(X > Y): mean over tasks of P(x_run > y_run') over all pairs of runs, ties counting 1/2
+    (the Mann-Whitney U statistic divided by m n). x: (m, tasks), y: (n, tasks)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim == 1:
+        x, y = x[:, None], y[:, None]
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"score matrices cover different task counts: {x.shape[1]} vs {y.shape[1]}")
+    gt = (x[:, None, :] > y[None, :, :]).mean(axis=(0, 1))
+    eq = (x[:, None, :] == y[None, :, :]).mean(axis=(0, 1))
+    return float((gt + 0.5 * eq).mean())
+
+
+def poi_ci(x: np.ndarray, y: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float, float]:
+    """P(X > Y) with a stratified bootstrap interval (runs of X and of Y resampled independently per task)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim == 1:
+        x, y = x[:, None], y[:, None]
+    rng = np.random.default_rng(seed)
+    point = probability_of_improvement(x, y)
+    vals = np.empty(reps)
+    for r in range(reps):
+        ix = rng.integers(0, x.shape[0], size=x.shape)
+        iy = rng.integers(0, y.shape[0], size=y.shape)
+        vals[r] = probability_of_improvement(np.take_along_axis(x, ix, 0), np.take_along_axis(y, iy, 0))
+    return point, float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))
+
+
+def steps_to_threshold(xs: Sequence[int], ys: Sequence[float], threshold: float) -> int | None:
+    """First iteration at which the curve reaches ``threshold`` (None if it never does)."""
+    for x, y in zip(xs, ys):
+        if y >= threshold:
+            return int(x)
+    return None
+
+
+def interp_curves(curves: Sequence[tuple[Sequence[int], Sequence[float]]]) -> tuple[np.ndarray, np.ndarray]:
+    """Align seeds on the iterations all of them have: (iterations (K,), values (seeds, K))."""
+    common = sorted(set.intersection(*[set(int(x) for x in c[0]) for c in curves])) if curves else []
+    mat = np.array([[dict(zip(c[0], c[1]))[x] for x in common] for c in curves], dtype=np.float64)
+    return np.array(common), mat.reshape(len(curves), len(common))
+
+
+def curve_band(values: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean curve over seeds and its pointwise 95% bootstrap band. values: (seeds, K) -> three (K,) arrays."""
+    values = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.shape[0], size=(reps, values.shape[0]))  # (reps, seeds)
+    boot = values[idx].mean(axis=1)  # (reps, K)
+    return values.mean(axis=0), np.quantile(boot, alpha / 2, axis=0), np.quantile(boot, 1 - alpha / 2, axis=0)

@@ -1,0 +1,161 @@
+"""Benchmark: milliseconds and peak memory per batch for every estimator, against plain loops.
+
+    python -m experiments.bench_estimators              # paper-scale batches, writes results/benchmarks/estimators.md
+    python -m experiments.bench_estimators --quick      # small batch, a smoke run
+
+Paper-scale batch: 16 prompt groups x 8 trajectories x up to 50 steps, hidden sizes 3584 (Qwen2.5-7B)
+and 1536 (Qwen2.5-1.5B). Two length profiles: ``typical`` (trajectory lengths uniform in [10, 50]) and
+``worst`` (every trajectory runs all 50 steps: N = 6400 rows, 400 rows per prompt group). Each cell runs
+in a fresh subprocess: peak memory = the rise of the process's maximum resident set while the
+estimator runs once; time = median of repeated runs after a warm-up. The plain-loop references
+(``estimators.reference``) run once in the same subprocess, and the table reports the speed-up ratio.
+Estimator times exclude the batch diagnostics (``diagnostics=False``); the ``+diag`` column adds them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
+
+
+def _cell(args: dict, queue) -> None:
+    import torch
+
+    from estimators import EstimatorConfig, compute_advantages
+    from estimators.reference import reference_advantages
+    from estimators.synthetic import synthetic_batch
+
+    torch.set_num_threads(args["threads"])
+    b = synthetic_batch(
+        groups=16, group_size=8, max_steps=args["max_steps"], min_steps=args["min_steps"], hidden_size=args["hidden"],
+        states_per_group=60, noise=args["noise"], obs_variants=3, seed=0, early_stop=args["profile"] == "typical",
+        device=args["device"],
+    )
+    cfg = EstimatorConfig(name=args["name"], epsilon=args["epsilon"], cluster_backend=args["backend"])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if args["device"] == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    res = compute_advantages(b, cfg, diagnostics=False)
+    if args["device"] == "cuda":
+        torch.cuda.synchronize()
+        peak_mb = (torch.cuda.max_memory_allocated() - before) / 2**20
+    else:
+        peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024  # ru_maxrss is in KiB
+    times = []
+    for _ in range(args["repeats"]):
+        t = time.perf_counter()
+        compute_advantages(b, cfg, diagnostics=False)
+        if args["device"] == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    diag = compute_advantages(b, cfg, diagnostics=True)
+    t_diag = time.perf_counter() - t
+    out = {
+        "rows": len(b), "ms": 1000 * statistics.median(times), "ms_diag": 1000 * t_diag, "peak_mb": peak_mb,
+        "singleton_rate_cluster": diag.metrics.get("group/singleton_rate_cluster"),
+        "singleton_rate_anchor": diag.metrics.get("group/singleton_rate_anchor"),
+    }
+    if args["reference"]:
+        t = time.perf_counter()
+        adv, _, _ = reference_advantages(b.to("cpu"), cfg)
+        out["ref_ms"] = 1000 * (time.perf_counter() - t)
+        out["max_abs_diff"] = float((res.advantages.cpu().double() - torch.tensor(adv)).abs().max())
+    queue.put(out)
+
+
+def run_cell(**kw) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_cell, args=(kw, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}, "
+            f"load average {load:.2f} at start")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench_estimators", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one small batch (hidden 256, up to 10 steps), no file written")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--hidden", default="3584,1536", help="comma-separated hidden sizes")
+    ap.add_argument("--profiles", default="typical,worst")
+    ap.add_argument("--no-reference", action="store_true", help="skip the plain-loop references (slow at paper scale)")
+    ap.add_argument("--out", default=str(RESULTS / "estimators.md"))
+    args = ap.parse_args(argv)
+
+    names = ["grpo", "rloo", "gigpo", "hgpo", "bigpo", "bipace_v", "bipace_q"]
+    cells = []
+    hiddens = [256] if args.quick else [int(x) for x in args.hidden.split(",")]
+    profiles = ["typical"] if args.quick else args.profiles.split(",")
+    for hidden in hiddens:
+        for profile in profiles:
+            steps = (10, 10) if args.quick else ((10, 50) if profile == "typical" else (50, 50))
+            for name in names:
+                backends = ["torch", "faiss"] if name in ("bigpo", "bipace_q") else ["torch"]
+                for backend in backends:
+                    # the loop reference of the clustering estimators takes minutes at 3584: run it for bipace_q only
+                    ref = not args.no_reference and (name not in ("bigpo", "bipace_v") and backend == "torch")
+                    if args.device == "cuda" and backend == "faiss":
+                        continue
+                    kw = dict(name=name, backend=backend, hidden=hidden, profile=profile, min_steps=steps[0],
+                              max_steps=steps[1], epsilon=0.10 if hidden >= 3000 else 0.05, noise=0.25,
+                              repeats=1 if args.quick else args.repeats, threads=args.threads, device=args.device,
+                              reference=ref)
+                    r = run_cell(**kw)
+                    cells.append({**kw, **r})
+                    print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in cells[-1].items()}), flush=True)
+
+    head = ("| D | lengths | N | estimator | backend | ms / batch | ms +diag | peak MB | loop ms | speed-up | "
+            "max abs diff | singletons (anchor / cluster) |")
+    lines = [f"Machine: {machine()}.", "", "Command: `python -m experiments.bench_estimators" + (" --quick" if args.quick else "") + "`", "", head,
+             "|" + "---|" * (head.count("|") - 1)]
+    for c in cells:
+        ref = f"{c['ref_ms']:.0f}" if "ref_ms" in c else "–"
+        ratio = f"{c['ref_ms'] / c['ms']:.0f}x" if "ref_ms" in c else "–"
+        diff = f"{c['max_abs_diff']:.1e}" if "max_abs_diff" in c else "–"
+        sc = c["singleton_rate_cluster"]
+        lines.append(
+            f"| {c['hidden']} | {c['profile']} | {c['rows']} | {c['name']} | {c['backend']} | {c['ms']:.1f} | "
+            f"{c['ms_diag']:.1f} | {c['peak_mb']:.1f} | {ref} | {ratio} | {diff} | "
+            f"{c['singleton_rate_anchor']:.3f} / {'–' if sc is None else f'{sc:.3f}'} |"
+        )
+    table = "\n".join(lines)
+    print(table)
+    if not args.quick:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("# Estimator benchmark\n\n" + (__doc__ or "") + "\n" + table + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The report command on a fixture of run folders: every file written, numbers equal to hand values."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.runs import find_runs, read_jsonl
+from experiments.report import main as report_main
+
+# final eval success per (method, seed) on two splits; curves reach 0.5 at known iterations
+FINAL = {
+    "gigpo": {0: (0.4, 0.2), 1: (0.6, 0.4), 2: (0.5, 0.3)},
+    "bipace_q": {0: (0.8, 0.5), 1: (0.6, 0.5), 2: (0.7, 0.5)},
+}
+
+
+def write_run(root: Path, method: str, seed: int, final: tuple[float, float]) -> None:
+    d = root / "textcraft" / "tiny" / method / f"seed_{seed}"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"env": "textcraft", "model": "tiny", "method": method, "seed": seed}))
+    with open(d / "metrics.jsonl", "w") as f:
+        for it in range(10):
+            f.write(json.dumps({
+                "iteration": it, "rollout/success_rate": final[0] * it / 9,
+                "group/singleton_rate_anchor": 0.5, "group/singleton_rate_cluster": 0.2,
+                "group/cluster_size_mean": 3.0, "group/pace_frac_pace": 0.8, "group/pace_frac_fallback": 0.15,
+                "group/pace_frac_singleton": 0.05,
+            }) + "\n")
+        f.write('{"iteration": 10, "rollout/succ')  # a torn last line from a killed run is skipped
+    with open(d / "eval.jsonl", "w") as f:
+        for it, frac in ((0, 0.0), (5, 0.5), (9, 1.0)):
+            f.write(json.dumps({
+                "iteration": it,
+                "eval/textcraft/depth2/success_rate": final[0] * frac,
+                "eval/textcraft/depth3/success_rate": final[1] * frac,
+                "eval/textcraft/depth2/family/depth2/success_rate": final[0] * frac,
+            }) + "\n")
+
+
+@pytest.fixture
+def runs_root(tmp_path):
+    root = tmp_path / "runs"
+    for method, seeds in FINAL.items():
+        for seed, final in seeds.items():
+            write_run(root, method, seed, final)
+    return root
+
+
+def test_find_runs(runs_root):
+    runs = find_runs(runs_root)
+    assert [(r.method, r.seed) for r in runs] == [("bipace_q", s) for s in range(3)] + [("gigpo", s) for s in range(3)]
+    assert len(runs[0].metrics) == 10  # torn line dropped
+
+
+def test_report_files_and_numbers(runs_root, tmp_path):
+    out = tmp_path / "study"
+    assert report_main(["--runs", str(runs_root), "--out", str(out), "--thresholds", "0.3"]) == 0
+    names = {p.name for p in out.iterdir()}
+    for expected in ("summary.md", "tables.md", "curves_textcraft_tiny_train.png", "curves_textcraft_tiny_depth2.png",
+                     "curves_textcraft_tiny_depth3.png", "diagnostics_textcraft_tiny.png"):
+        assert expected in names, expected
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 5000
+    summary = (out / "summary.md").read_text()
+    # depth2 final: bipace_q mean 0.7 std 0.1 (best, bold); gigpo mean 0.5 std 0.1
+    assert "**70.0 ± 10.0**" in summary and "| gigpo | 3 | 50.0 ± 10.0 |" in summary
+    # depth3: bipace_q 0.5 ± 0; gigpo 0.3 ± 0.1
+    assert "**50.0 ± 0.0**" in summary and "30.0 ± 10.0" in summary
+    # P(bipace_q > gigpo): depth2 pairs (0.8,0.6,0.7) vs (0.4,0.6,0.5): 3 + 2.5 + 3 = 8.5 of 9; depth3: 1
+    assert f"{(8.5 / 9 + 1) / 2:.2f} [" in summary
+    # IQM of bipace_q over {0.8, 0.6, 0.7, 0.5, 0.5, 0.5}:
+    # sorted: .5 .5 .5 .6 .7 .8 ; [1.5, 4.5): weights .5,1,1,.5 on .5,.5,.6,.7 -> (0.25+0.5+0.6+0.35)/3
+    assert f"{100 * (0.25 + 0.5 + 0.6 + 0.35) / 3:.1f} [" in summary
+    # sample efficiency on depth2 (seed means at iterations 0, 5, 9): bipace 0.35 at 5 -> reaches 0.3 at 5;
+    # gigpo 0.25 at 5, 0.5 at 9 -> 9; speed-up 9 / 5
+    assert "| bipace_q | 5 (1.80×) |" in summary
+    assert "| gigpo | 9 |" in summary
+    # diagnostics table uses the logged values
+    assert "| 0.500 | 0.200 | 3.000 | 0.800 |" in summary
+
+
+def test_report_errors(tmp_path, capsys):
+    assert report_main(["--runs", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "no run folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert report_main(["--runs", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_read_jsonl_rejects_corruption_in_the_middle(tmp_path):
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"iteration": 0}\n{broken\n{"iteration": 2}\n')
+    with pytest.raises(ValueError, match="m.jsonl:2"):
+        read_jsonl(p)

@@ -1,0 +1,60 @@
+"""Statistics against hand-computed values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.stats import (
+    curve_band,
+    interp_curves,
+    iqm,
+    poi_ci,
+    probability_of_improvement,
+    steps_to_threshold,
+    stratified_bootstrap_ci,
+)
+
+
+def test_iqm_by_hand():
+    assert iqm(np.array([0, 1, 2, 3, 4, 5, 6, 7])) == pytest.approx(3.5)  # mean of 2..5
+    assert iqm(np.array([[1.0, 100.0], [2.0, 3.0]])) == pytest.approx(2.5)  # middle two of {1, 2, 3, 100}
+    # 5 values: middle 50% = [1.25, 3.75) -> weights .75, 1, .75 on 1, 2, 3 (sorted 0,1,2,3,4)
+    assert iqm(np.arange(5.0)) == pytest.approx((0.75 * 1 + 2 + 0.75 * 3) / 2.5)
+    with pytest.raises(ValueError):
+        iqm(np.array([]))
+
+
+def test_probability_of_improvement_by_hand():
+    x = np.array([[1.0], [3.0]])
+    y = np.array([[2.0], [2.0], [3.0]])
+    # pairs: 1>2 no, 1>2 no, 1>3 no, 3>2 yes, 3>2 yes, 3=3 half -> 2.5 / 6
+    assert probability_of_improvement(x, y) == pytest.approx(2.5 / 6)
+    assert probability_of_improvement(y, x) == pytest.approx(1 - 2.5 / 6)
+    # two tasks: the mean of per-task probabilities
+    x2 = np.array([[1.0, 0.0]])
+    y2 = np.array([[0.0, 1.0]])
+    assert probability_of_improvement(x2, y2) == pytest.approx(0.5)
+    p, lo, hi = poi_ci(np.ones((3, 2)), np.zeros((3, 2)))
+    assert p == lo == hi == 1.0
+
+
+def test_bootstrap_ci_contains_point_and_shrinks():
+    rng = np.random.default_rng(0)
+    small = rng.normal(size=(5, 2))
+    big = rng.normal(size=(200, 2))
+    p1, l1, h1 = stratified_bootstrap_ci(small, lambda m: float(m.mean()))
+    p2, l2, h2 = stratified_bootstrap_ci(big, lambda m: float(m.mean()))
+    assert l1 <= p1 <= h1 and l2 <= p2 <= h2
+    assert h2 - l2 < h1 - l1
+    const = np.full((4, 3), 0.7)
+    assert stratified_bootstrap_ci(const, iqm) == pytest.approx((0.7, 0.7, 0.7))
+
+
+def test_curves_and_thresholds():
+    assert steps_to_threshold([0, 5, 10], [0.1, 0.5, 0.9], 0.5) == 5
+    assert steps_to_threshold([0, 5], [0.1, 0.2], 0.5) is None
+    its, mat = interp_curves([([0, 5, 10], [0.0, 0.5, 1.0]), ([0, 5], [0.2, 0.3])])
+    assert its.tolist() == [0, 5] and mat.tolist() == [[0.0, 0.5], [0.2, 0.3]]
+    mean, lo, hi = curve_band(mat)
+    assert mean.tolist() == pytest.approx([0.1, 0.4])
+    assert (lo <= mean + 1e-12).all() and (hi >= mean - 1e-12).all()
