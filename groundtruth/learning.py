@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from .bench import HIDDEN_ESTIMATORS, Scenario, calibrated_logits, estimate, make_mdp
+from .bench import HIDDEN_ESTIMATORS, Scenario, calibrated_logits, estimate, make_mdp, map_tasks
 from .embed import ProxyConfig, ProxyEmbedder
 from .mdp import TabularMDP
 from .policy import evaluate_policy, score_gradient, softmax, start_distribution, success_probability
 from .sampling import render_observations, sample_rollout, to_step_batch
 
-__all__ = ["LearnConfig", "train_one", "run_learning"]
+__all__ = ["LearnConfig", "train_one", "learn_seed", "run_learning"]
 
 
 @dataclass
@@ -123,26 +123,36 @@ def train_one(mdp: TabularMDP, method: str, theta0: np.ndarray, cfg: LearnConfig
     return np.array(curve)
 
 
-def run_learning(cfg: LearnConfig, log=print) -> dict:
+def learn_seed(cfg: LearnConfig, family: str, fi: int, seed: int) -> dict:
+    """Every method of ``cfg.methods`` trained from the same start on one (family, seed)."""
+    t0 = time.perf_counter()
+    kwargs = (cfg.family_kwargs or {}).get(family, {})
+    mdp = make_mdp(family, cfg.scenario, cfg.horizon, **kwargs)
+    theta0, s0 = calibrated_logits(mdp, cfg.start_success, cfg.policy_noise, np.random.default_rng([seed, fi, 5]))
+    proxy = ProxyEmbedder(mdp.features, ProxyConfig(obs_noise=cfg.proxy_noise, spread=cfg.proxy_spread, seed=seed))
+    curves = {m: train_one(mdp, m, theta0, cfg, seed, proxy) for m in cfg.methods}
+    return {"curves": curves, "start": s0, "seconds": time.perf_counter() - t0}
+
+
+def _learn_task(args):
+    cfg, family, fi, seed = args
+    return learn_seed(cfg, family, fi, seed)
+
+
+def run_learning(cfg: LearnConfig, log=print, workers: int = 1) -> dict:
     """Train every method on every family for every seed; returns curves and metadata.
 
     Result: {"iterations": (E,), "curves": {family: {method: (seeds, E)}}, "start": {family: [success]}}.
+    Seeds run in ``workers`` processes (results do not depend on it).
     """
-    curves: dict = {}
-    start: dict = {}
-    for fi, family in enumerate(cfg.families):
-        kwargs = (cfg.family_kwargs or {}).get(family, {})
-        mdp = make_mdp(family, cfg.scenario, cfg.horizon, **kwargs)
-        curves[family] = {m: [] for m in cfg.methods}
-        start[family] = []
-        for seed in range(cfg.seeds):
-            t0 = time.perf_counter()
-            theta0, s0 = calibrated_logits(mdp, cfg.start_success, cfg.policy_noise, np.random.default_rng([seed, fi, 5]))
-            start[family].append(s0)
-            proxy = ProxyEmbedder(mdp.features, ProxyConfig(obs_noise=cfg.proxy_noise, spread=cfg.proxy_spread, seed=seed))
-            for m in cfg.methods:
-                curves[family][m].append(train_one(mdp, m, theta0, cfg, seed, proxy))
-            finals = " ".join(f"{m}={curves[family][m][-1][-1]:.2f}" for m in cfg.methods)
-            log(f"[learn] {family} seed {seed} ({time.perf_counter() - t0:.1f}s): start {s0:.2f} -> {finals}")
-        curves[family] = {m: np.stack(v) for m, v in curves[family].items()}
-    return {"iterations": cfg.eval_iterations(), "curves": curves, "start": start}
+    tasks = [(cfg, family, fi, seed) for fi, family in enumerate(cfg.families) for seed in range(cfg.seeds)]
+    curves: dict = {f: {m: [] for m in cfg.methods} for f in cfg.families}
+    start: dict = {f: [] for f in cfg.families}
+    for (_, family, _, seed), res in zip(tasks, map_tasks(_learn_task, tasks, workers)):
+        start[family].append(res["start"])
+        for m in cfg.methods:
+            curves[family][m].append(res["curves"][m])
+        finals = " ".join(f"{m}={res['curves'][m][-1]:.2f}" for m in cfg.methods)
+        log(f"[learn] {family} seed {seed} ({res['seconds']:.1f}s): start {res['start']:.2f} -> {finals}")
+    return {"iterations": cfg.eval_iterations(),
+            "curves": {f: {m: np.stack(v) for m, v in c.items()} for f, c in curves.items()}, "start": start}

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.stats import iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci
+
 from .metrics import METRIC_NAMES, mean_ci
-from .stats import iqm, iterations_to_threshold, poi_ci, probability_of_improvement, stratified_bootstrap_ci
 
 __all__ = ["summarise_bench", "summarise_learning", "write_report"]
 
@@ -77,8 +78,7 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
         row = {"method": m}
         for kind in ("auc", "final"):
             x = scores[kind][m]
-            lo, hi = stratified_bootstrap_ci(x, iqm, reps=reps, seed=1)
-            row[f"iqm_{kind}"], row[f"iqm_{kind}_lo"], row[f"iqm_{kind}_hi"] = iqm(x), lo, hi
+            row[f"iqm_{kind}"], row[f"iqm_{kind}_lo"], row[f"iqm_{kind}_hi"] = stratified_bootstrap_ci(x, iqm, reps=reps, seed=1)
             row[f"mean_{kind}"] = float(x.mean())
         agg.append(row)
     poi = []
@@ -88,14 +88,14 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
             if b == a:
                 continue
             x, y = scores["auc"][a], scores["auc"][b]
-            lo, hi = poi_ci(x, y, reps=reps, seed=2)
-            poi.append({"x": a, "y": b, "score": "auc", "poi": probability_of_improvement(x, y), "lo": lo, "hi": hi})
+            point, lo, hi = poi_ci(x, y, reps=reps, seed=2)
+            poi.append({"x": a, "y": b, "score": "auc", "poi": point, "lo": lo, "hi": hi})
     thr = []
     for f in fams:
         for m in methods:
             c = learn["curves"][f][m]
             for t in thresholds:
-                hits = np.array([iterations_to_threshold(run, t, its) for run in c])
+                hits = np.array([np.inf if (k := steps_to_threshold(its, run, t)) is None else k for run in c], dtype=float)
                 reached = np.isfinite(hits)
                 thr.append({"family": f, "method": m, "threshold": t, "reached": float(reached.mean()),
                             "median_iterations": float(np.median(hits)) if reached.mean() >= 0.5 else math.inf,

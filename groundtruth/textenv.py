@@ -46,6 +46,7 @@ class FiniteMDPEnv(TextEnv):
         self._s = 0
         self._task = 0
         self._rng = random.Random(0)
+        self._last_obs_text = ""
 
     # ------------------------------------------------------------------ contract helpers
     def num_tasks(self, split: str = "train") -> int:
@@ -92,18 +93,17 @@ class FiniteMDPEnv(TextEnv):
     def _step(self, action: str):
         mdp = self.mdp
         a = self._action_index.get(action.lower())
-        if a is None:
-            event, ns, r, done, noop = mdp.events.index(("malformed",)) if ("malformed",) in mdp.events else None, self._s, 0.0, False, True
-            if event is None:  # pragma: no cover - build_mdp always adds the malformed event
-                raise RuntimeError("this MDP has no malformed event")
+        if a is None:  # not an action of this world: state unchanged, the "not understood" message
+            event, ns, r, done, noop = mdp.events.index(("malformed",)), self._s, 0.0, False, True
         else:
             outs = mdp.outcomes(self._s, a)
-            u = self.np_random.random()
-            acc = 0.0
-            for p, ns, r, done, event in outs:
-                acc += p
+            u, acc, pick = self.np_random.random(), 0.0, outs[-1]
+            for out in outs:
+                acc += out[0]
                 if u < acc:
+                    pick = out
                     break
+            _, ns, r, done, event = pick
             noop = not bool(mdp.admissible[self._s, a])
         self._s = int(ns)
         obs = mdp.family.render(mdp.events[event], mdp.states[self._s], self._t + 1, self._rng)
