@@ -117,7 +117,7 @@ class LMEmbedder:
         import torch
 
         self.torch = torch
-        n_layers = len(model.model.layers)
+        n_layers = int(model.config.num_hidden_layers)  # the config keeps the full count after truncation
         index = layer if layer >= 0 else n_layers + 1 + layer  # entry of hidden_states (0 = embeddings)
         if not 1 <= index <= n_layers:
             raise ValueError(f"layer={layer} is outside the model's hidden states (1..{n_layers} or -{n_layers}..-1)")

@@ -241,7 +241,10 @@ class CraftFamily:
             sp.say(("Could not find enough items to craft {x}.", "Missing ingredients for {x}.",
                     "You lack what {x} needs.", "Crafting {x} failed: not enough items."), x=self._junk_name(event[1]))
         elif kind == "inventory":
-            show_all = True  # the inventory command reveals everything whatever the aliasing
+            show_all = True
+        elif kind == "won":  # the final observation (seen by a TextEnv user, never by an estimator row)
+            sp.say(("Crafted 1 {x}. Task complete.", "You made the {x}. Done.", "Goal reached: {x}.",
+                    "The {x} is ready. Task complete."), x=self.goal)  # the inventory command reveals everything whatever the aliasing
         elif kind == "malformed":
             sp.say(("Could not understand that command.", "Invalid command.", "That is not a command.",
                     "Nothing happens."))
@@ -496,6 +499,9 @@ class RoomsFamily:
                         "You stand by the {x}."), x=self.locs[agent])
         elif kind in ("nothing", "malformed"):
             sp.say(("Nothing happens.", "That did not work.", "Nothing changes.", "Your action has no effect."))
+        elif kind == "won":  # the final observation (seen by a TextEnv user, never by an estimator row)
+            sp.say(("You put the {o} in place. Task complete.", "Done: the task is solved.", "You won.",
+                    "The task is complete."), o=obj)
         else:  # pragma: no cover - events are produced by transition()
             raise ValueError(f"unknown rooms event {event!r}")
         h = self.hidden_facts
