@@ -44,9 +44,9 @@ def _floats(text: str) -> tuple[float, ...]:
 
 def build_configs(args) -> tuple[BenchConfig, LearnConfig, int]:
     if args.quick:
-        bench = BenchConfig(seeds=3, horizon=20, scenarios=(DEFAULT_SCENARIOS[0], DEFAULT_SCENARIOS[2]),
+        bench = BenchConfig(seeds=3, horizon=20, scenarios=(DEFAULT_SCENARIOS[0], DEFAULT_SCENARIOS[-1]),
                             epsilons=(0.0, 0.02, 0.05, 0.1), proxy_noise=(0.2,), lm=args.lm, lm_seeds=2)
-        learn = LearnConfig(seeds=2, iterations=6, horizon=20, eval_every=2)
+        learn = LearnConfig(seeds=2, iterations=6, horizon=20, eval_every=2, scenarios=(DEFAULT_SCENARIOS[-1],))
         reps = 200
     else:
         bench = BenchConfig(lm=args.lm)
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                    "or results/estimator-bench-quick with --quick)")
     p.add_argument("--seeds", type=int, default=None, help="seeds of the advantage-quality part (default 20)")
     p.add_argument("--learn-seeds", type=int, default=None, help="seeds of the learning comparison (default 20)")
-    p.add_argument("--iterations", type=int, default=None, help="training iterations (default 60)")
+    p.add_argument("--iterations", type=int, default=None, help="training iterations (default 30)")
     p.add_argument("--families", default=None, help="comma-separated MDP families (default craft,rooms)")
     p.add_argument("--horizon", type=int, default=None, help="max steps per episode (default 50)")
     p.add_argument("--epsilons", type=_floats, default=None, help="ε grid, e.g. 0,0.02,0.05,0.1")
