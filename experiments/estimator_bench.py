@@ -89,6 +89,10 @@ def machine() -> str:
             f"{platform.python_version()}")
 
 
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.estimator_bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     command = "python -m experiments.estimator_bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     t0 = time.perf_counter()
-    bench = None if args.skip_bench else run_bench(bench_cfg, workers=args.workers)
+    bench = None if args.skip_bench else run_bench(bench_cfg, log=_log, workers=args.workers)
     t1 = time.perf_counter()
-    learn = None if args.skip_learning else run_learning(learn_cfg, workers=args.workers)
+    learn = None if args.skip_learning else run_learning(learn_cfg, log=_log, workers=args.workers)
     t2 = time.perf_counter()
     write_report(out, bench, learn, None if args.skip_bench else bench_cfg, None if args.skip_learning else learn_cfg,
                  command=command.strip(), machine=machine() + f"; bench {t1 - t0:.0f} s, learning {t2 - t1:.0f} s", reps=reps)

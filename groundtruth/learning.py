@@ -27,7 +27,10 @@ from .mdp import TabularMDP
 from .policy import evaluate_policy, score_gradient, softmax, start_distribution, success_probability
 from .sampling import render_observations, sample_rollout, to_step_batch
 
-__all__ = ["LearnConfig", "train_one", "learn_seed", "run_learning"]
+__all__ = ["LearnConfig", "train_one", "learn_seed", "run_learning", "TEXT_FREE"]
+
+#: methods that read neither the anchor observation nor hidden states: their batches skip rendering
+TEXT_FREE = ("grpo", "rloo", "oracle")
 
 
 @dataclass
@@ -113,7 +116,11 @@ def train_one(mdp: TabularMDP, method: str, theta0: np.ndarray, cfg: LearnConfig
             break
         tasks = task_rng.choice(mdp.num_tasks, size=min(cfg.groups, mdp.num_tasks), replace=False)
         ro = sample_rollout(mdp, pi, tasks, cfg.group_size, rng)
-        obs = render_observations(mdp, ro, rng)
+        if method in TEXT_FREE:  # these read no observation; rendering is the costliest step of an iteration
+            rng.integers(2**63)  # keep the random stream aligned with the methods that render
+            obs = [""] * len(ro)
+        else:
+            obs = render_observations(mdp, ro, rng)
         hidden = proxy.embed(ro.state, obs) if (proxy is not None and method in HIDDEN_ESTIMATORS) else None
         batch = to_step_batch(mdp, ro, obs, hidden)
         true_adv = evaluate_policy(mdp, pi).A[ro.step, ro.state, ro.action] if method == "oracle" else None

@@ -112,10 +112,18 @@ def render_observations(mdp: TabularMDP, ro: Rollout, rng: np.random.Generator) 
     """
     fam = mdp.family
     r = random.Random(int(rng.integers(2**63)))
-    return [
-        fam.render(mdp.events[e], mdp.states[s], int(t), r)
-        for e, s, t in zip(ro.obs_event.tolist(), ro.state.tolist(), ro.step.tolist())
-    ]
+    rows = zip(ro.obs_event.tolist(), ro.state.tolist(), ro.step.tolist())
+    if not fam.surface.deterministic:
+        return [fam.render(mdp.events[e], mdp.states[s], t, r) for e, s, t in rows]
+    # no variation: the string depends on (event, state) only, so render each pair once
+    cache = fam.__dict__.setdefault("_render_cache", {})
+    out = []
+    for e, s, t in rows:
+        text = cache.get((e, s))
+        if text is None:
+            text = cache[(e, s)] = fam.render(mdp.events[e], mdp.states[s], t, r)
+        out.append(text)
+    return out
 
 
 def response_texts(mdp: TabularMDP, actions: np.ndarray) -> list[str]:

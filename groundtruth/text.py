@@ -38,6 +38,11 @@ class SurfaceConfig:
     step_counter: bool = True
     """Append a step counter ("Step 7.") in one of several wordings."""
 
+    @property
+    def deterministic(self) -> bool:
+        """True when a (event, state) pair always renders to the same string."""
+        return self.paraphrases == 1 and not self.shuffle and self.p_distractor == 0 and not self.step_counter
+
     def __post_init__(self) -> None:
         if not isinstance(self.paraphrases, int) or self.paraphrases < 1:
             raise ValueError(f"SurfaceConfig.paraphrases={self.paraphrases!r} must be an int >= 1")
