@@ -294,10 +294,11 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                     continue
                 md += [f"### {f} / {sc} ({hr[0]['rows_per_batch']:.0f} rows per batch, {hr[0]['seeds']} seeds)", ""]
                 md.append(_md_table(
-                    ["method", "Pearson", "Spearman", "sign agree", "zero step", "singleton", "pair precision",
-                     "grad cos g*", "grad cos ∇J"],
+                    ["method", "Pearson", "Spearman", "Pearson step term", "sign agree", "zero step", "singleton",
+                     "pair precision", "grad cos g*", "grad cos ∇J"],
                     [[r["method"], _fmt_ci(r["pearson"], r["pearson_lo"], r["pearson_hi"]),
                       _fmt_ci(r["spearman"], r["spearman_lo"], r["spearman_hi"]),
+                      _fmt_ci(r["pearson_step"], r["pearson_step_lo"], r["pearson_step_hi"]),
                       _fmt_ci(r["sign_agree"], r["sign_agree_lo"], r["sign_agree_hi"]),
                       _fmt(r["zero_step"], 2), _fmt(r["singleton"], 2), _fmt(r["pair_precision"], 2),
                       _fmt_ci(r["grad_cos"], r["grad_cos_lo"], r["grad_cos_hi"]),
