@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 from collections import defaultdict
@@ -113,17 +114,19 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
             "start": {f: float(np.mean(v)) for f, v in learn["start"].items()}}
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
+def _write_csv(path: Path, rows: list[dict], digits: int = 6) -> None:
+    """CSV with floats at ``digits`` significant digits; gzip-compressed when ``path`` ends in .gz."""
     if not rows:
         return
     keys = list(rows[0].keys())
     for r in rows[1:]:
         keys += [k for k in r if k not in keys]
-    with open(path, "w", newline="") as fh:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
         w.writeheader()
         for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+            w.writerow({k: (f"{v:.{digits}g}" if isinstance(v, float) else v) for k, v in r.items()})
 
 
 # ============================================================================================ plots
@@ -166,7 +169,7 @@ def _plot_eps(summary, family, metric, ylabel, path, sources, scenarios, plain_m
     handles, labels = axes[0][-1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=80, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -192,7 +195,7 @@ def _plot_learning(ls, path):
     axes[0][0].set_ylabel("success rate")
     axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
@@ -218,7 +221,7 @@ def _plot_poi(ls, path):
         ax.set_xlabel(f"P({x} > other), score = mean success over iterations", fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
@@ -252,7 +255,7 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
         summary = summarise_bench(bench["rows"])
         result["bench_summary"] = summary
         _write_csv(out / "bench_summary.csv", summary)
-        _write_csv(out / "bench_rows.csv", bench["rows"])
+        _write_csv(out / "bench_rows.csv.gz", bench["rows"], digits=4)
         geo = defaultdict(list)
         for g in bench["geometry"]:
             geo[(g["family"], g["scenario"], g["source"])].append(g)
@@ -267,11 +270,13 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
         result["geometry"] = geo_rows
         fams = list(dict.fromkeys(r["family"] for r in summary))
         scens = list(dict.fromkeys(r["scenario"] for r in summary))
+        if bench_cfg is not None:  # the configured order (plain, varied, aliased, varied+aliased)
+            scens = [sc.name for sc in bench_cfg.scenarios if sc.name in scens]
         proxy_sources = sorted({r["source"] for r in summary if r["source"].startswith("proxy") and "LM rows" not in r["source"]})
         plain = [m for m in ("grpo", "rloo", "gigpo", "hgpo", "oracle", "gigpo|state", "bipace_q|state")]
         for f in fams:
             for metric, label in (("pearson", "Pearson(Â, A)"), ("grad_cos", "cos(ĝ, g*)"), ("singleton", "singleton rate"),
-                                  ("sign_agree", "sign agreement"), ("pair_precision", "pair precision")):
+                                  ("pair_precision", "pair precision")):
                 _plot_eps(summary, f, metric, label, out / f"{metric}_vs_eps_{f}.png", proxy_sources, scens, plain)
             lm_src = sorted({r["source"] for r in summary if r["family"] == f and r["source"].startswith("LM")})
             if lm_src:
@@ -304,6 +309,27 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                       _fmt_ci(r["grad_cos"], r["grad_cos_lo"], r["grad_cos_hi"]),
                       _fmt_ci(r["grad_cos_obj"], r["grad_cos_obj_lo"], r["grad_cos_obj_hi"])] for r in hr]))
                 md.append("")
+        # the LM sub-batches: every method on the same rows, LM hidden states at a few epsilons
+        lm_sources = sorted({r["source"] for r in summary if r["source"].startswith("LM")})
+        for f in fams:
+            for src in lm_sources:
+                lr = [r for r in summary if r["family"] == f and (r["source"] in ("text (LM rows)", "truth (LM rows)")
+                      or (r["source"] == src and r["epsilon"] != "" and r["epsilon"] in (0.02, 0.05, 0.1))
+                      or (r["source"] == headline_source + " (LM rows)" and r["epsilon"] == headline_eps))]
+                if not lr:
+                    continue
+                lr.sort(key=lambda r: (0 if r["source"].startswith(("truth", "text")) else 1 if r["source"].startswith("proxy") else 2,
+                                       _key_order(r["method"]), _eps_key(r["epsilon"] if r["epsilon"] != "" else None)))
+                md += [f"### {f} / {lr[0]['scenario']}: {src} hidden states ({lr[0]['rows_per_batch']:.0f} rows per "
+                       f"sub-batch, {lr[0]['seeds']} seeds; every method recomputed on these rows)", ""]
+                md.append(_md_table(
+                    ["method", "source", "ε", "Pearson", "Pearson step term", "singleton", "pair precision", "grad cos g*"],
+                    [[r["method"], r["source"].replace(" (LM rows)", ""), _fmt(r["epsilon"], 2) if r["epsilon"] != "" else "–",
+                      _fmt_ci(r["pearson"], r["pearson_lo"], r["pearson_hi"]),
+                      _fmt_ci(r["pearson_step"], r["pearson_step_lo"], r["pearson_step_hi"]),
+                      _fmt(r["singleton"], 2), _fmt(r["pair_precision"], 2),
+                      _fmt_ci(r["grad_cos"], r["grad_cos_lo"], r["grad_cos_hi"])] for r in lr]))
+                md.append("")
         # best epsilon per hidden estimator and source
         md += ["### Best ε per estimator (by mean Pearson), main proxy and LM sources", ""]
         best_rows = []
@@ -327,9 +353,9 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
             [[g["family"], g["scenario"], g["source"], _fmt(g["same_state_median"]), _fmt(g["diff_state_median"])]
              + [_fmt(g[k], 2) for k in eps_cols] + [_fmt(g["same_le_" + k[8:]], 2) for k in eps_cols] for g in geo_rows]))
         md += ["", "Plots: `pearson_vs_eps_<family>.png`, `grad_cos_vs_eps_<family>.png`, `singleton_vs_eps_<family>.png`, "
-               "`sign_agree_vs_eps_<family>.png`, `pair_precision_vs_eps_<family>.png`"
+               "`pair_precision_vs_eps_<family>.png`"
                + (", `lm_*_vs_eps_<family>.png` (LM source)" if any(r["source"].startswith("LM") for r in summary) else "")
-               + ". Tables: `bench_summary.csv` (all settings), `bench_rows.csv` (per seed), `geometry.csv`.", ""]
+               + ". Tables: `bench_summary.csv` (all settings), `bench_rows.csv.gz` (per seed), `geometry.csv`.", ""]
         meta = bench.get("meta", {})
         md += ["Fixed policies: exact success of the calibrated policy per family (mean over seeds): "
                + ", ".join(f"{f} {np.mean(v['successes']):.2f} ({v['states']} states, {v['actions']} actions, {v['tasks']} tasks)"

@@ -15,7 +15,7 @@ def test_estimator_bench_quick_writes_the_report(tmp_path):
            "--learn-seeds", "2", "--iterations", "2", "--horizon", "8", "--epsilons", "0,0.05"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("summary.md", "bench_summary.csv", "bench_rows.csv", "geometry.csv", "learning_aggregate.csv",
+    for name in ("summary.md", "bench_summary.csv", "bench_rows.csv.gz", "geometry.csv", "learning_aggregate.csv",
                  "learning_poi.csv", "learning_thresholds.csv", "learning_curves.png", "pearson_vs_eps_craft.png",
                  "grad_cos_vs_eps_rooms.png", "config.json"):
         assert (out / name).exists(), name
