@@ -393,14 +393,16 @@ def _bench_task(args):
 
 
 def map_tasks(fn, tasks: list, workers: int):
-    """``[fn(t) for t in tasks]``, in worker processes when ``workers > 1`` (results in task order)."""
+    """``fn(t)`` for every task, in order, yielded as they finish (in worker processes when ``workers > 1``)."""
     if workers <= 1 or len(tasks) <= 1:
-        return [fn(t) for t in tasks]
+        for t in tasks:
+            yield fn(t)
+        return
     import multiprocessing as mp
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     with ctx.Pool(workers, initializer=_single_thread) as pool:
-        return pool.map(fn, tasks, chunksize=1)
+        yield from pool.imap(fn, tasks, chunksize=1)
 
 
 def _single_thread() -> None:

@@ -51,4 +51,4 @@ def test_learn_seed_is_deterministic_and_methods_share_the_start():
 
 
 def test_map_tasks_keeps_order_in_worker_processes():
-    assert map_tasks(abs, [-3, 1, -2], workers=2) == [3, 1, 2]
+    assert list(map_tasks(abs, [-3, 1, -2], workers=2)) == [3, 1, 2]
