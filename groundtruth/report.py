@@ -101,6 +101,19 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
                 thr.append({"family": f, "method": m, "threshold": t, "reached": float(reached.mean()),
                             "median_iterations": float(np.median(hits)) if reached.mean() >= 0.5 else math.inf,
                             "mean_iterations_if_reached": float(hits[reached].mean()) if reached.any() else math.inf})
+    per_task = []
+    for j, f in enumerate(fams):
+        row = {"task": f}
+        for m in methods:
+            mu, lo, hi, _ = mean_ci(scores["auc"][m][:, j])
+            row[m], row[m + "_lo"], row[m + "_hi"] = mu, lo, hi
+        for a, b in (("bipace_q", "gigpo"), ("bipace_q", "bigpo"), ("bipace_q", "grpo")):
+            if a in methods and b in methods:
+                row[f"poi_{a}_vs_{b}"], row[f"poi_{a}_vs_{b}_lo"], row[f"poi_{a}_vs_{b}_hi"] = poi_ci(
+                    scores["auc"][a][:, j:j + 1], scores["auc"][b][:, j:j + 1], reps=reps, seed=3)
+        per_task.append(row)
+    runs = [{"task": f, "method": m, "seed": k, "iteration": int(it), "success": float(v)}
+            for f in fams for m in methods for k, run in enumerate(learn["curves"][f][m]) for it, v in zip(its, run)]
     curves = []
     for f in fams:
         for m in methods:
@@ -111,6 +124,7 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
                                "mean": float(col.mean()), "q25": float(np.quantile(col, 0.25)),
                                "q75": float(np.quantile(col, 0.75))})
     return {"aggregate": agg, "poi": poi, "thresholds": thr, "curves": curves, "families": fams, "methods": methods,
+            "per_task": per_task, "runs": runs,
             "start": {f: float(np.mean(v)) for f, v in learn["start"].items()}}
 
 
@@ -371,6 +385,8 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
         _write_csv(out / "learning_poi.csv", ls["poi"])
         _write_csv(out / "learning_thresholds.csv", ls["thresholds"])
         _write_csv(out / "learning_curves.csv", ls["curves"])
+        _write_csv(out / "learning_per_task.csv", ls["per_task"])
+        _write_csv(out / "learning_runs.csv.gz", ls["runs"], digits=4)
         _plot_learning(ls, out / "learning_curves.png")
         _plot_poi(ls, out / "learning_poi.png")
         n_seeds = next(iter(next(iter(learn["curves"].values())).values())).shape[0]
@@ -384,7 +400,14 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                               _fmt_ci(r["iqm_final"], r["iqm_final_lo"], r["iqm_final_hi"], 3),
                               _fmt(r["mean_auc"]), _fmt(r["mean_final"])]
                              for r in sorted(ls["aggregate"], key=lambda r: _key_order(r["method"]))]))
-        md += ["", "Probability of improvement (score = auc; > 0.5 favours the first method):", ""]
+        md += ["", "Per task (family/scenario): mean auc over seeds [95% t-interval], and P(bipace_q > X) on auc [95% CI]:", ""]
+        pt_methods = [m for m in sorted(ls["methods"], key=_key_order)]
+        pois = [k for k in ("gigpo", "bigpo", "grpo") if f"poi_bipace_q_vs_{k}" in ls["per_task"][0]]
+        md.append(_md_table(["task"] + pt_methods + [f"P(bipace_q > {k})" for k in pois],
+                            [[r["task"]] + [_fmt_ci(r[m], r[m + "_lo"], r[m + "_hi"], 3) for m in pt_methods]
+                             + [f"{_fmt(r[f'poi_bipace_q_vs_{k}'], 2)} [{_fmt(r[f'poi_bipace_q_vs_{k}_lo'], 2)}, "
+                                f"{_fmt(r[f'poi_bipace_q_vs_{k}_hi'], 2)}]" for k in pois] for r in ls["per_task"]]))
+        md += ["", "Probability of improvement over all tasks (score = auc; > 0.5 favours the first method):", ""]
         md.append(_md_table(["comparison", "P(X > Y)", "95% CI"],
                             [[f"{r['x']} vs {r['y']}", _fmt(r["poi"]), f"[{_fmt(r['lo'])}, {_fmt(r['hi'])}]"] for r in ls["poi"]]))
         md += ["", "Iterations to reach a success threshold (median over seeds; ∞ when fewer than half reach it):", ""]
@@ -398,7 +421,8 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                                  f"({100 * r['reached']:.0f}% reach)")
                 thr_rows.append(cells)
         md.append(_md_table(["family", "method"] + [f"≥ {t}" for t in thresholds], thr_rows))
-        md += ["", "Plots: `learning_curves.png`, `learning_poi.png`. Tables: `learning_*.csv`.", ""]
+        md += ["", "Plots: `learning_curves.png`, `learning_poi.png`. Tables: `learning_*.csv`; every run's curve: "
+               "`learning_runs.csv.gz`.", ""]
     configs = {"bench": bench_cfg.to_dict() if bench_cfg is not None else None,
                "learning": learn_cfg.to_dict() if learn_cfg is not None else None}
     (out / "config.json").write_text(json.dumps(configs, indent=2, default=str))
