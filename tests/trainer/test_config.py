@@ -122,8 +122,8 @@ def test_run_dir_and_name():
                              "env.id=ALFWorld-v0"])
     assert str(cfg.run_dir()) == "results/runs/alfworld/Qwen2.5-1.5B-Instruct/bipace_q/seed_2"
     assert cfg.run_name == "bipace_q__seed2"
-    cfg2 = load_config(None, ["model.path=tiny:qwen2-4l", "output_dir=/tmp/x"])
-    assert cfg2.model.short_name == "tiny-qwen2-4l" and str(cfg2.run_dir()) == "/tmp/x"
+    cfg2 = load_config(None, ["model.path=tiny:layers=4", "output_dir=/tmp/x"])  # spec: trainer/models.py
+    assert cfg2.model.short_name == "tiny-layers-4" and str(cfg2.run_dir()) == "/tmp/x"
 
 
 def test_check_paths_is_separate_from_loading(tmp_path):
