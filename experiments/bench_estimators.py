@@ -6,13 +6,15 @@
 Paper-scale batch: 16 prompt groups x 8 trajectories x up to 50 steps, hidden sizes 3584 (Qwen2.5-7B)
 and 1536 (Qwen2.5-1.5B). Two length profiles: ``typical`` (trajectory lengths uniform in [10, 50]) and
 ``worst`` (every trajectory runs all 50 steps: N = 6400 rows, 400 rows per prompt group). Each cell runs
-in a fresh subprocess: peak memory = the rise of the process's maximum resident set while the
-estimator runs once; time = median of repeated runs after a warm-up. The plain-loop references
+in a fresh subprocess: peak memory = the rise of the process's peak resident set (VmHWM, reset just before)
+over its resident set while the estimator runs once; time = median of repeated runs after a warm-up. The plain-loop references
 (``estimators.reference``) run once in the same subprocess, and the table reports the speed-up ratio.
 Estimator times exclude the batch diagnostics (``diagnostics=False``); the ``+diag`` column adds them.
 Both wall time and the process's CPU time (all its threads) are reported: on a shared machine the CPU time
 moves much less with other jobs' load, so the speed-up over the loop is the ratio of CPU times (conservative
-for the vectorised estimators, whose CPU time counts every torch thread while the loop runs on one).
+for the vectorised estimators, whose CPU time counts every torch thread while the loop runs on one). On a
+shared machine pass ``--threads 1``: with more torch threads than free cores, OpenMP's spin-waiting burns CPU
+time (measured: 2 threads under a load of 12 read 10x the CPU time of 1 thread for the same work).
 """
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import resource
 import statistics
 import sys
 import time
@@ -44,7 +45,7 @@ def _cell(args: dict, queue) -> None:
         device=args["device"],
     )
     cfg = EstimatorConfig(name=args["name"], epsilon=args["epsilon"], cluster_backend=args["backend"])
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = _reset_peak_rss()
     if args["device"] == "cuda":
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
@@ -53,7 +54,7 @@ def _cell(args: dict, queue) -> None:
         torch.cuda.synchronize()
         peak_mb = (torch.cuda.max_memory_allocated() - before) / 2**20
     else:
-        peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024  # ru_maxrss is in KiB
+        peak_mb = (_status_kib("VmHWM") - base) / 1024
     times, cpu_times = [], []
     for _ in range(args["repeats"]):
         t, c = time.perf_counter(), time.process_time()
@@ -78,6 +79,26 @@ def _cell(args: dict, queue) -> None:
         out["ref_cpu_ms"] = 1000 * (time.process_time() - c)
         out["max_abs_diff"] = float((res.advantages.cpu().double() - torch.tensor(adv)).abs().max())
     queue.put(out)
+
+
+def _status_kib(field: str) -> int:
+    """A ``/proc/self/status`` memory field (VmRSS, VmHWM) in KiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak_rss() -> int:
+    """Reset the process's peak resident set (VmHWM) to the current one and return it (KiB).
+
+    Writing 5 to ``/proc/self/clear_refs`` (Linux >= 4.0) resets VmHWM, so the peak measured afterwards is the
+    estimator's own, not the batch construction's (``ru_maxrss`` cannot be reset and hides it).
+    """
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_kib("VmRSS")
 
 
 def run_cell(**kw) -> dict:
