@@ -235,7 +235,7 @@ class GeometryReport:
                              f"eps <= {m['eps_max']:g} | | | | | | |")
                 continue
             lines.append("| " + " | ".join([
-                str(m["layer"]), m["target_name"], _pct(m["target"]), f"{m['epsilon']:.4f}", _pct(r["singleton_rate"]),
+                str(m["layer"]), m["target_name"], _pct(m["target"]), f"{m['epsilon']:.3g}", _pct(r["singleton_rate"]),
                 _pct(r["precision"]), _pct(r["recall"]),
                 f"{_pct(r['pace_frac_pace'])} / {_pct(r['pace_frac_fallback'])} / {_pct(r['pace_frac_singleton'])}",
                 _pct(anchor["precision"]), _pct(anchor["recall"]),
@@ -301,6 +301,8 @@ def geometry_report(batch: StepBatch, hidden: Mapping | None = None, cfg: Geomet
     order whatever the row order of ``batch``.
     """
     cfg = cfg or GeometryConfig()
+    if not (math.isfinite(match_tol) and match_tol > 0):
+        raise ValueError(f"geometry_report: match_tol={match_tol} must be a positive epsilon tolerance, e.g. 1e-3")
     batch.validate()
     if hidden is None:
         if batch.hidden is None:
@@ -328,7 +330,7 @@ def geometry_report(batch: StepBatch, hidden: Mapping | None = None, cfg: Geomet
             report.matches.append(match_epsilon(batch, h, target, est, eps_max=max(cfg.grid), tol=match_tol,
                                                 ctx=ctx) | {"layer": layer, "target_name": name})
     report.meta = {
-        "rows": len(batch), "groups": batch.num_groups,
+        "rows": len(batch), "groups": batch.num_groups, "match_tol": float(match_tol),
         "trajectories": int(dense_ids(batch.group_id, batch.traj_id).max()) + 1,
         "max_step": int(batch.step.max()), "hidden_size": {str(k): int(v.shape[1]) for k, v in hidden.items()},
         "valid_rate": float(batch.valid.double().mean()), "reward_sum": float(batch.reward.sum()),

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--pace-key", default="action_tag", choices=["action_tag", "first_tokens"])
     ana.add_argument("--target", action="append", default=[], metavar="NAME=RATE",
                      help="extra singleton-rate target for the epsilon match (fraction), e.g. mine=0.2")
+    ana.add_argument("--match-tol", type=float, default=1e-3,
+                     help="bisection tolerance of the epsilon match [default 0.001; a model whose last-token states "
+                          "are all close (small models: distances ~1e-3) needs 1e-5]")
     ana.add_argument("--no-plots", action="store_true")
     ap.add_argument("--out", help="output folder [default results/geometry/<env>_<model>]")
     ap.add_argument("--title", default="", help="title of the report")
@@ -349,7 +352,7 @@ def write_report(out: Path, report, meta: dict, steps, extras: dict, paper: dict
         lines.append("")
     lines.append("## Epsilon at which the hidden-state singleton rate meets a target")
     lines.append("")
-    lines.append("Bisection on epsilon (tolerance 0.001); `paper hidden` = the paper's hidden-state singleton rate, "
+    lines.append(f"Bisection on epsilon (tolerance {report.meta.get('match_tol', 1e-3):g}); `paper hidden` = the paper's hidden-state singleton rate, "
                  "`paper ratio` = this batch's anchor rate times the paper's hidden/anchor ratio.")
     lines.append("")
     lines.append(report.markdown_matches())
@@ -470,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         pre = geometry_report(steps, {next(iter(hidden)): next(iter(hidden.values()))},
                               GeometryConfig(grid=(0.0,), estimator=cfg.estimator))
         targets = paper_targets(env, pre.row("anchor")["singleton_rate"]) | extra_targets
-        report = geometry_report(steps, hidden, cfg, targets=targets)
+        report = geometry_report(steps, hidden, cfg, targets=targets, match_tol=args.match_tol)
     except ValueError as e:
         return _fail(str(e))
     meta.update(machine=_machine(), git_commit=_git_commit(), command=command,

@@ -141,6 +141,18 @@ def test_epsilon_match(report):
     assert m[(-4, "t10")]["epsilon"] == 0.0  # already 0% singletons at eps = 0
 
 
+def test_epsilon_match_tolerance():
+    batch, hidden = fixture_batch()
+    fine = geometry_report(batch, hidden, GeometryConfig(grid=GRID), targets={"t30": 0.30}, match_tol=1e-6)
+    (m,) = fine.matches
+    assert fine.meta["match_tol"] == 1e-6
+    # the smallest epsilon that merges r5, to the tolerance (plus float32 rounding of the distance)
+    assert m["epsilon"] == pytest.approx(D_V2, abs=3e-6)
+    assert "| -8 | t30 | 30.0% | 0.0324 |" in fine.markdown_matches()
+    with pytest.raises(ValueError, match="match_tol=0.0 must be a positive"):
+        geometry_report(batch, hidden, GeometryConfig(grid=GRID), targets={"t30": 0.30}, match_tol=0.0)
+
+
 def test_pair_counts_agree_with_estimators_pair_purity():
     g = torch.randint(0, 5, (200,), generator=torch.Generator().manual_seed(0))
     s = torch.randint(0, 7, (200,), generator=torch.Generator().manual_seed(1))
