@@ -412,6 +412,15 @@ def plot_geometry(report: GeometryReport, out_dir: Path, title: str = "", paper:
     anchor = report.row("anchor")
     state = next((r for r in report.rows if r["grouping"] == "state"), None)
     paths = []
+    positive = [e for e in report.meta.get("grid", ()) if e > 0] or [
+        r["epsilon"] for r in report.rows if r["grouping"] == "hidden" and r["epsilon"] > 0]
+
+    def eps_axis(ax) -> None:  # a grid over decades (small models: 1e-4 .. 0.2) reads on a symlog axis [choice]
+        ax.set_xlabel("epsilon (cosine distance)")
+        if positive and max(positive) / min(positive) >= 20:
+            ax.set_xscale("symlog", linthresh=min(positive))
+            ax.set_xlim(left=0, right=max(positive) * 1.3)
+            ax.set_xlabel("epsilon (cosine distance, symlog axis)")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, layer in enumerate(layers):
@@ -424,7 +433,7 @@ def plot_geometry(report: GeometryReport, out_dir: Path, title: str = "", paper:
     if paper:
         ax.axhline(100 * paper["anchor"], color="tab:red", ls="--", lw=0.8, alpha=0.6, label="paper: anchor (7B)")
         ax.axhline(100 * paper["hidden"], color="tab:red", ls="-.", lw=0.8, alpha=0.6, label="paper: hidden (7B)")
-    ax.set_xlabel("epsilon (cosine distance)")
+    eps_axis(ax)
     ax.set_ylabel("singleton rate (%)")
     ax.set_ylim(bottom=0)
     ax.set_title(title or "singleton rate vs epsilon")
@@ -444,7 +453,7 @@ def plot_geometry(report: GeometryReport, out_dir: Path, title: str = "", paper:
                         label=f"layer {layer}")
             if not math.isnan(anchor[col]):
                 ax.axhline(100 * anchor[col], color="k", ls="--", label="exact anchor obs")
-            ax.set_xlabel("epsilon (cosine distance)")
+            eps_axis(ax)
             ax.set_title(name + (" (same-cluster pairs that are one state)" if k == 0 else
                                  " (same-state pairs in one cluster)"), fontsize=9)
             ax.set_ylim(0, 102)

@@ -297,6 +297,12 @@ def write_report(out: Path, report, meta: dict, steps, extras: dict, paper: dict
     lines = [f"# {title}", "", f"Command: `{command}`", ""]
     lines.append(f"Machine: {meta.get('machine', '?')}; git {meta.get('git_commit') or '?'}; "
                  f"wall time {meta.get('wall_s', 0):.0f} s.")
+    cc = meta.get("collect_command")
+    if cc and cc != command:  # a reread: say how the rollouts were made and what that cost
+        t = meta.get("time_s") or {}
+        lines.append("")
+        lines.append(f"Rollouts collected by: `{cc}` (set-up {t.get('setup', 0):.0f} s, collection "
+                     f"{t.get('collect', 0):.0f} s).")
     lines.append("")
     lines.append("## Rollouts")
     lines.append("")
