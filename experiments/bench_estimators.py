@@ -163,7 +163,7 @@ def main(argv=None) -> int:
 
     head = ("| D | lengths | N | estimator | backend | ms / batch | CPU ms / batch | ms +diag | peak MB | loop ms | "
             "loop CPU ms | speed-up (CPU) | max abs diff | singletons (anchor / cluster) |")
-    lines = [f"Machine: {machine()}.", "", "Command: `python -m experiments.bench_estimators" + (" --quick" if args.quick else "") + "`", "", head,
+    lines = [f"Machine: {machine()}.", "", "Command: `python -m experiments.bench_estimators" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv)) + "`", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for c in cells:
         ref = f"{c['ref_ms']:.0f}" if "ref_ms" in c else "–"
