@@ -153,6 +153,17 @@ def encode_prompt(tokenizer, messages: list[dict[str, str]], max_prompt_tokens: 
     return ids[len(ids) - max_prompt_tokens:], True
 
 
+def _messages(builder, transcript: Transcript, config: PromptConfig | None) -> list[dict[str, str]]:
+    """The builder's message within ``config``'s bound; if the bound is below what the prompt's fixed parts need,
+    the unbounded message (the hard cut of ``encode_prompt`` then applies and is counted) [choice: a rollout
+    never dies mid-training on a length setting]."""
+    try:
+        return builder.messages(transcript, config)
+    except ValueError:
+        hist = config.history_length if config is not None else 2
+        return builder.messages(transcript, PromptConfig(history_length=hist, max_chars=10**9))
+
+
 # ====================================================================== one rollout
 @dataclass
 class RolloutTrace:
@@ -245,7 +256,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
 
         # ---- prompts (live envs; all envs in the wasteful variant)
         t0 = time.perf_counter()
-        messages = [builder.messages(e.transcript, prompt_config) for e in prompted]
+        messages = [_messages(builder, e.transcript, prompt_config) for e in prompted]
         texts = [_render(tokenizer, m) for m in messages]
         ids_all = _encode(tokenizer, texts)
         prompt_ids, cut = [], []

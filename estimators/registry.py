@@ -71,7 +71,8 @@ def compute_advantages(batch: StepBatch, cfg, diagnostics: bool = True) -> Estim
     """Advantages for every step row of ``batch`` with the estimator ``cfg.name``.
 
     Raises ``ValueError`` naming the field for: an unknown estimator, a malformed or empty batch, NaN/Inf
-    in rewards or hidden states, a hidden-state estimator without ``batch.hidden``; and ``FloatingPointError``
+    in rewards, NaN/Inf in hidden states where they are read (a hidden-state estimator, or the diagnostics),
+    a hidden-state estimator without ``batch.hidden``; and ``FloatingPointError``
     if the estimator itself produced NaN/Inf (a bug, reported with the rows).
     ``diagnostics=False`` skips the batch diagnostics (``estimators.diagnostics``), which otherwise
     cluster hidden states for every estimator; the estimator's own metrics are always returned.
@@ -84,7 +85,8 @@ def compute_advantages(batch: StepBatch, cfg, diagnostics: bool = True) -> Estim
     cfg.validate()
     spec = ESTIMATORS[cfg.name]
     need_ids = spec.uses_action_keys and cfg.pace_key == "first_tokens"
-    batch.validate(need_hidden=spec.needs_hidden, need_response_ids=need_ids)
+    batch.validate(need_hidden=spec.needs_hidden, need_response_ids=need_ids,
+                   check_hidden_values=spec.needs_hidden or diagnostics)
     result = spec.fn(batch, cfg)
     for name in ("advantages", "episode", "step"):
         t = getattr(result, name)

@@ -128,6 +128,7 @@ class TestTinyModel:
 
         from agents.engines.hf import HFEngine
         from agents.models import load_model
+        from trainer.engine import init_distributed
 
         for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29561", "RANK": "0", "WORLD_SIZE": "1",
                      "LOCAL_RANK": "0", "DS_ACCELERATOR": "cpu"}.items():
@@ -137,6 +138,7 @@ class TestTinyModel:
         actor = load_model(tiny_dir, dtype="float32").train()
         cfg = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2},
                "optimizer": {"type": "AdamW", "params": {"lr": 5e-2, "torch_adam": True}}}
+        init_distributed("cpu")  # the trainer's own set-up: reuses vLLM's process group, drops stale DeepSpeed groups
         ds, *_ = deepspeed.initialize(model=actor, model_parameters=actor.parameters(), config=cfg)
         target = hf_engine.tokenizer("<think>get logs</think><action>get 1 oak log</action>").input_ids
         x = torch.tensor([prompts[0] + target] * 2)

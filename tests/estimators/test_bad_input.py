@@ -95,6 +95,22 @@ def test_nonfinite_hidden(batch):
         compute_advantages(batch, EstimatorConfig(name="bipace_q"))
 
 
+def test_nonfinite_hidden_is_checked_where_it_is_read(batch):
+    """grpo never reads hidden states: without diagnostics a NaN there does not stop it; the diagnostics
+    (which cluster hidden states) do read them and report the row."""
+    batch.hidden[2, 0] = float("inf")
+    res = compute_advantages(batch, EstimatorConfig(name="grpo"), diagnostics=False)
+    assert torch.isfinite(res.advantages).all()
+    with pytest.raises(ValueError, match=r"hidden.*rows \[2\]"):
+        compute_advantages(batch, EstimatorConfig(name="grpo"), diagnostics=True)
+
+
+def test_hidden_values_whose_sum_overflows(batch):
+    batch.hidden[:] = 3e38
+    with pytest.raises(ValueError, match="hidden holds values up to 3e"):
+        compute_advantages(batch, EstimatorConfig(name="bigpo", epsilon=0.1))
+
+
 def test_empty_batch():
     empty = StepBatch(
         group_id=torch.zeros(0, dtype=torch.long), traj_id=torch.zeros(0, dtype=torch.long),

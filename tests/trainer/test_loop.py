@@ -146,9 +146,12 @@ def test_tied_weights_are_refreshed_under_every_name():
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_vllm_rollout_engine_follows_the_actor(tmp_path):
-    """rollout.engine=vllm: after an update (large lr, tied embeddings) the vLLM engine's greedy output equals
-    Hugging Face generation with the actor's weights, and differs from the initial model's. (Without the tied
-    alias ``lm_head.weight`` in the refresh, vLLM keeps its old LM head and this fails.)"""
+    """rollout.engine=vllm: a training iteration runs (vLLM rollout, DeepSpeed update, refresh); then, with the
+    actor's tied embedding moved far from the initial model's, a refresh makes the vLLM engine's greedy output
+    equal Hugging Face generation with the actor's weights and differ from the initial model's. (Without the tied
+    alias ``lm_head.weight`` in the refresh, vLLM keeps its old LM head and this fails.) The move is explicit
+    because one update of a random-weight model barely moves it: every episode fails, so every advantage is 0
+    and only the entropy bonus, ~0 at a near-uniform policy, has a gradient."""
     import copy
 
     from agents.engines import SamplingConfig, make_engine
@@ -162,6 +165,10 @@ def test_vllm_rollout_engine_follows_the_actor(tmp_path):
     with Trainer(cfg, RunFolder(cfg)) as t:
         t.run()
         assert t.tied_aliases  # the preset's tiny model ties its LM head to the embedding
+        emb = t.engine.lm.get_input_embeddings().weight
+        with torch.no_grad():
+            emb.add_(torch.randn(emb.shape, generator=torch.Generator().manual_seed(0)) * emb.std() * 3)
+        t.sync_weights()
         tok = t.tokenizer
         prompts = [tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
                                            tokenize=True, return_dict=False)

@@ -1,0 +1,1 @@
+"""Ground-truth advantage benchmark: finite text MDPs with known values, and estimators measured against them."""

@@ -1,0 +1,39 @@
+"""The finite MDPs behind the repo's TextEnv contract."""
+from __future__ import annotations
+
+import pytest
+
+from envs.base import INFO_KEYS
+from groundtruth.textenv import FiniteMDPEnv
+
+
+@pytest.mark.parametrize("family,kw", [("craft", dict(n_intermediates=2, n_base_per=2)), ("rooms", dict(n_locations=5))])
+def test_expert_wins_every_task(family, kw):
+    env = FiniteMDPEnv(family, surface="high", alias=0.5, max_steps=50, **kw)
+    for k in range(env.num_tasks("train")):
+        obs, info = env.reset(seed=k, options={"split": "train", "task_index": k})
+        assert set(INFO_KEYS) <= set(info) and info["anchor_obs"] == obs and info["step"] == 0
+        for _ in range(50):
+            action = env.expert_action()
+            if family == "rooms":
+                assert action in info["admissible_actions"]
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert info["state_key"] == env._s
+            if terminated or truncated:
+                break
+        assert terminated and info["won"] and reward == 10.0, (family, k)
+
+
+def test_unknown_action_is_a_noop_and_reset_is_reproducible():
+    env = FiniteMDPEnv("rooms", surface="high", alias=0.0)
+    obs1, info1 = env.reset(seed=3, options={"task_index": 1})
+    obs2, info2 = env.reset(seed=3, options={"task_index": 1})
+    assert obs1 == obs2 and info1["state_key"] == info2["state_key"]
+    obs, r, term, trunc, info = env.step("dance wildly")
+    assert info["noop"] and info["state_key"] == info1["state_key"] and r == 0.0 and not term
+    obs, r, term, trunc, info = env.step(12345)  # not a string: the base class answers
+    assert info["noop"]
+    with pytest.raises(ValueError, match="task_index"):
+        env.reset(seed=0, options={"task_index": 99})
+    with pytest.raises(ValueError, match="split"):
+        env.reset(seed=0, options={"split": "test"})
