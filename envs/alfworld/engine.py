@@ -1,0 +1,318 @@
+"""ALFWorld's TextWorld engine, driven directly (no batch/async layer), and faster.
+
+``Game`` plays one ``game.tw-pddl`` file with the engine ``AlfredTWEnv`` uses: TextWorld's ``PddlEnv``
+(fast-downward underneath) wrapped by ALFWorld's ``AlfredDemangler`` (names such as "apple 1"), and
+optionally ALFWorld's hand-coded expert (``HandCodedTWAgent``) driven the way ALFWorld's
+``AlfredExpert`` wrapper drives it, but seeded and without letting its failures escape.
+
+Speed-ups (``install_speedups()``; on by default in ``ALFWorldEnv``) [choice]. They change no
+observable behaviour (a test compares whole episodes with and without them):
+
+* ``fast_downward.pddl2sas`` (PDDL -> SAS translation, ~1-3 s per call; TextWorld calls it four times per
+  load+reset) is memoised in memory and on disk (``cache_dir("alfworld", "translations")``, ~150 KB per
+  game, keyed by a hash of domain+problem). TextWorld also asks for an "optimised" translation used only
+  by its planner (``policy_commands``/walkthrough replanning), which this repo does not request: it gets
+  the plain translation instead (plans stay valid, only planner search would be slower).
+* The grammar and query parsers TextWorld calls on every step (tatsu, pure Python) are memoised, and
+  the text generator's context copies become shallow dict copies (the values are never mutated).
+
+``fast_downward.pddl2sas`` overwrites ``sys.argv`` and swaps ``sys.stdout``; the wrapper restores both
+and serialises calls with a lock.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import os
+import pickle
+import random
+import sys
+import tempfile
+import threading
+import zlib
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from envs.paths import cache_dir
+
+__all__ = ["Game", "install_speedups", "uninstall_speedups", "speedups_installed", "NOTHING_HAPPENS"]
+
+NOTHING_HAPPENS = "Nothing happens."
+_LOCK = threading.RLock()
+_ORIGINALS: dict[str, Any] = {}
+_MEMORY_CACHE: OrderedDict = OrderedDict()
+_MEMORY_CACHE_SIZE = 16
+_TRANSLATION_FORMAT = 1
+
+
+# ====================================================================== speed-ups
+def _translation_key(domain: str, problem: str) -> str:
+    import fast_downward
+
+    h = hashlib.sha256()
+    for part in (str(_TRANSLATION_FORMAT), getattr(fast_downward, "__version__", "?"), domain, problem):
+        h.update(part.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def _translation_dir() -> Path | None:
+    if os.environ.get("BIPACE_ALFWORLD_DISK_CACHE", "1") == "0":
+        return None
+    return cache_dir("alfworld", "translations")
+
+
+def _cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
+    """Memoised ``fast_downward.pddl2sas`` (``optimize`` ignored: see module docstring)."""
+    key = _translation_key(domain, problem)
+    with _LOCK:
+        hit = _MEMORY_CACHE.get(key)
+        if hit is not None:
+            _MEMORY_CACHE.move_to_end(key)
+            return hit
+        folder = _translation_dir()
+        path = folder / f"{key}.pkl.z" if folder is not None else None
+        result = None
+        if path is not None and path.exists():
+            try:
+                result = pickle.loads(zlib.decompress(path.read_bytes()))
+            except Exception:  # a corrupt or foreign file: recompute and overwrite
+                result = None
+        if result is None:
+            argv, stdout = sys.argv, sys.stdout
+            try:
+                result = _ORIGINALS["pddl2sas"](domain, problem, verbose=verbose, optimize=False)
+            finally:
+                sys.argv, sys.stdout = argv, stdout
+            if path is not None:
+                data = zlib.compress(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), 1)
+                fd, tmp = tempfile.mkstemp(dir=str(folder), suffix=".tmp")
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, path)
+        _MEMORY_CACHE[key] = result
+        while len(_MEMORY_CACHE) > _MEMORY_CACHE_SIZE:
+            _MEMORY_CACHE.popitem(last=False)
+        return result
+
+
+def _clone_symbol(sym):
+    """Structural copy of a parsed text-generator symbol (no context copying)."""
+    from textworld.envs.pddl import textgen as tg
+
+    new = copy.copy(sym)
+    new.context = {}
+    if isinstance(sym, tg.ListSymbol):
+        new.symbol = _clone_symbol(sym.symbol)
+    elif isinstance(sym, tg.ConditionalSymbol):
+        new.expression = _clone_symbol(sym.expression)
+    return new
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_symbols_cached(text: str, rule_name: str):
+    return _ORIGINALS["tg_parse"](text, rule_name=rule_name)
+
+
+def _tg_parse(text, rule_name=None, **kwargs):
+    parsed = _parse_symbols_cached(text, rule_name)
+    return [_clone_symbol(s) for s in parsed] if isinstance(parsed, list) else parsed
+
+
+def _fast_copy_context(context):
+    return {
+        "state": context["state"],
+        "facts": context["facts"],
+        "variables": dict(context["variables"]),
+        "mapping": dict(context["mapping"]),
+        "entity_infos": context["entity_infos"],
+    }
+
+
+def _symbol_copy(self, context):
+    new = _clone_symbol(self)
+    new.context = _fast_copy_context(context)
+    return new
+
+
+@functools.lru_cache(maxsize=64)
+def _logic_parse_cached(text: str, rule_name: str):
+    return _ORIGINALS["logic_parse"](text, rule_name=rule_name)
+
+
+def _logic_parse(text, rule_name=None, **kwargs):
+    actions, grammar = _logic_parse_cached(text, rule_name)
+    fresh = type(grammar)()
+    fresh.update(grammar)  # GameLogic copies the rules into its own containers; keep ours pristine
+    return dict(actions), fresh
+
+
+def install_speedups() -> None:
+    """Install the memoisations described in the module docstring (idempotent, process-wide)."""
+    with _LOCK:
+        if _ORIGINALS:
+            return
+        import fast_downward
+        import textworld.logic as twl
+        from textworld.envs.pddl import logic as pddl_logic
+        from textworld.envs.pddl import textgen as tg
+
+        _ORIGINALS.update(
+            pddl2sas=fast_downward.pddl2sas,
+            tg_parse=tg._parse_and_convert,
+            copy_context=tg.copy_context,
+            symbol_copy=tg.Symbol.copy,
+            query=twl.Rule.__dict__["parse_conjunctive_query"],
+            logic_parse=pddl_logic._parse_and_convert,
+        )
+        fast_downward.pddl2sas = _cached_pddl2sas
+        tg._parse_and_convert = _tg_parse
+        tg.copy_context = _fast_copy_context
+        tg.Symbol.copy = _symbol_copy
+        query = _ORIGINALS["query"].__func__
+        twl.Rule.parse_conjunctive_query = classmethod(functools.lru_cache(maxsize=4096)(query))
+        pddl_logic._parse_and_convert = _logic_parse
+
+
+def uninstall_speedups() -> None:
+    """Restore TextWorld's and fast-downward's original functions."""
+    with _LOCK:
+        if not _ORIGINALS:
+            return
+        import fast_downward
+        import textworld.logic as twl
+        from textworld.envs.pddl import logic as pddl_logic
+        from textworld.envs.pddl import textgen as tg
+
+        fast_downward.pddl2sas = _ORIGINALS["pddl2sas"]
+        tg._parse_and_convert = _ORIGINALS["tg_parse"]
+        tg.copy_context = _ORIGINALS["copy_context"]
+        tg.Symbol.copy = _ORIGINALS["symbol_copy"]
+        twl.Rule.parse_conjunctive_query = _ORIGINALS["query"]
+        pddl_logic._parse_and_convert = _ORIGINALS["logic_parse"]
+        _ORIGINALS.clear()
+        _MEMORY_CACHE.clear()
+        _parse_symbols_cached.cache_clear()
+        _logic_parse_cached.cache_clear()
+
+
+def speedups_installed() -> bool:
+    return bool(_ORIGINALS)
+
+
+# ====================================================================== one game
+#: PDDL predicates no action changes: left out of the state identity
+STATIC_PREDICATES = frozenset({
+    "receptacletype", "objecttype", "cancontain", "pickupable", "isreceptacleobject", "openable",
+    "receptacleatlocation", "cleanable", "heatable", "coolable", "toggleable", "sliceable", "moveable",
+})
+
+
+class Game:
+    """One ALFWorld game file played with TextWorld's PDDL engine (+ optional hand-coded expert).
+
+    ``state`` is TextWorld's ``GameState`` (keys ``feedback``, ``admissible_commands``, ``won``,
+    ``facts`` ...). ``expert_action`` is the hand-coded expert's next command ("look" when it has none,
+    as in ALFWorld's ``AlfredExpert``).
+    """
+
+    def __init__(self, expert: bool = True):
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+        from textworld.envs import PddlEnv
+
+        self.expert_enabled = bool(expert)
+        infos = textworld.EnvInfos(admissible_commands=True, won=True, facts=self.expert_enabled)
+        self._engine = AlfredDemangler(PddlEnv(infos), shuffle=False)
+        self.gamefile: str | None = None
+        self.state = None
+        self._expert = None
+        self._expert_rng = random.Random(0)
+        self.expert_action = "look"
+        self.expert_failed = False
+
+    def load(self, gamefile: str) -> None:
+        if gamefile != self.gamefile:
+            self._engine.load(gamefile)
+            self.gamefile = gamefile
+
+    def reset(self, seed: int = 0):
+        if self.gamefile is None:
+            raise RuntimeError("Game.reset before load()")
+        self.state = self._engine.reset()
+        self.expert_failed = False
+        self.expert_action = "look"
+        if self.expert_enabled:
+            from alfworld.agents.expert import HandCodedTWAgent
+
+            self._expert_rng.seed(seed)
+            self._expert = HandCodedTWAgent(max_steps=200)
+            with _LOCK, self._seeded_expert():
+                self._expert.reset(self.gamefile)
+                self._expert.observe(self.state["feedback"])
+        return self.state
+
+    def step(self, command: str):
+        """Apply ``command`` (an admissible one reaches the engine; anything else is answered
+        "Nothing happens." without recomputing the unchanged state, exactly as the engine would)."""
+        prev = self.state
+        if command in prev["admissible_commands"]:
+            self.state, _, _ = self._engine.step(command)
+        else:
+            from textworld.core import GameState
+
+            state = GameState(prev)
+            state["feedback"] = NOTHING_HAPPENS
+            state["raw"] = NOTHING_HAPPENS
+            state["last_command"] = command
+            self.state = state
+        if self.expert_enabled and not self.expert_failed:
+            self._advance_expert(command)
+        return self.state
+
+    def _seeded_expert(self):
+        from alfworld.agents.expert import handcoded_expert
+
+        game = self
+
+        class _Swap:
+            def __enter__(self):
+                self.saved = handcoded_expert.random
+                handcoded_expert.random = game._expert_rng
+
+            def __exit__(self, *exc):
+                handcoded_expert.random = self.saved
+
+        return _Swap()
+
+    def _advance_expert(self, command: str) -> None:
+        state = self.state
+        # ALFWorld 0.4.2's expert recognises a placement by the word "put" (older grammar: "put X in/on
+        # Y"); the 0.4.2 grammar says "move X to Y". Without this, it never notes that it let go of an
+        # object and loops on Pick Two tasks.
+        told = "put" + command[4:] if command.startswith("move ") else command
+        try:
+            with _LOCK, self._seeded_expert():
+                nxt = self._expert.act(state, 0, state["won"], told)
+        except Exception:  # HandCodedAgentTimeout / HandCodedAgentFailed / a heuristic's IndexError
+            self.expert_failed = True
+            self.expert_action = "look"
+            return
+        self.expert_action = nxt if nxt in state["admissible_commands"] else "look"
+
+    def dynamic_facts(self) -> list[str]:
+        """The state's PDDL facts that actions can change, as sorted strings (raw PDDL names)."""
+        out = []
+        for fact in self.state["_facts"]:
+            if fact.name not in STATIC_PREDICATES:
+                out.append(fact.name + "(" + ",".join(v.name for v in fact.arguments) + ")")
+        out.sort()
+        return out
+
+    def close(self) -> None:
+        try:
+            self._engine.close()
+        except Exception:
+            pass
