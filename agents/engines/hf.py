@@ -1,0 +1,224 @@
+"""Hugging Face rollout engine: a KV-cache sampling loop over a batched, left-padded forward.
+
+[choice] Our own decoding loop instead of ``model.generate``, for three reasons:
+1. per-row seeds: each prompt samples with its own ``torch.Generator`` seeded from ``seeds[i]``, so a
+   row's response depends only on (prompt, seed, config, weights), not on which other prompts share
+   the batch or in which order (``generate`` draws every row from one global RNG stream);
+2. finished rows leave the batch: when a row emits EOS or a stop string, it is removed from the
+   batch and from the KV cache (``DynamicCache.batch_select_indices``), so it stops costing compute;
+3. stop strings end a row as soon as they appear, and the sampled token's log-prob comes for free.
+
+Per decoding step, for the B' live rows (symbols of ``agents.engines.base``):
+    logits      (B', V)   last position of the forward over [prompt | generated so far]
+    logp        (B', V)   = log_softmax(logits / T)        (T = 1 for greedy)
+    p_top       (B', V)   = softmax restricted to the smallest set with mass >= top_p, renormalised
+    token_i     ~ Categorical(p_top[i]) with generator_i    (argmax when T = 0)
+    logprob_i   = logp[i, token_i]
+Positions of left-padded rows are ``cumsum(mask) - 1``, so padding never shifts a row's positions.
+"""
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from .base import Generation, RolloutEngine, SamplingConfig, check_generate_args
+
+__all__ = ["HFEngine"]
+
+
+class HFEngine(RolloutEngine):
+    """Rollouts with a transformers causal LM (always available; the fallback to vLLM).
+
+    model          : a model folder / name (see ``agents.models.resolve_model_path``) or a loaded
+                     ``PreTrainedModel`` (e.g. the trainer's actor, then ``tokenizer`` is required)
+    dtype          : when loading from a folder: auto | float32 | bfloat16 | float16
+    device         : when loading from a folder (default: cuda if available, else cpu)
+    max_batch_size : prompts per forward batch (None = all at once); bounds KV-cache memory
+    """
+
+    name = "hf"
+
+    def __init__(self, model, tokenizer=None, dtype: str = "auto", device: str | None = None,
+                 max_batch_size: int | None = None):
+        from agents.models import load_model, load_tokenizer
+
+        if isinstance(model, (str, os.PathLike)):
+            device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self.model = load_model(model, dtype=dtype, device=device)
+            self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+        else:
+            if tokenizer is None:
+                raise ValueError("HFEngine got a model object but no tokenizer; pass tokenizer=... (e.g. "
+                                 "agents.models.load_tokenizer(path))")
+            self.model, self.tokenizer = model, tokenizer
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"HFEngine max_batch_size={max_batch_size} must be >= 1 or None")
+        self.max_batch_size = max_batch_size
+        self.device = next(self.model.parameters()).device
+        self._home_device = self.device
+        self.supports_sleep = self.device.type != "cpu"
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config is not None else None
+        eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        if self.tokenizer.eos_token_id is not None:
+            eos.append(self.tokenizer.eos_token_id)
+        if not eos:
+            raise ValueError("model has no EOS token (generation_config.eos_token_id and tokenizer.eos_token "
+                             "are both unset); generation could only stop at max_tokens")
+        self.eos_ids = frozenset(int(e) for e in eos)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else min(self.eos_ids)
+        self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
+        seeds = check_generate_args(prompt_token_ids, sampling, seeds, vocab_size=self.vocab_size)
+        if not prompt_token_ids:
+            return []
+        step = self.max_batch_size or len(prompt_token_ids)
+        out: list[Generation] = []
+        for lo in range(0, len(prompt_token_ids), step):
+            out.extend(self._generate_batch([list(map(int, p)) for p in prompt_token_ids[lo:lo + step]],
+                                            sampling, seeds[lo:lo + step]))
+        return out
+
+    @torch.inference_mode()
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig,
+                        seeds: list[int]) -> list[Generation]:
+        from transformers import DynamicCache
+
+        model, dev = self.model, self.device
+        b = len(prompts)
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # (B, T_p) left-padded
+        attn = torch.zeros((b, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[i, width - len(p):] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, T_p)
+        gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+        stop_window = max((len(s.encode()) for s in sampling.stop), default=0) + 1
+
+        tokens: list[list[int]] = [[] for _ in range(b)]
+        logprobs: list[list[float]] = [[] for _ in range(b)]
+        finish: list[str | None] = [None] * b
+        stop_hit: list[str | None] = [None] * b
+        live = list(range(b))  # original row index of each live row
+        cache = DynamicCache(config=model.config)
+        out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        next_pos = pos[:, -1] + 1  # (B',)
+        for _ in range(sampling.max_tokens):
+            new, lps = self._sample(out.logits[:, -1, :], sampling, [gens[r] for r in live])  # (B',), (B',)
+            new_l, lps_l = new.tolist(), lps.tolist()
+            keep = []
+            for j, r in enumerate(live):
+                t = new_l[j]
+                tokens[r].append(t)
+                logprobs[r].append(lps_l[j])
+                if t in self.eos_ids:
+                    finish[r] = "stop"
+                elif sampling.stop and (s := self._stop_in_tail(tokens[r], sampling.stop, stop_window)):
+                    finish[r], stop_hit[r] = "stop", s
+                elif len(tokens[r]) >= sampling.max_tokens:
+                    finish[r] = "length"
+                else:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(live):  # finished rows leave the batch and the KV cache
+                idx = torch.tensor(keep, dtype=torch.long, device=dev)
+                cache.batch_select_indices(idx)
+                attn, next_pos, new = attn[idx], next_pos[idx], new[idx]
+                live = [live[j] for j in keep]
+            attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)  # (B', T + 1)
+            out = model(input_ids=new[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                        past_key_values=cache, use_cache=True)
+            next_pos = next_pos + 1
+        del cache
+
+        result = []
+        for r in range(b):
+            text = self.tokenizer.decode(tokens[r], skip_special_tokens=True)
+            if stop_hit[r] is not None:
+                text = _cut_after_first_stop(text, sampling.stop)
+            result.append(Generation(token_ids=tokens[r], text=text, finish_reason=finish[r] or "length",
+                                     logprobs=logprobs[r] if sampling.logprobs else None,
+                                     stop_string=stop_hit[r]))
+        return result
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, sampling: SamplingConfig,
+                gens: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits (B', V) -> tokens LongTensor (B',), log-probs FloatTensor (B',)."""
+        logits = logits.float()
+        if sampling.greedy:
+            logp = torch.log_softmax(logits, dim=-1)
+            tok = logits.argmax(dim=-1)
+        else:
+            logp = torch.log_softmax(logits / sampling.temperature, dim=-1)  # (B', V)
+            probs = logp.exp()
+            if sampling.top_p < 1.0:
+                p_sorted, order = probs.sort(dim=-1, descending=True)
+                mass_before = p_sorted.cumsum(dim=-1) - p_sorted
+                p_sorted = p_sorted.masked_fill(mass_before >= sampling.top_p, 0.0)
+                probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
+            # one generator per row: a row's draw never depends on the other rows of the batch
+            tok = torch.stack([torch.multinomial(probs[j], 1, generator=g)[0] for j, g in enumerate(gens)])
+        return tok, logp.gather(-1, tok[:, None])[:, 0]
+
+    def _stop_in_tail(self, ids: list[int], stops: tuple[str, ...], window: int) -> str | None:
+        tail = self.tokenizer.decode(ids[-window:], skip_special_tokens=True)
+        for s in stops:
+            if s in tail:
+                return s
+        return None
+
+    # ------------------------------------------------------------------ weights and memory
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Copy tensors into the model's parameters/buffers in place (dtype and device converted)."""
+        targets = dict(self.model.named_parameters(remove_duplicate=False))
+        targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
+        n = 0
+        for name, tensor in named_tensors:
+            dst = targets.get(name)
+            if dst is None:
+                hint = " (strip the 'module.' prefix of the DeepSpeed wrapper)" if name.startswith("module.") else ""
+                raise KeyError(f"update_weights: {name!r} is not a parameter of the engine's model{hint}; "
+                               f"expected names like {next(iter(targets))!r}")
+            if tuple(dst.shape) != tuple(tensor.shape):
+                raise ValueError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, the model's is "
+                                 f"{tuple(dst.shape)}")
+            dst.copy_(tensor.detach().to(device=dst.device, dtype=dst.dtype))
+            n += 1
+        if n == 0:
+            raise ValueError("update_weights got no tensors")
+        return n
+
+    def sleep(self) -> None:
+        """Move the model to CPU memory (accelerator only; no-op on CPU)."""
+        if self.supports_sleep and self.device.type != "cpu":
+            self.model.to("cpu")
+            self.device = torch.device("cpu")
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def wake(self) -> None:
+        if self.supports_sleep and self.device != self._home_device:
+            self.model.to(self._home_device)
+            self.device = self._home_device
+
+    def close(self) -> None:
+        self.model = None
+        gc.collect()
+
+
+def _cut_after_first_stop(text: str, stops: tuple[str, ...]) -> str:
+    """Text up to and including the stop string that ends first."""
+    ends = [text.find(s) + len(s) for s in stops if s in text]
+    return text[: min(ends)] if ends else text

