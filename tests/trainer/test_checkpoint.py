@@ -1,0 +1,198 @@
+"""Checkpoints: exact continuation of a toy training loop, corrupt-latest fall-back, pruning, no unpickling."""
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
+from trainer.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    validate_checkpoint,
+)
+from trainer.config import ModelConfig, TrainerConfig
+from trainer.engine import ActorEngine
+from trainer.seeding import seed_everything
+
+
+class ToySampler:
+    """A task sampler with its own state (like the env pool's): draws task ids from a numpy Generator."""
+
+    def __init__(self, rng: np.random.Generator, num_tasks: int = 50):
+        self.rng, self.num_tasks, self.draws = rng, num_tasks, 0
+
+    def sample(self, k: int) -> list[int]:
+        self.draws += 1
+        return self.rng.integers(0, self.num_tasks, size=k).tolist()
+
+    def state_dict(self) -> dict:
+        return {"draws": self.draws, "num_tasks": self.num_tasks}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.draws, self.num_tasks = d["draws"], d["num_tasks"]
+
+
+def make_engine(stage: int) -> ActorEngine:
+    cfg = TrainerConfig(zero_stage=stage, lr=1e-3, mini_batch_rows=4, micro_batch_rows=2, logprob_batch_rows=4,
+                        shuffle_minibatches=True, kl_coef=0.05, save_every=2, keep_last=3)
+    return ActorEngine(tiny_qwen2(layers=2), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-1))
+
+
+def toy_loop(eng, seeds, sampler, start, stop, root):
+    """A miniature of the training loop: every source of randomness the real loop has is used here."""
+    out = {}
+    for it in range(start, stop):
+        tasks = sampler.sample(3)
+        batch = make_rollout_batch(n=6, seed=int(sum(tasks)) + it)
+        adv = torch.randn(len(batch), generator=seeds.rollout)
+        noise = float(torch.rand(1)) + random.random() + float(np.random.rand())  # the global RNGs
+        old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)
+        ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
+        m = eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs, ref.logprobs, generator=seeds.rollout)
+        m["rollout/noise"] = noise
+        m["rollout/hidden_sum"] = float(old.hidden.sum())
+        out[it + 1] = m
+        if (it + 1) % eng.cfg.save_every == 0:
+            save_checkpoint(root, it + 1, eng, sampler=sampler, generators={"task": seeds.task, "rollout": seeds.rollout},
+                            extra={"last_metrics": m}, keep_last=eng.cfg.keep_last)
+    return out
+
+
+def final_params(eng):
+    return {k: v.detach().clone() for k, v in eng.full_named_parameters()}
+
+
+@pytest.mark.parametrize("stage", [0, pytest.param(3, marks=pytest.mark.slow)])
+def test_resume_continues_exactly(stage, tmp_path):
+    # uninterrupted run: 5 iterations
+    seeds = seed_everything(0)
+    eng = make_engine(stage)
+    want = toy_loop(eng, seeds, ToySampler(seeds.task), 0, 5, tmp_path / "a")
+    want_params = final_params(eng)
+    want_opt, _ = eng.optimizer_state()
+    # interrupted run: stops after iteration 3 (its last checkpoint is iteration 2)
+    seeds = seed_everything(0)
+    eng = make_engine(stage)
+    toy_loop(eng, seeds, ToySampler(seeds.task), 0, 3, tmp_path / "b")
+    del eng
+    # a new process would start from other RNG states: scramble them, then resume
+    seeds = seed_everything(999)
+    eng = make_engine(stage)
+    sampler = ToySampler(seeds.task)
+    loaded = load_checkpoint(tmp_path / "b", eng, sampler=sampler, generators={"task": seeds.task, "rollout": seeds.rollout})
+    assert loaded.iteration == 2 and not loaded.fell_back and sampler.draws == 2
+    assert loaded.extra["last_metrics"]["rollout/noise"] == want[2]["rollout/noise"]
+    got = toy_loop(eng, seeds, sampler, loaded.iteration, 5, tmp_path / "b")
+    for it in (3, 4, 5):
+        assert got[it] == want[it], it  # every metric bit-equal
+    got_params = final_params(eng)
+    assert all(torch.equal(got_params[k], want_params[k]) for k in want_params)
+    got_opt, _ = eng.optimizer_state()
+    assert all(torch.equal(got_opt[k], want_opt[k]) for k in want_opt)
+    assert eng.optimizer_steps == 5 * 2  # 6 rows / 4 per mini-batch = 2 steps per iteration
+
+
+@pytest.fixture(scope="module")
+def engine0():
+    return make_engine(0)
+
+
+def _save(root, it, eng, **kw):
+    seeds = seed_everything(it)
+    return save_checkpoint(root, it, eng, sampler=ToySampler(seeds.task), generators={"rollout": seeds.rollout}, **kw)
+
+
+def test_layout_manifest_and_pruning(tmp_path, engine0):
+    for it in (2, 4, 6, 8):
+        _save(tmp_path, it, engine0, keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["iter_00000006", "iter_00000008"]
+    assert (tmp_path / "latest").read_text().strip() == "iter_00000008"
+    ck = tmp_path / "iter_00000008"
+    for rel in ("model/config.json", "model/model.safetensors", "optimizer/rank_00000.safetensors",
+                "rng/rank_00000.safetensors", "rng/rank_00000.json", "state.json", "manifest.json"):
+        assert (ck / rel).exists(), rel
+    manifest = json.loads((ck / "manifest.json").read_text())["files"]
+    assert manifest["state.json"] == (ck / "state.json").stat().st_size
+    assert validate_checkpoint(ck) is None
+    assert not list(tmp_path.glob("*.pt")) and not list(tmp_path.rglob("*.pt"))  # no pickles anywhere
+
+
+def test_corrupt_latest_falls_back_with_a_warning(tmp_path, engine0):
+    for it in (2, 4):
+        _save(tmp_path, it, engine0, keep_last=5)
+    f = tmp_path / "iter_00000004" / "optimizer" / "rank_00000.safetensors"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # truncated, e.g. by a full disk
+    assert "bytes, the manifest says" in validate_checkpoint(tmp_path / "iter_00000004")
+    with pytest.warns(UserWarning, match="trying the previous one"):
+        loaded = load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+                                 generators={"rollout": torch.Generator()})
+    assert loaded.iteration == 2 and loaded.fell_back
+
+
+def test_partial_and_dangling_latest(tmp_path, engine0):
+    _save(tmp_path, 2, engine0)
+    # a crash mid-save leaves a .partial folder (never loaded) and possibly a latest that names nothing
+    (tmp_path / "iter_00000006.partial").mkdir()
+    (tmp_path / "latest").write_text("iter_00000006\n")
+    with pytest.warns(UserWarning, match="does not exist"):
+        loaded = load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+                                 generators={"rollout": torch.Generator()})
+    assert loaded.iteration == 2
+    # a checkpoint without a manifest is partial
+    _save(tmp_path, 4, engine0)
+    (tmp_path / "iter_00000004" / "manifest.json").unlink()
+    assert "no manifest" in validate_checkpoint(tmp_path / "iter_00000004")
+    with pytest.warns(UserWarning):
+        assert load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+                               generators={"rollout": torch.Generator()}).iteration == 2
+
+
+def test_nothing_usable_is_an_error_and_empty_is_none(tmp_path, engine0):
+    assert load_checkpoint(tmp_path / "none", engine0) is None
+    _save(tmp_path, 2, engine0)
+    (tmp_path / "iter_00000002" / "state.json").write_text("{broken")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(CheckpointError, match="every checkpoint under .* is unusable"):
+            load_checkpoint(tmp_path, engine0)
+
+
+def test_other_zero_stage_is_refused(tmp_path, engine0):
+    _save(tmp_path, 2, engine0)
+    eng2 = make_engine(2)
+    with pytest.warns(UserWarning, match="resume with the same launcher and trainer.zero_stage"):
+        with pytest.raises(CheckpointError):
+            load_checkpoint(tmp_path, eng2)
+
+
+def test_loading_never_unpickles(tmp_path, engine0, monkeypatch):
+    _save(tmp_path, 2, engine0)
+
+    def forbidden(*a, **k):
+        raise AssertionError("unpickling during checkpoint load")
+
+    monkeypatch.setattr(torch, "load", forbidden)
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    monkeypatch.setattr(pickle, "Unpickler", forbidden)
+    loaded = load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+                             generators={"rollout": torch.Generator()})
+    assert loaded.iteration == 2
+
+
+def test_state_must_be_json(tmp_path, engine0):
+    class BadSampler(ToySampler):
+        def state_dict(self):
+            return {"rng": np.random.default_rng()}
+
+    with pytest.raises(CheckpointError, match="not JSON-serialisable"):
+        save_checkpoint(tmp_path, 2, engine0, sampler=BadSampler(np.random.default_rng()))
+    assert not list_checkpoints(tmp_path)  # nothing half-written became a checkpoint

@@ -1,0 +1,148 @@
+"""The run config: YAML + overrides, type checks, unknown keys, cross-field rules, round trip, documentation."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from trainer.config import (
+    _SECTIONS,
+    ConfigError,
+    RunConfig,
+    TrainerConfig,
+    config_reference_markdown,
+    config_to_dict,
+    field_docs,
+    load_config,
+    save_config,
+)
+
+
+def write(tmp_path, data) -> str:
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def test_defaults_are_the_reference_protocol():
+    cfg = RunConfig()
+    t = cfg.trainer
+    assert (t.lr, t.betas, t.weight_decay, t.grad_clip) == (1e-6, (0.9, 0.999), 0.01, 1.0)
+    assert (t.clip_ratio, t.dual_clip, t.loss_agg_mode, t.entropy_coef) == (0.2, 3.0, "token-mean", 0.001)
+    assert (t.use_kl_loss, t.kl_coef, t.kl_type, t.ppo_epochs, t.iterations) == (True, 0.01, "low_var_kl", 1, 150)
+    assert (cfg.env.groups, cfg.env.group_size) == (16, 8)
+    assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_response_tokens) == (1.0, 1.0, 512)
+    assert (cfg.eval.every, cfg.eval.temperature) == (5, 0.4)
+
+
+def test_yaml_and_overrides_are_typed(tmp_path):
+    # YAML 1.1 reads "1e-6" as a string: the loader converts it against the field type
+    path = write(tmp_path, {"seed": 3, "trainer": {"lr": "1e-6", "zero_stage": 3}, "env": {"id": "ALFWorld-v0"}})
+    cfg = load_config(path, ["trainer.lr=2e-5", "trainer.dual_clip=null", "env.eval_splits=[valid_seen,valid_unseen]",
+                             "trainer.betas=[0.8,0.95]", "logging.wandb=true", "model.hidden_layer=-8",
+                             "env.kwargs.data_dir=/data/alf", "estimator.name=bipace_q", "estimator.epsilon=0.1"])
+    assert cfg.seed == 3 and cfg.trainer.zero_stage == 3 and cfg.env.id == "ALFWorld-v0"
+    assert cfg.trainer.lr == 2e-5 and isinstance(cfg.trainer.lr, float)
+    assert cfg.trainer.dual_clip is None
+    assert cfg.env.eval_splits == ["valid_seen", "valid_unseen"]
+    assert cfg.trainer.betas == (0.8, 0.95)
+    assert cfg.logging.wandb is True and cfg.model.hidden_layer == -8
+    assert cfg.env.kwargs == {"data_dir": "/data/alf"}
+    assert cfg.estimator.name == "bipace_q" and cfg.estimator.epsilon == 0.1
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("trainer.lrr=1", "unknown config key 'trainer.lrr'; did you mean 'trainer.lr'"),
+        ("traner.lr=1", "did you mean 'trainer'"),
+        ("trainer.lr=fast", "trainer.lr='fast' is not a number"),
+        ("trainer.zero_stage=2.5", "trainer.zero_stage='2.5' is not an integer"),
+        ("trainer.zero_stage=5", "trainer.zero_stage=5 must be 0, 1, 2 or 3"),
+        ("logging.wandb=maybe", "is not a bool"),
+        ("trainer.lr=-1", "trainer.lr=-1.0 must be >= 0"),
+        ("trainer.loss_agg_mode=mean", "must be one of"),
+        ("env.group_size=1", "env.group_size=1 must be >= 2"),
+        ("env.id=Alfworld-v0", "did you mean 'ALFWorld-v0'"),
+        ("model.hidden_layer=3", "must be a negative int"),
+        ("estimator.name=bipace", "is not a registered estimator"),
+        ("trainer.lr", "must look like key=value"),
+        ("trainer.betas=[0.9]", "must have exactly 2 entries"),
+        ("trainer.lr.x=1", "is a value, not a section"),
+    ],
+)
+def test_bad_keys_and_values_name_the_field(override, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        (["trainer.micro_batch_rows=512"], "because a mini-batch is accumulated from micro-batches"),
+        (["trainer.offload_params=true"], "because only ZeRO-3 partitions parameters"),
+        (["trainer.offload_optimizer=true", "trainer.zero_stage=0"], "because stage 0 keeps a plain optimizer"),
+        (["trainer.kl_coef=0"], "set trainer.use_kl_loss=false instead"),
+    ],
+)
+def test_cross_field_checks_say_because(overrides, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config(None, overrides)
+    # and the valid combinations pass
+    load_config(None, ["trainer.offload_params=true", "trainer.zero_stage=3"])
+    load_config(None, ["trainer.kl_coef=0", "trainer.use_kl_loss=false"])
+
+
+def test_unknown_yaml_key_and_bad_file(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config key 'rollout.temperatur'; did you mean 'rollout.temperature'"):
+        load_config(write(tmp_path, {"rollout": {"temperatur": 0.5}}))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: [1, 2")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(write(tmp_path, {"trainer": 3}))
+
+
+def test_resolved_config_round_trip(tmp_path):
+    cfg = load_config(None, ["seed=7", "trainer.lr=3e-6", "env.eval_splits=[a]", "trainer.dual_clip=null",
+                             "estimator.name=gigpo", "estimator.norm_mode=mean_norm"])
+    path = save_config(cfg, tmp_path / "run" / "config.yaml")
+    again = load_config(path)
+    assert again == cfg
+    assert config_to_dict(again) == config_to_dict(cfg)
+
+
+def test_run_dir_and_name():
+    cfg = load_config(None, ["seed=2", "estimator.name=bipace_q", "model.path=/models/Qwen2.5-1.5B-Instruct",
+                             "env.id=ALFWorld-v0"])
+    assert str(cfg.run_dir()) == "results/runs/alfworld/Qwen2.5-1.5B-Instruct/bipace_q/seed_2"
+    assert cfg.run_name == "bipace_q__seed2"
+    cfg2 = load_config(None, ["model.path=tiny:qwen2-4l", "output_dir=/tmp/x"])
+    assert cfg2.model.short_name == "tiny-qwen2-4l" and str(cfg2.run_dir()) == "/tmp/x"
+
+
+def test_check_paths_is_separate_from_loading(tmp_path):
+    cfg = load_config(None, [f"model.path={tmp_path / 'missing'}"])  # loading a preset needs no model folder
+    with pytest.raises(ConfigError, match="is not a Hugging Face model folder"):
+        cfg.check_paths()
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    load_config(None, [f"model.path={tmp_path / 'm'}"]).check_paths()
+
+
+def test_every_field_is_documented_once():
+    for cls in [RunConfig, *_SECTIONS.values()]:
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(f.type) or f.name in _SECTIONS:
+                continue
+            assert docs.get(f.name), f"{cls.__name__}.{f.name} has no docstring"
+    md = config_reference_markdown()
+    for f in dataclasses.fields(TrainerConfig):
+        assert f"`trainer.{f.name}`" in md
+    assert "[GiGPO: 0.2]" in md  # the source tag travels into the reference

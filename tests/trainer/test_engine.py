@@ -1,0 +1,257 @@
+"""The DeepSpeed actor engine: updates, ZeRO stages, micro-batching, non-finite handling, LoRA, exports."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
+from trainer.config import ModelConfig, TrainerConfig
+from trainer.engine import ActorEngine, NonFiniteError, split_even
+from trainer.loss import ppo_loss
+
+HIDDEN = -2
+
+
+def make_engine(stage: int = 0, lora: int = 0, **kw) -> ActorEngine:
+    base = dict(zero_stage=stage, lr=1e-3, mini_batch_rows=8, micro_batch_rows=3, logprob_batch_rows=4,
+                use_kl_loss=True, kl_coef=0.01)
+    base.update(kw)
+    return ActorEngine(tiny_qwen2(layers=2), TrainerConfig(**base),
+                       model_cfg=ModelConfig(path="tiny:test", hidden_layer=HIDDEN, lora_rank=lora, lora_alpha=8.0))
+
+
+def advantages(n: int, seed: int) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+
+def train(eng: ActorEngine, batch, iterations: int, seed: int = 0) -> list[dict]:
+    metrics = []
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None) \
+        if eng.cfg.use_kl_loss else None
+    for it in range(iterations):
+        old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+        metrics.append(eng.update(batch.prompt_ids, batch.response_ids, advantages(len(batch), seed + it),
+                                  old.logprobs, None if ref is None else ref.logprobs))
+    return metrics
+
+
+def params(eng: ActorEngine) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone().float() for k, v in eng.full_named_parameters()}
+
+
+# Comparisons between set-ups use Adam with eps = 1: the update lr * m / (sqrt(v) + eps) is then close to SGD's,
+# so it depends on the gradient's scale (plain Adam is scale-invariant and would hide a wrongly scaled gradient)
+# and is well conditioned (with eps = 1e-8, a gradient of ~1e-9 that is zero in exact arithmetic, e.g. a key
+# bias, gets a full +-lr step whose sign follows the rounding noise).
+SGD_LIKE = dict(adam_eps=1.0, lr=0.05)
+
+
+def assert_same_params(got: dict, want: dict, atol: float = 1e-6) -> None:
+    assert got.keys() == want.keys()
+    for k in want:
+        assert torch.allclose(got[k], want[k], atol=atol), (k, float((got[k] - want[k]).abs().max()))
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return make_rollout_batch(n=10, seed=5)
+
+
+@pytest.fixture(scope="module")
+def stage0_reference(batch):
+    eng = make_engine(0, **SGD_LIKE)
+    metrics = train(eng, batch, 2)
+    return params(eng), metrics
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stages_match_stage0(stage, batch, stage0_reference):
+    want, want_metrics = stage0_reference
+    eng = make_engine(stage, **SGD_LIKE)
+    got_metrics = train(eng, batch, 2)
+    assert_same_params(params(eng), want)
+    for a, b in zip(got_metrics, want_metrics):
+        assert a["loss/optimizer_steps"] == b["loss/optimizer_steps"] == 2.0
+        assert abs(a["loss/policy"] - b["loss/policy"]) < 1e-5
+        assert abs(a["loss/grad_norm"] - b["loss/grad_norm"]) < 1e-4 * max(1.0, b["loss/grad_norm"])
+
+
+def test_update_changes_parameters_and_lowers_the_surrogate(batch):
+    eng = make_engine(2, use_kl_loss=False, entropy_coef=0.0, mini_batch_rows=10, micro_batch_rows=4, lr=3e-3)
+    before = params(eng)
+    adv = advantages(len(batch), 11)
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    surrogate_before = ppo_loss(old.logprobs, old.logprobs, adv, old.mask, ref_logp=None).metrics["loss/policy"]
+    m = eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs)
+    assert m["loss/optimizer_steps"] == 1.0 and m["loss/skipped_steps"] == 0.0
+    after = params(eng)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    new = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    surrogate_after = ppo_loss(new.logprobs, old.logprobs, adv, old.mask, ref_logp=None).metrics["loss/policy"]
+    assert float(surrogate_after) < float(surrogate_before) - 1e-3
+
+
+def test_micro_batches_accumulate_to_the_large_batch_gradient(batch):
+    """Stage 0 keeps full gradients in p.grad: compare them directly (Adam's updates hide gradient scale)."""
+    eng = make_engine(0, mini_batch_rows=10)
+    n = len(batch)
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
+    adv = advantages(n, 3)
+    r_len = torch.tensor([r.numel() for r in batch.response_ids])
+    assert len(set(r_len.tolist())) > 2  # micro-batches hold different token counts
+    grads = {}
+    for micro in (1, 3, 10):
+        eng._accumulate(list(range(n)), batch.prompt_ids, batch.response_ids, adv, old.logprobs, ref.logprobs,
+                        r_len, list(range(n)), 0, micro_batch_rows=micro)
+        grads[micro] = torch.cat([p.grad.flatten().clone() for p in eng.module.parameters()])
+        eng.engine.optimizer.zero_grad(set_to_none=True)
+        eng.engine._unmanaged_backward_count = 0
+    scale = float(grads[10].abs().max())
+    for micro in (1, 3):
+        assert torch.allclose(grads[micro], grads[10], rtol=1e-5, atol=1e-6 * scale), micro
+
+
+def test_micro_batch_size_does_not_change_zero2_training(batch):
+    a = make_engine(2, micro_batch_rows=1, **SGD_LIKE)
+    b = make_engine(2, micro_batch_rows=8, **SGD_LIKE)
+    train(a, batch, 2)
+    train(b, batch, 2)
+    assert_same_params(params(a), params(b))
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, caplog):
+    eng = make_engine(stage, mini_batch_rows=10, micro_batch_rows=4, use_kl_loss=False)
+    n = len(batch)
+    row_ids = [f"row{i}" for i in range(n)]
+    train(eng, batch, 1)  # optimizer state exists
+    before = params(eng)
+    opt_before, _ = eng.optimizer_state()
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    adv = advantages(n, 1)
+    adv[6] = float("nan")
+    with caplog.at_level("WARNING", logger="trainer.engine"):
+        m = eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs, row_ids=row_ids)
+    assert m["loss/skipped_steps"] == 1.0 and m["loss/optimizer_steps"] == 0.0
+    assert eng.skipped_steps == 1 and eng.consecutive_skips == 1
+    assert eng.last_nonfinite_rows == ["row6"] and "row6" in caplog.text
+    after = params(eng)
+    assert all(torch.equal(before[k], after[k]) for k in before)  # parameters untouched
+    opt_after, _ = eng.optimizer_state()
+    assert all(torch.equal(opt_before[k], opt_after[k]) for k in opt_before)  # optimizer state untouched
+    # non-finite logits (a poisoned forward) are caught the same way, with the row id
+    h = eng.lm.model.norm.register_forward_hook(lambda mod, i, o: o.index_fill(0, torch.tensor([1]), float("inf")))
+    try:
+        m = eng.update(batch.prompt_ids, batch.response_ids, advantages(n, 2), old.logprobs, row_ids=row_ids)
+    finally:
+        h.remove()
+    assert m["loss/skipped_steps"] == 1.0 and "row1" in eng.last_nonfinite_rows and eng.consecutive_skips == 2
+    # a good step resets the run of skips
+    m = eng.update(batch.prompt_ids, batch.response_ids, advantages(n, 3), old.logprobs)
+    assert m["loss/optimizer_steps"] == 1.0 and eng.consecutive_skips == 0
+    assert all(torch.isfinite(v).all() for v in params(eng).values())
+    # three in a row raise
+    with pytest.raises(NonFiniteError, match=r"3 optimizer steps in a row.*row6"):
+        for _ in range(3):
+            eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs, row_ids=row_ids)
+
+
+def test_zero3_reference_model_and_hidden_states(batch):
+    eng = make_engine(3)
+    initial = tiny_qwen2(layers=2).eval()
+    from trainer.actor import actor_forward, pack_rows
+
+    with torch.no_grad():
+        want = actor_forward(initial, **pack_rows(batch.prompt_ids, batch.response_ids).as_kwargs(), hidden_layer=HIDDEN)
+    got = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)  # hidden layer from the model config
+    assert torch.allclose(got.logprobs, want.logprobs, atol=1e-5)
+    assert torch.allclose(got.hidden, want.hidden, atol=1e-4)
+    train(eng, batch, 1)
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
+    new = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    assert torch.allclose(ref.logprobs, want.logprobs, atol=1e-5)  # the reference stays frozen
+    assert (new.logprobs - want.logprobs).abs().max() > 1e-3
+
+
+def test_export_hf_reloads_with_transformers(tmp_path, batch):
+    from transformers import AutoModelForCausalLM
+
+    eng = make_engine(3)
+    train(eng, batch, 1)
+    out = eng.export_hf(tmp_path / "hf")
+    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = torch.cat([batch.prompt_ids[0], batch.response_ids[0]])[None]
+    want = params(eng)
+    got = dict(reloaded.named_parameters())
+    for k, v in want.items():
+        assert torch.equal(got[k].detach(), v), k
+    with torch.no_grad():
+        assert torch.isfinite(reloaded(input_ids=ids).logits).all()
+
+
+def test_lora_engine(batch, tmp_path):
+    import peft
+
+    eng = make_engine(2, lora=4)
+    trainable = [n for n, p in eng.lm.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert eng.ref is None  # the reference is the base model with adapters off
+    base = tiny_qwen2(layers=2)
+    train(eng, batch, 2)
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
+    from trainer.actor import actor_forward, pack_rows
+
+    with torch.no_grad():
+        base_out = actor_forward(base.eval(), **pack_rows(batch.prompt_ids, batch.response_ids).as_kwargs())
+    assert torch.allclose(ref.logprobs, base_out.logprobs, atol=1e-5)
+    merged = params(eng)
+    assert set(merged) == {n for n, _ in base.named_parameters()}
+    # the merged weights equal peft's own merge of the same adapters
+    ref_model = copy.deepcopy(eng.lm).merge_and_unload()
+    for k, v in ref_model.named_parameters():
+        assert torch.allclose(merged[k], v.detach().float(), atol=1e-6), k
+    assert any(not torch.equal(merged[k], p.detach()) for k, p in base.named_parameters())
+    assert isinstance(eng.lm, peft.PeftModel)
+
+
+def test_warmup_learning_rate():
+    eng = make_engine(0, warmup_steps=4, lr=1e-3)
+    assert [eng.lr_at(s) for s in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    eng._set_lr(eng.lr_at(0))
+    assert eng._base_optimizer().param_groups[0]["lr"] == pytest.approx(2.5e-4)
+
+
+def test_gradient_checkpointing_gives_the_same_update(batch, stage0_reference):
+    want, _ = stage0_reference
+    eng = make_engine(0, gradient_checkpointing=True, **SGD_LIKE)
+    train(eng, batch, 2)
+    assert_same_params(params(eng), want)
+
+
+def test_hidden_layer_checked_before_compute():
+    with pytest.raises(ValueError, match="out of range for a 2-layer model"):
+        ActorEngine(tiny_qwen2(layers=2), TrainerConfig(zero_stage=0, mini_batch_rows=8, micro_batch_rows=2),
+                    model_cfg=ModelConfig(path="tiny:x", hidden_layer=-12))
+
+
+def test_split_even():
+    assert split_even(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split_even([1], 3) == [[1], [], []]
+
+
+@pytest.mark.parametrize("name", ["grpo", "bipace_q"])
+def test_hidden_states_feed_the_estimator_registry(name, batch):
+    """The old-log-prob pass yields what compute_advantages needs; the update consumes its advantages."""
+    from estimators import EstimatorConfig, compute_advantages
+
+    eng = make_engine(0, use_kl_loss=False)
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)
+    rb = copy.copy(batch)
+    rb.reward = torch.tensor([10.0 if i % 3 == 0 else 0.0 for i in range(len(batch))])
+    result = compute_advantages(rb.to_step_batch(hidden=old.hidden), EstimatorConfig(name=name, epsilon=0.05))
+    assert result.advantages.shape == (len(batch),)
+    m = eng.update(batch.prompt_ids, batch.response_ids, result.advantages, old.logprobs)
+    assert m["loss/optimizer_steps"] >= 1.0

@@ -1,0 +1,90 @@
+"""Every logger sink writes what it should, and reads back."""
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+
+from trainer.config import LoggingConfig
+from trainer.logging import MetricLogger, check_metric_names, read_jsonl
+
+
+def _tb_scalars(folder):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_jsonl_tensorboard_and_progress_bar(tmp_path):
+    bar = io.StringIO()
+    cfg = LoggingConfig(tensorboard=True, wandb=False, progress_bar=True)
+    with MetricLogger(tmp_path, cfg, run_name="grpo__seed0", total_iterations=3, progress_file=bar) as lg:
+        lg.log(1, {"rollout/success_rate": 0.25, "loss/policy": -0.5, "eval/textcraft/depth2/success": 0.1})
+        lg.log(2, {"rollout/success_rate": 0.5, "loss/policy": float("nan")})
+        lg.log(3, {"rollout/success_rate": 0.75, "perf/iteration_s": 1.5})
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert rows[0]["eval/textcraft/depth2/success"] == 0.1 and rows[2]["perf/iteration_s"] == 1.5
+    assert rows[1]["loss/policy"] is None  # NaN becomes null (strict JSON)
+    tb = _tb_scalars(tmp_path / "tb")
+    assert tb["rollout/success_rate"] == [(1, 0.25), (2, 0.5), (3, 0.75)]
+    assert tb["eval/textcraft/depth2/success"] == [(1, pytest.approx(0.1))]
+    assert math.isnan(tb["loss/policy"][1][1])
+    text = bar.getvalue()
+    assert "3/3" in text and "success=0.750" in text and "s/it=" in text
+
+
+def test_resume_truncates_later_iterations(tmp_path):
+    cfg = LoggingConfig(tensorboard=True, wandb=False, progress_bar=False)
+    with MetricLogger(tmp_path, cfg) as lg:
+        for it in range(1, 6):
+            lg.log(it, {"loss/policy": float(it)})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 6, "loss/pol')  # torn line of a killed process
+    with MetricLogger(tmp_path, cfg, start_iteration=3) as lg:  # resumed from the iteration-3 checkpoint
+        lg.log(4, {"loss/policy": 40.0})
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [(r["iteration"], r["loss/policy"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
+    assert _tb_scalars(tmp_path / "tb")["loss/policy"][-2:] == [(3, 3.0), (4, 40.0)]
+    # a fresh run (start 0) starts a fresh file
+    with MetricLogger(tmp_path, cfg) as lg:
+        lg.log(1, {"loss/policy": 7.0})
+    assert [r["loss/policy"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [7.0]
+
+
+def test_wandb_offline_run_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = LoggingConfig(tensorboard=False, wandb=True, wandb_mode="offline", wandb_project="bipace-test",
+                        progress_bar=False)
+    with MetricLogger(tmp_path, cfg, run_name="bipace_q__seed1", group="exp1",
+                      config={"seed": 1, "estimator": {"name": "bipace_q"}}) as lg:
+        run = lg.sinks[1].run
+        assert run.name == "bipace_q__seed1" and run.group == "exp1" and run.project == "bipace-test"
+        assert run.config["estimator"]["name"] == "bipace_q"
+        lg.log(1, {"rollout/success_rate": 0.5})
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("*.wandb")), "the offline run file is missing"
+    assert (tmp_path / "metrics.jsonl").exists()  # JSONL is written whatever the other sinks
+
+
+def test_only_rank0_writes(tmp_path):
+    with MetricLogger(tmp_path / "r1", LoggingConfig(), rank=1, total_iterations=3) as lg:
+        lg.log(1, {"loss/policy": 1.0})
+    assert not (tmp_path / "r1").exists()
+
+
+@pytest.mark.parametrize(
+    "metrics,needle",
+    [
+        ({"policy_loss": 1.0}, "outside the namespace"),
+        ({"eval/success": 1.0}, "eval/<env>/<split>/<metric>"),
+        ({"loss/policy": "high"}, "metrics are numbers"),
+    ],
+)
+def test_metric_names_are_checked(metrics, needle):
+    with pytest.raises(ValueError, match=needle):
+        check_metric_names(metrics)

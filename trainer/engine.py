@@ -1,0 +1,713 @@
+"""The actor on DeepSpeed ZeRO: log-prob passes, the PPO update, weight export, optimizer state.
+
+Symbols: N step rows (on this rank), T_r response tokens (padded), D hidden size, W data-parallel ranks.
+
+One code path from this 2-core CPU to multi-node GPUs [choice]:
+
+* CPU: ``DS_ACCELERATOR=cpu``, gloo, fp32, ``"torch_adam": true`` (no compiled Adam); a single process gets
+  ``MASTER_ADDR=127.0.0.1``, a free port, ``RANK=0 WORLD_SIZE=1 LOCAL_RANK=0`` [platform];
+* GPU: NCCL, bf16, launched by ``torchrun`` or ``deepspeed`` (they set RANK/WORLD_SIZE/LOCAL_RANK).
+
+ZeRO stage 0 | 1 | 2 | 3 from ``TrainerConfig.zero_stage``; optimizer offload (stage >= 1) and parameter offload
+(stage 3); gradient checkpointing; optional LoRA (``peft``), in which case the reference model is the base model
+with adapters disabled. Without LoRA the reference model is a frozen copy of the initial actor, under ZeRO-3
+partitioned the same way (inference only), otherwise a plain module.
+
+PPO update [GiGPO]: the N rows of an iteration are split into ceil(N_global / mini_batch_rows) mini-batches of
+near-equal size (one optimizer step each, ``ppo_epochs`` passes); each mini-batch is split into micro-batches of
+at most ``micro_batch_rows`` rows whose gradients accumulate (DeepSpeed's ``managed_gradient_accumulation:
+false``: every ``engine.step()`` is a boundary). Loss denominators are those of the whole mini-batch over all
+ranks, so micro-batching and data parallelism leave the gradient unchanged (tested). Ranks run the same number of
+micro-batches (a rank with fewer rows runs zero-weight ones), because ZeRO-2/3 communicate in every backward.
+
+Non-finite values [choice]: rows whose log-probs, entropy, old/ref log-probs or advantages hold NaN/Inf, or a
+non-finite loss or gradient, make that optimizer step be skipped on every rank (parameters and optimizer state
+unchanged), counted, and logged with the offending row ids; ``max_consecutive_nonfinite`` skipped steps in a row
+raise ``NonFiniteError``. Mechanism: a flagged micro-batch's loss is multiplied by NaN so that every gradient is
+non-finite; ZeRO >= 1 and the bf16 optimizer then skip the step themselves (their overflow check), and stage 0
+in fp32 (a plain torch optimizer, which has no such check) is skipped by this class before ``step()``.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import socket
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from .actor import ActorModule, ActorOutput, causal_lm_of, hidden_state_module, pack_rows
+from .config import ModelConfig, TrainerConfig
+from .loss import ppo_loss
+
+__all__ = [
+    "ActorEngine",
+    "NonFiniteError",
+    "init_distributed",
+    "build_ds_config",
+    "resolve_device",
+    "resolve_precision",
+    "split_even",
+    "free_port",
+]
+
+log = logging.getLogger("trainer.engine")
+
+
+class NonFiniteError(RuntimeError):
+    """Too many optimizer steps in a row were skipped because of NaN/Inf."""
+
+
+# ------------------------------------------------------------------------------------------- process set-up
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resolve_device(device: str = "auto") -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' but torch sees no CUDA device: set device=cpu or device=auto")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r} must be auto | cpu | cuda")
+    return device
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """auto -> bf16 on GPU, fp32 on CPU [platform; GiGPO trains in bf16]."""
+    if precision == "auto":
+        return "bf16" if device == "cuda" else "fp32"
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"trainer.precision={precision!r} must be auto | fp32 | bf16")
+    return precision
+
+
+def init_distributed(device: str) -> tuple[int, int, int]:
+    """Start torch.distributed once (gloo on CPU, NCCL on GPU); returns (rank, world_size, local_rank).
+
+    Under ``torchrun``/``deepspeed`` the launcher's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* are used; a plain
+    ``python`` process becomes rank 0 of 1 on 127.0.0.1 with a free port.
+    """
+    if device == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    import torch.distributed as dist
+    from deepspeed.accelerator import get_accelerator
+
+    accel = get_accelerator().device_name()
+    if device == "cpu" and accel != "cpu":
+        raise RuntimeError(
+            f"DeepSpeed picked the {accel!r} accelerator but the run is on CPU: set DS_ACCELERATOR=cpu before "
+            "anything imports deepspeed (or run with device=cuda)"
+        )
+    if not dist.is_initialized():
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or str(free_port())
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        os.environ.setdefault("LOCAL_RANK", os.environ.get("RANK", "0"))
+        deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def build_ds_config(cfg: TrainerConfig, device: str, precision: str, *, optimizer: bool = True) -> dict:
+    """The DeepSpeed config dict for the actor (``optimizer=True``) or the reference model (inference)."""
+    zero: dict = {"stage": cfg.zero_stage}
+    if cfg.offload_optimizer and optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device == "cuda"}
+    if cfg.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": device == "cuda"}
+    if cfg.zero_stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = False
+    ds: dict = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_rows,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,  # the caller owns the boundary: every step() is one
+        "zero_optimization": zero,
+        "bf16": {"enabled": precision == "bf16", "check_grad_overflow": True},
+        "steps_per_print": 2**62,
+        "wall_clock_breakdown": False,
+        "zero_allow_untested_optimizer": True,
+    }
+    if optimizer:
+        torch_adam = cfg.torch_adam
+        if torch_adam is None:
+            torch_adam = not (cfg.offload_optimizer and device == "cuda")
+        ds["gradient_clipping"] = float(cfg.grad_clip)
+        ds["optimizer"] = {
+            "type": "AdamW",
+            "params": {
+                "lr": float(cfg.lr),
+                "betas": [float(b) for b in cfg.betas],
+                "eps": float(cfg.adam_eps),
+                "weight_decay": float(cfg.weight_decay),
+                "torch_adam": bool(torch_adam),
+            },
+        }
+    return ds
+
+
+def split_even(items: Sequence[int], parts: int) -> list[list[int]]:
+    """``items`` cut into ``parts`` contiguous pieces whose sizes differ by at most one (larger first)."""
+    items = list(items)
+    q, r = divmod(len(items), parts)
+    out, start = [], 0
+    for k in range(parts):
+        size = q + (1 if k < r else 0)
+        out.append(items[start: start + size])
+        start += size
+    return out
+
+
+def _is_finite(t: torch.Tensor | None) -> bool:
+    return t is None or bool(torch.isfinite(t).all())
+
+
+# ------------------------------------------------------------------------------------------------ the engine
+class ActorEngine:
+    """The training actor (and reference model) behind a small interface.
+
+    Construction::
+
+        eng = ActorEngine(hf_causal_lm, run_cfg.trainer, model_cfg=run_cfg.model,
+                          temperature=run_cfg.rollout.temperature, device="auto")
+
+    ``model`` is an instantiated Hugging Face causal LM (loaded by the caller, e.g. ``agents.models``); a frozen
+    copy becomes the reference model when ``trainer.use_kl_loss`` is on.
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainerConfig, *, model_cfg: ModelConfig | None = None,
+                 temperature: float = 1.0, device: str = "auto"):
+        cfg.validate()
+        self.cfg = cfg
+        self.model_cfg = model_cfg or ModelConfig()
+        self.temperature = float(temperature)
+        self.device_type = resolve_device(device)
+        self.precision = resolve_precision(cfg.precision, self.device_type)
+        self.rank, self.world_size, self.local_rank = init_distributed(self.device_type)
+        self.zero_stage = cfg.zero_stage
+        self.is_lora = self.model_cfg.lora_rank > 0
+        if self.is_lora and self.zero_stage == 3:
+            raise ValueError(
+                "model.lora_rank > 0 with trainer.zero_stage=3 is not supported, because the merged weights for "
+                "the rollout engine are computed from full base weights: use zero_stage 0-2 (LoRA's optimizer "
+                "state is small, ZeRO-3 is rarely needed then)"
+            )
+        if cfg.mini_batch_rows % self.world_size:
+            raise ValueError(
+                f"trainer.mini_batch_rows={cfg.mini_batch_rows} is not divisible by the {self.world_size} ranks, "
+                "because each rank takes an equal share of a mini-batch: pick a multiple of the world size"
+            )
+        import deepspeed
+
+        self._ds = deepspeed
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+        lm = causal_lm_of(model)
+        lm.to(dtype)
+        if hasattr(lm.config, "use_cache"):
+            lm.config.use_cache = False
+        if self.model_cfg.hidden_layer is not None:
+            hidden_state_module(lm, self.model_cfg.hidden_layer)  # fail now, before compute, if out of range
+        ref_lm = None
+        if cfg.use_kl_loss and not self.is_lora:
+            ref_lm = copy.deepcopy(lm)
+            ref_lm.requires_grad_(False)
+            ref_lm.eval()
+        if cfg.gradient_checkpointing:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.is_lora:
+            import peft
+
+            lcfg = peft.LoraConfig(
+                r=self.model_cfg.lora_rank,
+                lora_alpha=self.model_cfg.lora_alpha,
+                lora_dropout=self.model_cfg.lora_dropout,
+                target_modules=list(self.model_cfg.lora_target_modules),
+                task_type="CAUSAL_LM",
+            )
+            lm = peft.get_peft_model(lm, lcfg)
+        self.ds_config = build_ds_config(cfg, self.device_type, self.precision)
+        actor = ActorModule(lm)
+        params = [p for p in actor.parameters() if p.requires_grad]
+        self.engine, _, _, _ = deepspeed.initialize(model=actor, model_parameters=params, config=self.ds_config)
+        self.device = self.engine.device
+        self.ref = None
+        if ref_lm is not None:
+            ref = ActorModule(ref_lm)
+            if self.zero_stage == 3:
+                ref_cfg = build_ds_config(cfg, self.device_type, self.precision, optimizer=False)
+                self.ref, _, _, _ = deepspeed.initialize(model=ref, config=ref_cfg)
+            else:
+                self.ref = ref.to(self.device)
+            self.ref.eval()
+        # counters (saved in checkpoints)
+        self.optimizer_steps = 0  # applied optimizer steps (drives the warm-up)
+        self.skipped_steps = 0  # optimizer steps skipped for NaN/Inf
+        self.consecutive_skips = 0
+        self.last_nonfinite_rows: list = []
+        self._manual_grad_norm: float | None = None
+
+    # ------------------------------------------------------------------------------------ helpers
+    @property
+    def module(self) -> ActorModule:
+        return self.engine.module
+
+    @property
+    def lm(self) -> nn.Module:
+        """The (possibly peft-wrapped) Hugging Face model being trained."""
+        return self.engine.module.lm
+
+    def _base_optimizer(self) -> torch.optim.Optimizer:
+        opt = self.engine.optimizer
+        return getattr(opt, "optimizer", opt)
+
+    def _allreduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return t
+        import torch.distributed as dist
+
+        dev = t.device
+        t = t.to(self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        return t.to(dev)
+
+    def _barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step ``step`` (0-based): linear warm-up, then constant [GiGPO: constant]."""
+        w = self.cfg.warmup_steps
+        if w > 0 and step < w:
+            return self.cfg.lr * (step + 1) / w
+        return self.cfg.lr
+
+    def _set_lr(self, lr: float) -> None:
+        for g in self._base_optimizer().param_groups:
+            g["lr"] = lr
+
+    def _gathered(self, params: list[nn.Parameter], modifier_rank: int | None = None):
+        """Context in which ZeRO-3 partitioned ``params`` are whole (a no-op below stage 3)."""
+        import contextlib
+
+        if self.zero_stage == 3:
+            return self._ds.zero.GatheredParameters(params, modifier_rank=modifier_rank)
+        return contextlib.nullcontext()
+
+    # ---------------------------------------------------------------------------- log-prob passes
+    @torch.no_grad()
+    def compute_logprobs(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], *,
+                         reference: bool = False, hidden_layer: int | None | str = "config",
+                         compute_entropy: bool = False, pad_id: int = 0) -> ActorOutput:
+        """Log-probs (N, T_r) of the response tokens under the actor (or the reference), plus the hidden state
+        (N, D) at ``hidden_layer`` ("config" = ``model.hidden_layer``; None = don't capture) of the last prompt
+        token, in batches of ``logprob_batch_rows`` rows sorted by length (less padding). T_r is the longest
+        response of all N rows. Runs the same number of forwards on every rank (ZeRO-3 gathers in each).
+        """
+        if hidden_layer == "config":
+            hidden_layer = self.model_cfg.hidden_layer
+        if reference and not self.cfg.use_kl_loss:
+            raise RuntimeError("compute_logprobs(reference=True) but trainer.use_kl_loss=false: no reference model")
+        n = len(prompt_ids)
+        if n == 0:
+            raise ValueError("compute_logprobs: no rows")
+        lengths = torch.tensor([int(p.numel() + r.numel()) for p, r in zip(prompt_ids, response_ids)])
+        order = torch.argsort(lengths, descending=True, stable=True).tolist()
+        bsz = self.cfg.logprob_batch_rows
+        chunks = [order[i: i + bsz] for i in range(0, n, bsz)]
+        n_chunks = int(self._allreduce(torch.tensor([len(chunks)]), "max").item())
+        t_r = max(max(int(r.numel()) for r in response_ids), 1)
+        logprobs = torch.zeros((n, t_r), dtype=torch.float32)
+        entropy = torch.zeros((n, t_r), dtype=torch.float32) if compute_entropy else None
+        mask = torch.zeros((n, t_r), dtype=torch.bool)
+        hidden = None
+        bad: list[int] = []
+        if reference and self.ref is not None:
+            model = self.ref
+        else:
+            model = self.engine
+        self.engine.eval()
+        import contextlib
+
+        ctx = self.lm.disable_adapter() if (reference and self.is_lora) else contextlib.nullcontext()
+        with ctx:
+            for k in range(n_chunks):
+                idx = chunks[k] if k < len(chunks) else chunks[0][:1]  # extra chunks: equal forward counts
+                packed = pack_rows([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id).to(self.device)
+                out = ActorOutput(**model(**packed.as_kwargs(), hidden_layer=hidden_layer,
+                                          compute_entropy=compute_entropy, chunk_tokens=self.cfg.logprob_chunk_tokens,
+                                          temperature=self.temperature))
+                if k >= len(chunks):
+                    continue
+                w = out.logprobs.shape[1]
+                ix = torch.tensor(idx)
+                logprobs[ix, :w] = out.logprobs.float().cpu()
+                mask[ix, :w] = out.mask.cpu()
+                if entropy is not None:
+                    entropy[ix, :w] = out.entropy.float().cpu()
+                if out.hidden is not None:
+                    if hidden is None:
+                        hidden = torch.zeros((n, out.hidden.shape[1]), dtype=torch.float32)
+                    hidden[ix] = out.hidden.cpu()
+                bad.extend(idx[j] for j in out.nonfinite_rows.tolist())
+        self.engine.train()
+        return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden,
+                           nonfinite_rows=torch.tensor(sorted(bad), dtype=torch.long))
+
+    # ------------------------------------------------------------------------------------- update
+    def update(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor],
+               advantages: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None = None, *,
+               row_ids: Sequence | None = None, generator: torch.Generator | None = None,
+               pad_id: int = 0) -> dict[str, float]:
+        """One PPO pass (``ppo_epochs`` epochs) over this rank's N rows; returns ``loss/...`` metrics.
+
+        advantages   : FloatTensor (N,)        one per row, broadcast over its response tokens
+        old_logprobs : FloatTensor (N, >=T_r)  from ``compute_logprobs`` before the update
+        ref_logprobs : FloatTensor (N, >=T_r)  from ``compute_logprobs(reference=True)``; needed iff use_kl_loss
+        row_ids      : ids reported for non-finite rows (default 0..N-1)
+        generator    : torch.Generator for the mini-batch shuffle (``shuffle_minibatches``)
+
+        Raises ``NonFiniteError`` after ``max_consecutive_nonfinite`` skipped steps in a row.
+        """
+        cfg = self.cfg
+        n = len(prompt_ids)
+        if n == 0:
+            raise ValueError("update: this rank has no rows; every rank must own at least one prompt group")
+        if len(response_ids) != n or advantages.shape != (n,) or old_logprobs.shape[0] != n:
+            raise ValueError(
+                f"update: {n} prompts, {len(response_ids)} responses, advantages {tuple(advantages.shape)}, "
+                f"old_logprobs {tuple(old_logprobs.shape)}: all need one entry per row"
+            )
+        if cfg.use_kl_loss and ref_logprobs is None:
+            raise ValueError("update: trainer.use_kl_loss=true needs ref_logprobs (compute_logprobs(reference=True))")
+        row_ids = list(range(n)) if row_ids is None else list(row_ids)
+        r_len = torch.tensor([int(r.numel()) for r in response_ids])
+        n_global = int(self._allreduce(torch.tensor([n])).item())
+        n_mb = max(1, math.ceil(n_global / cfg.mini_batch_rows))
+        use_kl = cfg.use_kl_loss and cfg.kl_coef > 0
+        per_step: list[dict[str, float]] = []
+        self.engine.train()
+        for _epoch in range(cfg.ppo_epochs):
+            order = torch.randperm(n, generator=generator).tolist() if cfg.shuffle_minibatches else list(range(n))
+            for mb in split_even(order, n_mb):
+                per_step.append(self._minibatch_step(mb, prompt_ids, response_ids, advantages, old_logprobs,
+                                                     ref_logprobs if use_kl else None, r_len, row_ids, pad_id))
+        applied = [m for m in per_step if m["applied"]]
+        out: dict[str, float] = {}
+        keys = sorted({k for m in applied for k in m if k.startswith("loss/")})
+        for k in keys:
+            vals = [m[k] for m in applied if k in m]
+            out[k] = float(sum(vals) / len(vals))
+        out["loss/optimizer_steps"] = float(len(applied))
+        out["loss/skipped_steps"] = float(len(per_step) - len(applied))
+        out["loss/lr"] = float(self.lr_at(max(self.optimizer_steps - 1, 0)))
+        return out
+
+    def _minibatch_step(self, mb, prompt_ids, response_ids, advantages, old_logprobs, ref_logprobs, r_len,
+                        row_ids, pad_id) -> dict:
+        sums, bad_rows = self._accumulate(mb, prompt_ids, response_ids, advantages, old_logprobs, ref_logprobs,
+                                          r_len, row_ids, pad_id)
+        applied = self._optimizer_step(bad_rows)
+        # metrics are partial sums over micro-batches and ranks: sum them over ranks
+        keys = sorted(sums)
+        vec = self._allreduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
+        out_m: dict = {k: float(vec[i]) for i, k in enumerate(keys)}
+        if applied:
+            gn = self._manual_grad_norm if self._manual_grad_norm is not None else self.engine.get_global_grad_norm()
+            if gn is not None and math.isfinite(float(gn)):
+                out_m["loss/grad_norm"] = float(gn)
+        out_m["applied"] = applied
+        return out_m
+
+    def _accumulate(self, mb, prompt_ids, response_ids, advantages, old_logprobs, ref_logprobs, r_len, row_ids,
+                    pad_id, micro_batch_rows: int | None = None) -> tuple[dict[str, float], list]:
+        """Forward + backward over the micro-batches of mini-batch ``mb`` (row indices of this rank); gradients
+        accumulate in the engine. Returns (metric partial sums, offending row ids)."""
+        cfg = self.cfg
+        micro_rows = micro_batch_rows or cfg.micro_batch_rows
+        # global denominators of this mini-batch (all ranks): tokens and rows with >= 1 token
+        mb_t = torch.tensor(mb, dtype=torch.long)
+        local = torch.tensor([float(r_len[mb_t].sum()) if mb else 0.0, float((r_len[mb_t] > 0).sum()) if mb else 0.0])
+        total_tokens, total_rows = self._allreduce(local).tolist()
+        n_micro = max(1, math.ceil(len(mb) / micro_rows))
+        n_micro = int(self._allreduce(torch.tensor([n_micro]), "max").item())
+        sums: dict[str, float] = defaultdict(float)
+        bad_rows: list = []
+        for micro in split_even(mb, n_micro):
+            dummy = len(micro) == 0
+            idx = micro if not dummy else [0]  # a zero-weight row keeps the ranks' backward counts equal
+            packed = pack_rows([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id).to(self.device)
+            out = ActorOutput(**self.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
+                                            chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature))
+            w = out.logprobs.shape[1]
+            ix = torch.tensor(idx)
+            mask = out.mask if not dummy else torch.zeros_like(out.mask)
+            old = old_logprobs[ix, :w].to(self.device, torch.float32)
+            ref = ref_logprobs[ix, :w].to(self.device, torch.float32) if ref_logprobs is not None else None
+            adv = advantages[ix].to(self.device, torch.float32)
+            res = ppo_loss(out.logprobs, old, adv, mask, entropy=out.entropy, ref_logp=ref,
+                           clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, loss_agg_mode=cfg.loss_agg_mode,
+                           entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef if ref is not None else 0.0,
+                           kl_type=cfg.kl_type, total_tokens=total_tokens, total_rows=total_rows)
+            if not dummy:
+                flagged = set(out.nonfinite_rows.tolist())
+                for j in range(len(idx)):
+                    m = mask[j]
+                    if not (_is_finite(old[j][m]) and (ref is None or _is_finite(ref[j][m])) and _is_finite(adv[j])):
+                        flagged.add(j)
+                if not flagged and not bool(torch.isfinite(res.loss.detach())):
+                    flagged.update(range(len(idx)))  # a non-finite loss no single row explains
+                bad_rows.extend(row_ids[idx[j]] for j in sorted(flagged))
+            # DeepSpeed averages gradients over the W ranks; the loss already divides by the global denominators
+            loss = res.loss * self.world_size
+            if bad_rows:
+                loss = loss * float("nan")  # poison: every gradient non-finite -> the step is skipped (docstring)
+            self.engine.backward(loss, scale_wrt_gas=False)
+            for k, v in res.metrics.items():
+                sums[k] += float(v)
+        return sums, bad_rows
+
+    def _optimizer_step(self, bad_rows: list) -> bool:
+        """engine.step() unless something is non-finite on any rank; returns whether the step was applied."""
+        self._set_lr(self.lr_at(self.optimizer_steps))
+        opt = self.engine.optimizer
+        has_own_check = hasattr(opt, "overflow")  # ZeRO >= 1 and the bf16 optimizer skip non-finite steps
+        any_bad = torch.tensor([1.0 if bad_rows else 0.0])
+        self._manual_grad_norm = None
+        if not has_own_check:
+            grads = [p.grad for p in self.engine.module.parameters() if p.requires_grad and p.grad is not None]
+            grads_ok = all(_is_finite(g) for g in grads)
+            any_bad = torch.maximum(any_bad, torch.tensor([0.0 if grads_ok else 1.0]))
+            if self.world_size == 1 and grads:  # DeepSpeed does not report the norm of a plain optimizer
+                self._manual_grad_norm = float(torch.linalg.vector_norm(
+                    torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
+        any_bad = bool(self._allreduce(any_bad, "max").item() > 0)
+        if not has_own_check and any_bad:
+            opt.zero_grad(set_to_none=True)
+            if hasattr(self.engine, "_unmanaged_backward_count"):
+                self.engine._unmanaged_backward_count = 0
+            applied = False
+        else:
+            self.engine.step()
+            applied = not bool(getattr(opt, "overflow", False))
+        if applied:
+            self.optimizer_steps += 1
+            self.consecutive_skips = 0
+            return True
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
+        rows = bad_rows if bad_rows else ["(non-finite gradient; rows unknown)"]
+        self.last_nonfinite_rows = list(rows)
+        log.warning("optimizer step skipped (NaN/Inf), %d in a row; rank %d rows: %s", self.consecutive_skips,
+                    self.rank, rows[:20])
+        if self.consecutive_skips >= self.cfg.max_consecutive_nonfinite:
+            raise NonFiniteError(
+                f"{self.consecutive_skips} optimizer steps in a row were skipped for NaN/Inf "
+                f"(trainer.max_consecutive_nonfinite={self.cfg.max_consecutive_nonfinite}); offending rows on rank "
+                f"{self.rank}: {rows[:20]}. Lower trainer.lr, try trainer.precision=fp32, or check the rollout "
+                "data of those rows (empty or corrupt responses)."
+            )
+        return False
+
+    # --------------------------------------------------------------------------- weights and state
+    def full_named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(Hugging Face name, full tensor) of every model weight, for the rollout engine's refresh and exports.
+
+        Under ZeRO-3 each parameter is gathered in turn (every rank must iterate); with LoRA the yielded weights
+        are merged (W + scale * B A) under the base model's names. Tensors are detached; copy them if you keep
+        them past the next optimizer step.
+        """
+        if self.is_lora:
+            yield from self._merged_lora_parameters()
+            return
+        for name, p in self.lm.named_parameters():
+            with self._gathered([p]):
+                t = p.detach()
+                yield name, (t.clone() if self.zero_stage == 3 else t)
+
+    def _merged_lora_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        from peft.tuners.lora import LoraLayer
+
+        base = self.lm.get_base_model()
+        lora_modules = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+        adapter = self.lm.active_adapter if isinstance(self.lm.active_adapter, str) else self.lm.active_adapter[0]
+        for name, p in base.named_parameters():
+            if ".lora_" in name or "lora_embedding" in name:
+                continue
+            if ".base_layer." in name:
+                owner = name.split(".base_layer.")[0]
+                hf_name = name.replace(".base_layer.", ".")
+                t = p.detach()
+                if owner in lora_modules and name.endswith("base_layer.weight"):
+                    t = t + lora_modules[owner].get_delta_weight(adapter).to(t.dtype)
+                yield hf_name, t
+            else:
+                yield name, p.detach()
+
+    def trainable_named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, full tensor) of the trainable weights only: all weights, or the LoRA adapters with LoRA."""
+        for name, p in self.lm.named_parameters():
+            if p.requires_grad:
+                with self._gathered([p]):
+                    yield name, (p.detach().clone() if self.zero_stage == 3 else p.detach())
+
+    def load_named_parameters(self, tensors: dict[str, torch.Tensor], *, trainable_only: bool = False) -> None:
+        """Copy full tensors into the model's weights by name (the inverse of ``full_named_parameters`` without
+        LoRA, or of ``trainable_named_parameters``). Every name must be present with the same shape."""
+        params = [(n, p) for n, p in self.lm.named_parameters() if p.requires_grad or not trainable_only]
+        missing = [n for n, _ in params if n not in tensors]
+        if missing:
+            raise KeyError(f"checkpoint lacks {len(missing)} weights, e.g. {missing[:3]}: it belongs to another model")
+        for name, p in params:
+            src = tensors[name]
+            shape = tuple(p.ds_shape) if hasattr(p, "ds_shape") else tuple(p.shape)
+            if tuple(src.shape) != shape:
+                raise ValueError(f"checkpoint weight {name} has shape {tuple(src.shape)}, the model {shape}")
+            with self._gathered([p], modifier_rank=0), torch.no_grad():
+                if self.zero_stage != 3 or self.rank == 0:
+                    p.data.copy_(src.to(p.device, p.dtype))
+
+    def export_hf(self, out_dir: str | Path, tokenizer=None, shard_bytes: int = 5 * 2**30) -> Path | None:
+        """Write the actor as a Hugging Face folder (config.json + safetensors, LoRA merged). Collective under
+        ZeRO-3; rank 0 writes. Returns the folder on rank 0, None elsewhere."""
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        state = {name: t.detach().to("cpu").contiguous().clone() for name, t in self.full_named_parameters()}
+        if self.rank != 0:
+            return None
+        out.mkdir(parents=True, exist_ok=True)
+        base = self.lm.get_base_model() if self.is_lora else self.lm
+        base.config.save_pretrained(out)
+        gen = getattr(base, "generation_config", None)
+        if gen is not None:
+            try:
+                gen.save_pretrained(out)
+            except Exception as e:  # an invalid generation config must not lose the weights
+                log.warning("generation_config not saved: %s", e)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+        shards: list[dict[str, torch.Tensor]] = [{}]
+        size = 0
+        for name, t in state.items():
+            nbytes = t.numel() * t.element_size()
+            if shards[-1] and size + nbytes > shard_bytes:
+                shards.append({})
+                size = 0
+            shards[-1][name] = t
+            size += nbytes
+        if len(shards) == 1:
+            save_file(shards[0], str(out / "model.safetensors"), metadata={"format": "pt"})
+        else:
+            import json
+
+            weight_map = {}
+            for k, shard in enumerate(shards):
+                fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+                save_file(shard, str(out / fname), metadata={"format": "pt"})
+                weight_map.update({name: fname for name in shard})
+            total = sum(t.numel() * t.element_size() for t in state.values())
+            (out / "model.safetensors.index.json").write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+        return out
+
+    # --------------------------------------------------------------------------- optimizer state
+    def _hp_params(self) -> list[list[torch.Tensor]]:
+        """The tensors the base optimizer updates, per parameter group: the model's weights (stage 0 fp32),
+        the fp32 master partitions (ZeRO-1/2, bf16 stage 0) or the fp32 sub-group partitions (ZeRO-3)."""
+        opt = self.engine.optimizer
+        if self.zero_stage == 3:
+            return [[p] for p in opt.fp32_partitioned_groups_flat]
+        return [list(g["params"]) for g in self._base_optimizer().param_groups]
+
+    def optimizer_state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """This rank's optimizer state as flat tensors + JSON-able metadata (no pickled objects).
+
+        Tensors are keyed ``g<i>.p<j>.<name>``: the base optimizer's (AdamW's) parameters — the fp32 master
+        partitions under ZeRO/bf16, omitted when they are the model's own weights — and their state (``step``,
+        ``exp_avg``, ``exp_avg_sq``). Rank-local: resuming needs the same world size and ZeRO stage.
+        """
+        base = self._base_optimizer()
+        own = {id(p) for p in self.engine.module.parameters()}
+        tensors: dict[str, torch.Tensor] = {}
+        groups = []
+        for gi, params in enumerate(self._hp_params()):
+            shapes = []
+            for pi, p in enumerate(params):
+                key = f"g{gi}.p{pi}"
+                shapes.append(list(p.shape))
+                if id(p) not in own:
+                    tensors[f"{key}.param"] = p.detach().to("cpu").clone()
+                for k, v in base.state.get(p, {}).items():
+                    if torch.is_tensor(v):
+                        tensors[f"{key}.{k}"] = v.detach().to("cpu").clone()
+            groups.append({"shapes": shapes})
+        meta = {"zero_stage": self.zero_stage, "world_size": self.world_size, "rank": self.rank,
+                "precision": self.precision, "groups": groups}
+        return tensors, meta
+
+    def load_optimizer_state(self, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+        """Inverse of ``optimizer_state`` (same world size, ZeRO stage and model)."""
+        if meta.get("zero_stage") != self.zero_stage or meta.get("world_size") != self.world_size:
+            raise ValueError(
+                f"optimizer state was saved with ZeRO stage {meta.get('zero_stage')} on {meta.get('world_size')} "
+                f"ranks; this run uses stage {self.zero_stage} on {self.world_size}: resume with the same settings"
+            )
+        base = self._base_optimizer()
+        hp = self._hp_params()
+        if len(meta["groups"]) != len(hp):
+            raise ValueError("optimizer state has a different number of parameter groups: another model?")
+        flags = base.param_groups[0] if base.param_groups else {}
+        for gi, (params, gm) in enumerate(zip(hp, meta["groups"])):
+            if [list(p.shape) for p in params] != gm["shapes"]:
+                raise ValueError(f"optimizer state group {gi} has other parameter shapes: another model or config?")
+            for pi, p in enumerate(params):
+                key = f"g{gi}.p{pi}"
+                with torch.no_grad():
+                    if f"{key}.param" in tensors:
+                        p.data.copy_(tensors[f"{key}.param"].to(p.device, p.dtype))
+                    state = base.state[p]
+                    for name, t in tensors.items():
+                        if not name.startswith(key + ".") or name.endswith(".param"):
+                            continue
+                        k = name[len(key) + 1:]
+                        if k in state and torch.is_tensor(state[k]) and state[k].shape == t.shape:
+                            state[k].copy_(t.to(state[k].device, state[k].dtype))  # keeps DeepSpeed's views valid
+                        else:
+                            on_cpu = k == "step" and not flags.get("capturable") and not flags.get("fused")
+                            state[k] = t.to("cpu" if on_cpu else p.device)
+
+    def counters_state(self) -> dict:
+        e = self.engine
+        return {
+            "optimizer_steps": self.optimizer_steps,
+            "skipped_steps": self.skipped_steps,
+            "consecutive_skips": self.consecutive_skips,
+            "ds_global_steps": int(e.global_steps),
+            "ds_global_samples": int(e.global_samples),
+            "ds_skipped_steps": int(e.skipped_steps),
+            "ds_micro_steps": int(e.micro_steps),
+        }
+
+    def load_counters_state(self, d: dict) -> None:
+        self.optimizer_steps = int(d["optimizer_steps"])
+        self.skipped_steps = int(d["skipped_steps"])
+        self.consecutive_skips = int(d["consecutive_skips"])
+        e = self.engine
+        e.global_steps = int(d["ds_global_steps"])
+        e.global_samples = int(d["ds_global_samples"])
+        e.skipped_steps = int(d["ds_skipped_steps"])
+        e.micro_steps = int(d["ds_micro_steps"])
+        self._set_lr(self.lr_at(self.optimizer_steps))
