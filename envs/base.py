@@ -19,7 +19,8 @@ noop                 bool, the last action was not understood or not applicable 
 step                 steps taken so far in this episode
 ==================== ===========================================================================
 
-plus ``split`` and ``task_index`` (the task this episode plays) on every call, and ``error`` (str) only
+plus ``split`` and ``task_index`` (the task this episode plays) when the env picks its task with
+``resolve_task`` (TextCraft, ALFWorld), and ``error`` (str) only
 when something went wrong that the caller should log (an env bug caught by the base class, a worker
 crash reported by the pool).
 
@@ -40,6 +41,7 @@ split (``splits[0]``). The env's own randomness, if any, comes from ``seed``.
 from __future__ import annotations
 
 import logging
+import re
 import string
 import unicodedata
 from collections.abc import Mapping
@@ -69,8 +71,9 @@ MAX_ACTION_CHARS = 2000
 MAX_OBS_CHARS = 100_000
 SUCCESS_REWARD = 10.0
 INFO_KEYS = ("task", "task_family", "admissible_actions", "won", "anchor_obs", "state_key", "raw_score", "noop", "step")
+_INFO_KEY_SET = frozenset(INFO_KEYS)
 _OBS_CUT_MARKER = "\n[... observation cut: longer than {} characters]"
-_PRINTABLE = frozenset(string.printable) - frozenset("\x0b\x0c")
+_OUTSIDE_CHARSET = re.compile(r"[^ -~\n]")  # anything but printable ASCII and newline (= TEXT_CHARSET)
 
 
 def clean_action(action: Any) -> str | None:
@@ -86,9 +89,12 @@ def clean_action(action: Any) -> str | None:
         return None
     if len(action) > MAX_ACTION_CHARS:
         return None
-    if not (action.isascii() and action.isprintable()):  # slow path only for unusual text
-        action = unicodedata.normalize("NFKC", action)
-        action = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in action)
+    if action.isascii() and action.isprintable():  # fast path: plain text, only spaces to normalise
+        if "  " in action or action[:1] == " " or action[-1:] == " ":
+            action = " ".join(action.split())
+        return action
+    action = unicodedata.normalize("NFKC", action)
+    action = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in action)
     return " ".join(action.split())
 
 
@@ -96,7 +102,7 @@ def clean_observation(text: Any) -> str:
     """Map any text into ``TEXT_CHARSET`` and ``MAX_OBS_CHARS`` (see module docstring)."""
     if not isinstance(text, str):
         text = "" if text is None else str(text)
-    if not (text.isascii() and all(c in TEXT_CHARSET for c in text)):
+    if _OUTSIDE_CHARSET.search(text) is not None:
         text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ")
         folded = unicodedata.normalize("NFKD", text)
         text = "".join(
@@ -128,7 +134,8 @@ class TextEnv(gym.Env):
     ``_noop_observation(reason: str) -> str``
         the text answered to an action that never reaches the engine (non-string, too long, env error).
     ``_current_info() -> dict``
-        the keys of ``INFO_KEYS`` for the current state (used by the no-op path).
+        the keys of ``INFO_KEYS`` for the current state (used by the no-op path, right after
+        ``_noop_observation``, so an env whose anchor is the last observation can record it there).
     ``expert_action() -> str``
         the next action of the env's expert in the current state.
     """
@@ -268,14 +275,15 @@ class TextEnv(gym.Env):
         return self._task
 
     def _complete_info(self, info: dict, noop: bool) -> dict:
-        info = dict(info)
-        info.setdefault("raw_score", None)
+        # ``info`` is the fresh dict a hook returned: completed in place (no copy on the hot path)
+        if "raw_score" not in info:
+            info["raw_score"] = None
         info["noop"] = bool(noop)
         info["step"] = self._t
         if self._task is not None:
             info["split"], info["task_index"] = self._task
-        missing = [k for k in INFO_KEYS if k not in info]
-        if missing:
+        if not info.keys() >= _INFO_KEY_SET:
+            missing = [k for k in INFO_KEYS if k not in info]
             raise RuntimeError(f"{type(self).__name__} returned info without keys {missing}")
         return info
 

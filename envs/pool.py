@@ -422,9 +422,9 @@ class EnvPool:
         env: gymnasium id ("TextCraft-v0", "ALFWorld-v0", "WebShop-v0"), "module:Class" or a callable
             (the callable must be picklable in process mode).
         num_envs: slots (P * G for training; chunk size for evaluation).
-        num_workers: workers (default: the CPU count, at most ``num_envs``). Slots are given to
-            workers in contiguous blocks, so the G copies of a group mostly share a worker (and its
-            per-process caches, e.g. ALFWorld's translated games).
+        num_workers: workers (default: the CPU count, at most ``num_envs``). Slot i lives on worker
+            ``i mod num_workers``, so every worker holds copies of every group and the load stays
+            balanced (ALFWorld's per-process caches make a game new to a worker cheap to load).
         mode: "process" | "thread" | "inline".
         env_kwargs: constructor arguments of every env (e.g. ``{"max_steps": 50}``).
         timeout_s: seconds one env operation may take; a call on a worker waits
@@ -461,13 +461,13 @@ class EnvPool:
         self.env, self.num_envs, self.mode = env, num_envs, mode
         self.timeout_s, self.start_timeout_s = float(timeout_s), float(start_timeout_s)
         ctx = mp.get_context(start_method) if mode == "process" else None
-        bounds = [round(w * num_envs / workers) for w in range(workers + 1)]
-        self._slot_worker = np.zeros(num_envs, dtype=np.int64)
+        # slots are dealt to workers in turn (slot i -> worker i mod W): the G copies of a group, which cost
+        # about the same, spread over the workers, so the load stays balanced as groups finish [choice]
+        self._slot_worker = np.arange(num_envs, dtype=np.int64) % workers
         self._workers: list[_Worker] = []
         try:
             for w in range(workers):
-                slots = list(range(bounds[w], bounds[w + 1]))
-                self._slot_worker[slots] = w
+                slots = np.flatnonzero(self._slot_worker == w).tolist()
                 self._workers.append(_Worker(w, mode, env, env_kwargs, slots, ctx, self.start_timeout_s))
         except BaseException:
             self.close()
@@ -479,7 +479,11 @@ class EnvPool:
         self._last_info: list[dict] = [{} for _ in range(num_envs)]
         self._lost: dict[int, str] = {}  # live slots whose worker was restarted: error to report
         self.restarts = 0
-        self._description = self._request_one(0, "describe", None)
+        try:
+            self._description = self._request_one(0, "describe", None)
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ description
     @property

@@ -6,7 +6,7 @@
 One command produces the whole table: the HF rows run in this interpreter; the vLLM rows run in a
 subprocess of the interpreter that has vLLM (this one if it can import vllm, else ``.venv-vllm/bin/python``
 from ``make setup-vllm``), with the same prompts, sampling config, seeds and thread count. Each cell:
-one warm-up call, then the median over ``--repeats`` timed calls of ``engine.generate`` on B prompts.
+one small warm-up call per engine and model, then the median over ``--repeats`` timed calls of ``engine.generate`` on B prompts.
 Tokens/s = generated tokens (EOS or max_tokens) / wall time. Sampling at temperature 1, no stop
 string, so rows run to ``--max-tokens`` unless the model emits EOS. Writes
 ``results/benchmarks/generation.md`` (or ``--out``).
@@ -65,9 +65,10 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
         eng = make_engine(engine_name, path, **kw)
         start_s = time.perf_counter() - t0
         sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=max_tokens, stop=(), logprobs=False)
+        warm = _prompts(eng.tokenizer, 2)
+        eng.generate(warm, SamplingConfig(temperature=1.0, max_tokens=4, stop=()), seeds=[0, 1])  # warm-up
         for b in batches:
             prompts = _prompts(eng.tokenizer, b)
-            eng.generate(prompts, sampling, seeds=list(range(b)))  # warm-up
             times, toks = [], []
             for r in range(repeats):
                 t = time.perf_counter()
@@ -93,6 +94,13 @@ def _vllm_python() -> str | None:
     return str(cand) if cand.is_file() else None
 
 
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
 def _machine() -> str:
     import torch
 
@@ -114,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,16,64)")
     ap.add_argument("--max-tokens", type=int, default=None, help="generated tokens per row (default 64)")
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per cell, median kept (default 3)")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch/OpenMP threads (both engines)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="torch/OpenMP threads for both engines (default: all cores). On a shared, loaded "
+                         "machine use 1: multi-threaded OpenMP spin-waits collapse under contention")
     ap.add_argument("--out", default=str(RESULTS / "generation.md"), help="markdown table to write")
     ap.add_argument("--skip-vllm", action="store_true", help="HF rows only")
     ap.add_argument("--worker", choices=["hf", "vllm"], help=argparse.SUPPRESS)
@@ -134,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     models = {k: str(v) for k, v in _models(args.quick).items()}
     spec = {"models": models, "batches": batches, "max_tokens": max_tokens, "repeats": repeats,
             "threads": args.threads}
-    print(f"machine: {_machine()}")
+    load0 = _loadavg()
+    print(f"machine: {_machine()}; load average {load0}")
     rows = run_cells("hf", models, batches, max_tokens, repeats, args.threads)
 
     vllm_note = ""
@@ -144,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         print(vllm_note)
     elif not args.skip_vllm:
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
+        # vLLM-CPU binds its OpenMP threads itself (all cores by default): give it the same count
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
         proc = subprocess.run([vpy, "-m", "experiments.bench_generation", "--worker", "vllm", "--spec",
                                json.dumps(spec)], cwd=REPO, env=env, capture_output=True, text=True)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH_JSON ")]
@@ -158,16 +171,18 @@ def main(argv: list[str] | None = None) -> int:
                               text=True, env=env).stdout.strip()
         vllm_note = f"vLLM {vver} ({vpy})."
 
+    load1 = _loadavg()
     table = _table(rows, models, batches)
-    cmd = "python -m experiments.bench_generation" + (" --quick" if args.quick else "")
+    cmd = " ".join(["python -m experiments.bench_generation", *(argv if argv is not None else sys.argv[1:])])
     md = "\n".join([
         "# Generation throughput: Hugging Face engine vs vLLM",
         "",
         f"Command: `{cmd}` (HF in the main venv, vLLM in `.venv-vllm`, one run). Machine: {_machine()}; "
-        f"{args.threads} threads. {vllm_note}",
+        f"{args.threads} thread(s). {vllm_note} Load average (1/5/15 min) before: {load0}, after: {load1} "
+        "(other jobs on the machine slow both engines; compare ratios, not absolute numbers).",
         "",
         f"Sampling at temperature 1.0, top-p 1, no stop string, up to {max_tokens} generated tokens per row, "
-        f"float32 weights in both engines; median of {repeats} timed call(s) after one warm-up. Prompts: "
+        f"float32 weights in both engines; median of {repeats} timed call(s) after a small warm-up call. Prompts: "
         "protocol-style TextCraft prompts through each model's chat template. Tokens/s counts generated "
         "tokens only (prefill time included in the wall time).",
         "",

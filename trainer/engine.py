@@ -108,16 +108,44 @@ def init_distributed(device: str) -> tuple[int, int, int]:
             "anything imports deepspeed (or run with device=cuda)"
         )
     if not dist.is_initialized():
-        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or str(free_port())
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-        os.environ.setdefault("LOCAL_RANK", os.environ.get("RANK", "0"))
+        added: list[str] = []
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:  # a plain `python` process: rank 0 of 1
+            single = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}
+            for k, v in single.items():
+                if k not in os.environ:
+                    os.environ[k] = v
+                    added.append(k)
+        os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's engine reads it
         deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
+        for k in added:  # child processes must not inherit the address of this process's rendezvous
+            os.environ.pop(k, None)
+    _drop_stale_deepspeed_groups()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device == "cuda":
         torch.cuda.set_device(local_rank)
     return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def _drop_stale_deepspeed_groups() -> None:
+    """Forget DeepSpeed's cached clone of the world group when it belongs to a destroyed process group.
+
+    DeepSpeed clones the world group once per process (``deepspeed.utils.groups._WORLD_GROUP``). When the
+    default group is destroyed and created again in the same process (an in-process vLLM engine shuts down
+    its distributed state, or a script trains twice), the clone is no longer registered and the next
+    ``deepspeed.initialize`` fails with "Group ... is not registered". A fresh clone is made on demand.
+    """
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    cached = getattr(groups, "_WORLD_GROUP", None)
+    if cached is None:
+        return
+    try:
+        registered = cached in dist.distributed_c10d._world.pg_group_ranks
+    except AttributeError:  # a torch without that table: keep DeepSpeed's own behaviour
+        return
+    if not registered:
+        groups._WORLD_GROUP = None
 
 
 def build_ds_config(cfg: TrainerConfig, device: str, precision: str, *, optimizer: bool = True) -> dict:

@@ -80,9 +80,14 @@ class HFEngine(RolloutEngine):
             return []
         step = self.max_batch_size or len(prompt_token_ids)
         out: list[Generation] = []
-        for lo in range(0, len(prompt_token_ids), step):
-            out.extend(self._generate_batch([list(map(int, p)) for p in prompt_token_ids[lo:lo + step]],
-                                            sampling, seeds[lo:lo + step]))
+        was_training = self.model.training  # a shared trainer module may be in train mode (dropout)
+        self.model.eval()
+        try:
+            for lo in range(0, len(prompt_token_ids), step):
+                out.extend(self._generate_batch([list(map(int, p)) for p in prompt_token_ids[lo:lo + step]],
+                                                sampling, seeds[lo:lo + step]))
+        finally:
+            self.model.train(was_training)
         return out
 
     @torch.inference_mode()

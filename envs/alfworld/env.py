@@ -133,6 +133,7 @@ class ALFWorldEnv(TextEnv):
         return self._obs, (SUCCESS_REWARD if won else 0.0), won, info
 
     def _noop_observation(self, reason: str) -> str:
+        self._obs = NOTHING_HAPPENS  # the anchor, as for any other rejected command
         return NOTHING_HAPPENS
 
     def _current_info(self) -> dict:

@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 __all__ = [
@@ -145,7 +145,7 @@ def _receptacle_type(rid: str) -> str:
     return parts[4] if len(parts) > 4 else parts[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_room(scene: int) -> Room:
     import numpy as np
 
@@ -272,9 +272,6 @@ def sample_game(task_type: str, scenes: tuple[int, ...], rng: random.Random) -> 
     spec = GameSpec(task_type, room.scene, obj, parent, toggle, desc)
     # objects
     taken: set[str] = set()
-    by_type: dict[str, list[tuple[str, str]]] = {}
-    for rid, rt, _ in room.receptacles:
-        by_type.setdefault(rt, []).append((rid, rt))
 
     def place(otype: str, count: int, forbid: str | None) -> bool:
         hosts = [(rid, rt) for rid, rt, _ in room.receptacles if _can_hold(rt, otype) and rt != forbid]
@@ -327,7 +324,7 @@ def problem_pddl(spec: GameSpec, name: str) -> str:
     lines += [f"        {m(rid)} - receptacle" for rid, _, _ in room.receptacles]
     lines += [f"        {m(loc)} - location" for loc in locations]
     lines += ["        )", "", "(:init"]
-    for rid, rt, loc in room.receptacles:
+    for rid, rt, _ in room.receptacles:
         lines.append(f"        (receptacleType {m(rid)} {rt}Type)")
     for oid, ot, _ in sorted(objects):
         lines.append(f"        (objectType {m(oid)} {ot}Type)")
@@ -446,6 +443,7 @@ class GeneratorConfig:
     workers: int = 0  # 0: the CPU count
     max_expert_steps: int = 50
     progress: bool = True
+    overwrite: bool = False  # replace games already in out/json_2.1.1 (else refuse to mix sets)
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -513,12 +511,22 @@ def generate_games(cfg: GeneratorConfig) -> dict:
     from tqdm import tqdm
 
     out = cfg.out
+    games_dir = out / "json_2.1.1"
+    if games_dir.exists() and any(games_dir.iterdir()):
+        if not cfg.overwrite:
+            raise FileExistsError(f"{games_dir} already holds games; pass --overwrite (overwrite=True) to replace "
+                                  f"them, or choose another --out (mixing two generated sets would be unreproducible)")
+        shutil.rmtree(games_dir)
     (out / "logic").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(domain_path(), out / "logic" / "alfred.pddl")
     shutil.copyfile(grammar_path(), out / "logic" / "alfred.twl2")
     jobs = list(_iter_jobs(cfg))
     workers = cfg.workers or (os.cpu_count() or 1)
     workers = max(1, min(workers, len(jobs) or 1))
+    import multiprocessing as mp
+
+    if mp.current_process().daemon:  # e.g. inside an EnvPool worker: daemons may not start processes
+        workers = 1
     start = time.time()
     results = []
     bar = tqdm(total=len(jobs), desc=f"ALFWorld games -> {out}", unit="game", disable=not cfg.progress,
@@ -528,8 +536,6 @@ def generate_games(cfg: GeneratorConfig) -> dict:
             results.append(_make_one(job))
             bar.update(1)
     else:
-        import multiprocessing as mp
-
         with mp.get_context("spawn").Pool(workers, initializer=_init_worker) as pool:
             for res in pool.imap(_make_one, jobs, chunksize=1):
                 results.append(res)
@@ -540,7 +546,7 @@ def generate_games(cfg: GeneratorConfig) -> dict:
         "generator": "envs.alfworld.generate",
         "version": GEN_VERSION,
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()
-                   if k not in ("out", "workers", "progress")},
+                   if k not in ("out", "workers", "progress", "overwrite")},
         "counts": cfg.counts(),
         "unseen_scenes": list(UNSEEN_SCENES),
         "games": results,
@@ -558,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         "layouts, goal library, PDDL domain and grammar; every game is checked solvable by ALFWorld's "
         "hand-coded expert. Point ALFWORLD_DATA (or ALFWorldEnv(data_path=...)) at --out to play them.",
     )
-    p.add_argument("--out", required=True, help="output folder (created; existing games of the same names are replaced)")
+    p.add_argument("--out", required=True, help="output folder (created if missing)")
+    p.add_argument("--overwrite", action="store_true", help="replace the games already in --out")
     p.add_argument("--num-train", type=int, default=0, help="games in train (seen rooms)")
     p.add_argument("--num-valid-seen", type=int, default=0, help="games in valid_seen (seen rooms, new games)")
     p.add_argument("--num-valid-unseen", type=int, default=0, help="games in valid_unseen (held-out rooms)")
@@ -572,8 +579,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("nothing to generate: give --num-train, --num-valid-seen and/or --num-valid-unseen")
     cfg = GeneratorConfig(out=Path(args.out), num_train=args.num_train, num_valid_seen=args.num_valid_seen,
                           num_valid_unseen=args.num_valid_unseen, seed=args.seed, workers=args.workers,
-                          max_expert_steps=args.max_expert_steps, progress=not args.quiet)
-    generate_games(cfg)
+                          max_expert_steps=args.max_expert_steps, progress=not args.quiet, overwrite=args.overwrite)
+    try:
+        generate_games(cfg)
+    except FileExistsError as exc:
+        p.error(str(exc))
     return 0
 
 

@@ -40,3 +40,26 @@ def smollm2_dir():
     from agents.models.smollm2 import convert_smollm2
 
     return convert_smollm2()
+
+
+@pytest.fixture(scope="session")
+def action_biased_state(tiny_dir):
+    """State dict of ``tiny_dir`` whose ``</action>`` embedding row points along the mean final hidden
+    state, so random-weight sampling emits ``</action>`` after a few tokens (the tiny model is tied, so
+    both ``model.embed_tokens.weight`` and ``lm_head.weight`` carry the change)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    ids = [tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True, tokenize=True,
+                                   return_dict=False) for c in ("hi", "Goal: craft stick.", "get 1 oak log")]
+    with torch.no_grad():
+        h = torch.cat([model(torch.tensor([p]), output_hidden_states=True).hidden_states[-1][0] for p in ids])
+    direction = h.mean(0) / h.mean(0).norm()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    emb = state["model.embed_tokens.weight"]
+    emb[tok.convert_tokens_to_ids("</action>")] = 1.5 * direction
+    if "lm_head.weight" in state:
+        state["lm_head.weight"] = emb
+    return state

@@ -90,19 +90,22 @@ def test_stop_string_ends_the_row_and_stays_in_the_text(engine, prompts):
     assert cut.token_ids == free.token_ids[: len(cut.token_ids)] and len(cut.token_ids) < len(free.token_ids)
 
 
-def test_closing_action_tag_stops(engine, prompts):
-    """Sample until some seed emits </action> (one token in the tiny vocabulary)."""
-    close_id = engine.tokenizer.convert_tokens_to_ids("</action>")
+def test_closing_action_tag_stops(tiny_dir, action_biased_state, prompts):
+    """With weights that favour </action>, rows end right after it; the others run to max_tokens."""
+    eng = make_engine("hf", tiny_dir, dtype="float32")
+    eng.update_weights(action_biased_state.items())
+    close_id = eng.tokenizer.convert_tokens_to_ids("</action>")
     cfg = SamplingConfig(temperature=1.0, max_tokens=40)
     assert cfg.stop == ("</action>",)
-    gens = engine.generate([prompts[2]] * 64, cfg, seeds=list(range(64)))
+    gens = eng.generate(prompts * 4, cfg, seeds=list(range(16)))
     stopped = [g for g in gens if g.stop_string == "</action>"]
-    assert stopped, "no seed produced </action> in 40 tokens"
+    assert len(stopped) >= 4, [g.text for g in gens]
     for g in stopped:
         assert g.text.endswith("</action>") and g.token_ids[-1] == close_id and g.finish_reason == "stop"
+        assert close_id not in g.token_ids[:-1]
     for g in gens:
-        assert (g.finish_reason == "length") == (len(g.token_ids) == 40 and g.stop_string is None
-                                                 and g.token_ids[-1] not in engine.eos_ids)
+        if g.stop_string is None and g.token_ids[-1] not in eng.eos_ids:
+            assert g.finish_reason == "length" and len(g.token_ids) == 40 and g.truncated
 
 
 def test_finished_rows_leave_the_batch(engine, prompts):

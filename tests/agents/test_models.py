@@ -163,6 +163,23 @@ def test_tokenizer_corpus_errors():
         train_tokenizer(["ok", 3], vocab_size=400)
 
 
+def test_expert_episode_corpus_renders_rollout_prompts():
+    """Prompts exactly as agents.prompts renders them for the env, answered by the env's expert."""
+    import envs
+    from agents.models.corpus import expert_episode_corpus
+    from agents.prompts import Transcript, build_messages
+
+    docs = list(expert_episode_corpus("TextCraft-v0", n_episodes=2))
+    prompts, responses = docs[0::2], docs[1::2]
+    assert len(prompts) == len(responses) >= 2
+    env = envs.make("TextCraft-v0")
+    obs, info = env.reset(seed=0, options={"split": "train", "task_index": 0})
+    assert prompts[0] == build_messages("TextCraft-v0", Transcript.start(obs, info))[0]["content"]
+    first = envs.expert_action(env)
+    assert responses[0].endswith(f"<action>{first}</action>") and responses[0].startswith("<think>")
+    env.close()
+
+
 def test_corpus_is_textcraft_and_protocol_text():
     tc = list(textcraft_corpus(n_tasks=5))
     assert any(t.startswith("craft ") and " using " in t for t in tc)  # real recipe commands
@@ -172,7 +189,10 @@ def test_corpus_is_textcraft_and_protocol_text():
     assert list(textcraft_corpus(seed=1, n_tasks=5)) == list(textcraft_corpus(seed=1, n_tasks=5))
 
 
-def test_build_tiny_command_line(tmp_path):
+def test_build_tiny_command_line(tmp_path, capsys):
+    """The real entry point in a subprocess once; `info` and a rejected shape through main() in-process."""
+    from agents.models.__main__ import main
+
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(list(textcraft_corpus(n_tasks=10))[:400]).replace("\n\n", "\\n\\n") + "\n")
     out = tmp_path / "cli_tiny"
@@ -184,13 +204,13 @@ def test_build_tiny_command_line(tmp_path):
     assert "built" in r.stdout
     meta = json.loads((out / "bipace_tiny.json").read_text())
     assert meta["config"]["layers"] == 1 and meta["vocab_size"] <= 512
-    r = subprocess.run([sys.executable, "-m", "agents.models", "info", str(out)], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["model_type"] == "qwen2"
-    bad = subprocess.run(cmd[:-2] + ["--heads", "4", "--force"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert bad.returncode != 0 and "head dim" in bad.stderr
+    assert main(["info", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["model_type"] == "qwen2"
+    with pytest.raises(ValueError, match="head dim"):
+        main(cmd[3:-2] + ["--heads", "4", "--force"])
+    with pytest.raises(FileNotFoundError, match="corpus file"):
+        main(["build-tiny", "--out", str(tmp_path / "x"), "--hidden", "64", "--heads", "2", "--corpus",
+              str(tmp_path / "missing.txt")])
 
 
 # ---------------------------------------------------------------- SmolLM2

@@ -40,8 +40,8 @@ class ToySampler:
         self.draws, self.num_tasks = d["draws"], d["num_tasks"]
 
 
-def make_engine(stage: int) -> ActorEngine:
-    cfg = TrainerConfig(zero_stage=stage, lr=1e-3, mini_batch_rows=4, micro_batch_rows=2, logprob_batch_rows=4,
+def make_engine(stage: int, precision: str = "fp32") -> ActorEngine:
+    cfg = TrainerConfig(zero_stage=stage, precision=precision, lr=1e-3, mini_batch_rows=4, micro_batch_rows=2, logprob_batch_rows=4,
                         shuffle_minibatches=True, kl_coef=0.05, save_every=2, keep_last=3)
     return ActorEngine(tiny_qwen2(layers=2), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-1))
 
@@ -70,22 +70,23 @@ def final_params(eng):
     return {k: v.detach().clone() for k, v in eng.full_named_parameters()}
 
 
-@pytest.mark.parametrize("stage", [0, pytest.param(3, marks=pytest.mark.slow)])
-def test_resume_continues_exactly(stage, tmp_path):
+@pytest.mark.parametrize("stage,precision", [(0, "fp32"), (2, "bf16"), pytest.param(3, "fp32", marks=pytest.mark.slow)])
+def test_resume_continues_exactly(stage, precision, tmp_path):
+    """bf16 (the GPU set-up, here on CPU): bf16 weights in the HF folder, fp32 masters in the optimizer file."""
     # uninterrupted run: 5 iterations
     seeds = seed_everything(0)
-    eng = make_engine(stage)
+    eng = make_engine(stage, precision)
     want = toy_loop(eng, seeds, ToySampler(seeds.task), 0, 5, tmp_path / "a")
     want_params = final_params(eng)
     want_opt, _ = eng.optimizer_state()
     # interrupted run: stops after iteration 3 (its last checkpoint is iteration 2)
     seeds = seed_everything(0)
-    eng = make_engine(stage)
+    eng = make_engine(stage, precision)
     toy_loop(eng, seeds, ToySampler(seeds.task), 0, 3, tmp_path / "b")
     del eng
     # a new process would start from other RNG states: scramble them, then resume
     seeds = seed_everything(999)
-    eng = make_engine(stage)
+    eng = make_engine(stage, precision)
     sampler = ToySampler(seeds.task)
     loaded = load_checkpoint(tmp_path / "b", eng, sampler=sampler, generators={"task": seeds.task, "rollout": seeds.rollout})
     assert loaded.iteration == 2 and not loaded.fell_back and sampler.draws == 2

@@ -122,8 +122,8 @@ def test_run_dir_and_name():
                              "env.id=ALFWorld-v0"])
     assert str(cfg.run_dir()) == "results/runs/alfworld/Qwen2.5-1.5B-Instruct/bipace_q/seed_2"
     assert cfg.run_name == "bipace_q__seed2"
-    cfg2 = load_config(None, ["model.path=tiny:qwen2-4l", "output_dir=/tmp/x"])
-    assert cfg2.model.short_name == "tiny-qwen2-4l" and str(cfg2.run_dir()) == "/tmp/x"
+    cfg2 = load_config(None, ["model.path=tiny:layers=4", "output_dir=/tmp/x"])  # spec: trainer/models.py
+    assert cfg2.model.short_name == "tiny-layers-4" and str(cfg2.run_dir()) == "/tmp/x"
 
 
 def test_check_paths_is_separate_from_loading(tmp_path):
@@ -146,3 +146,33 @@ def test_every_field_is_documented_once():
     for f in dataclasses.fields(TrainerConfig):
         assert f"`trainer.{f.name}`" in md
     assert "[GiGPO: 0.2]" in md  # the source tag travels into the reference
+
+
+def test_readme_reference_is_in_sync():
+    from pathlib import Path
+
+    from trainer.config import README_END, README_START
+
+    text = (Path(__file__).resolve().parents[2] / "trainer" / "README.md").read_text()
+    generated = text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
+    assert generated == config_reference_markdown().strip(), (
+        "trainer/README.md is stale: run `python -m trainer.config --write trainer/README.md`")
+
+
+def test_command_line_front_end(tmp_path, capsys):
+    from trainer.config import config_from_argv
+
+    cfg = config_from_argv(["--config", write(tmp_path, {"seed": 4}), "trainer.lr=1e-5", "estimator.name=gigpo"])
+    assert (cfg.seed, cfg.trainer.lr, cfg.estimator.name) == (4, 1e-5, "gigpo")
+    with pytest.raises(SystemExit) as e:
+        config_from_argv(["trainer.lrr=1"])
+    assert e.value.code == 2 and "did you mean 'trainer.lr'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        config_from_argv(["--help-config"])
+    assert e.value.code == 0 and "`trainer.clip_ratio`" in capsys.readouterr().out
+
+
+def test_package_exports():
+    import trainer
+
+    assert trainer.RunConfig is RunConfig and callable(trainer.ActorEngine)

@@ -255,3 +255,38 @@ def test_hidden_states_feed_the_estimator_registry(name, batch):
     assert result.advantages.shape == (len(batch),)
     m = eng.update(batch.prompt_ids, batch.response_ids, result.advantages, old.logprobs)
     assert m["loss/optimizer_steps"] >= 1.0
+
+
+def test_single_process_rendezvous_is_not_inherited():
+    """Subprocesses (other tests, the rollout's workers) must not inherit this process's MASTER_PORT."""
+    import os
+
+    make_engine(0)
+    assert "MASTER_PORT" not in os.environ and "RANK" not in os.environ
+
+
+_RESTART_SCRIPT = """
+import torch, torch.distributed as dist
+from tests.trainer.helpers import tiny_qwen2
+from trainer.config import ModelConfig, TrainerConfig
+from trainer.engine import ActorEngine
+for attempt in range(2):
+    ActorEngine(tiny_qwen2(layers=2), TrainerConfig(zero_stage=2), model_cfg=ModelConfig(path="tiny:t", hidden_layer=-1),
+                device="cpu")
+    dist.destroy_process_group()  # what an in-process vLLM engine does when it shuts down
+print("two engines")
+"""
+
+
+def test_engine_after_the_process_group_was_destroyed():
+    """A second engine in a process whose default group was destroyed and re-created (vLLM in-process, or a
+    script that trains twice) must not fail on DeepSpeed's cached clone of the old world group."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", _RESTART_SCRIPT], cwd=root, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "two engines" in out.stdout

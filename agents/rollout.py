@@ -1,0 +1,511 @@
+"""The multi-turn group rollout: P prompt groups x G copies of a task, one step row per live env per turn.
+
+Symbols: P prompt groups, G trajectories (copies) per group, N step rows, T_p prompt tokens, T_r response
+tokens. Env slot ``s`` of the pool holds group ``s // G``, copy ``s % G`` (``envs.pool.EnvPool.reset``).
+
+One turn, for the set L of LIVE envs only (finished episodes never generate again) [protocol.md]::
+
+    messages_s = builder.messages(transcript_s)                  s in L, one user message (agents.prompts)
+    prompt_s   = chat_template(messages_s, generation prompt)    token ids, <= max_prompt_tokens (hard cut)
+    gen_s      = engine.generate([prompt_s for s in L], seeds=[seed(run, task_s, copy_s, turn)])  one batch
+    a_s, v_s   = project(gen_s.text)        invalid (or cut at max tokens) -> a_s = NOOP_ACTION, v_s = False
+    obs, r, terminated, truncated, info = pool.step(L, a)        live envs only
+    row(s, turn) = (group, copy, step, prompt, response, r, v, anchor_obs, state_key, ...)
+    transcript_s.record(executed action, obs, info)             reasoning text never enters the history
+
+until no env is live (won, or the env's horizon ``max_steps`` sets ``truncated``).
+
+Choices [choice unless tagged]:
+
+* **Per-sample seeds**: ``sample_seed(seed, task, copy, turn)`` (NumPy ``SeedSequence`` of the run seed, the
+  task's split, index and env seed, the copy index and the turn), so a row's response depends only on its own
+  prompt and that seed: identical seeds give identical rollouts (HF engine, CPU), whatever else is live and
+  however an evaluation list is chunked.
+* **Prompt length**: the prompt builder's own bound (``PromptConfig.max_tokens``; ``prompt_config_for`` sets it
+  from ``max_prompt_tokens`` minus the chat template's overhead) shortens the message gracefully (history,
+  then the observation's oldest text, ...). ``max_prompt_tokens`` is then only a last-resort hard cut of the
+  token ids (``encode_prompt``): the chat template's opening and the message's first line (the role line) are
+  kept, the oldest text after it is cut, leaving ``PROMPT_CUT_MARKER``, and the template's closing and
+  generation prompt are kept. Rows cut this way are counted in ``rollout/prompt_truncated_frac``.
+* **Invalid responses** [protocol]: no ``<think>``/``<action>`` tags, or a response cut at ``max_tokens``
+  (``response_truncated``; GiGPO's penalty applies) sends ``NOOP_ACTION`` to the env. Empty, garbage,
+  100 kB or non-ASCII text is just an invalid action. The transcript's history then shows
+  ``INVALID_ACTION_TEXT`` as the executed action (the env's no-op answer follows it).
+* **Env errors**: a step whose ``info`` carries ``"error"`` (an exception inside the env, a crashed or hung
+  pool worker) ends that episode at that row (``done=True``, counted in ``rollout/env_errors``); the other
+  envs go on.
+* **Rows** are returned sorted by (group, trajectory, step); ``anchor_obs`` and ``state_key`` are those of the
+  state the prompt was built from (o_t, the state the action was taken in) [GiGPO].
+
+The hidden states BiGPO needs are not computed here: the trainer captures them in its old-log-prob pass over
+these rows (``trainer.actor.actor_forward(..., hidden_layer=L)``), never in a second forward.
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.batch import RolloutBatch
+from agents.engines.base import Generation, RolloutEngine, SamplingConfig
+from agents.projection import NOOP_ACTION, project
+from agents.prompts import PromptConfig, Transcript, get_prompt_builder
+
+__all__ = [
+    "collect",
+    "evaluate",
+    "sample_seed",
+    "encode_prompt",
+    "prompt_config_for",
+    "PROMPT_CUT_MARKER",
+    "INVALID_ACTION_TEXT",
+    "RolloutTrace",
+]
+
+#: left in a prompt whose oldest text was cut by the hard ``max_prompt_tokens`` bound
+PROMPT_CUT_MARKER = "[... earlier text of this prompt cut to fit max_prompt_tokens ...]\n"
+#: what the history shows as the executed action of a step whose response was invalid
+INVALID_ACTION_TEXT = "(no valid action)"
+
+
+# ====================================================================== seeds and prompts
+def sample_seed(seed: int, split: str, task_index: int, task_seed: int, copy: int, turn: int) -> int:
+    """The sampling seed of one response: a function of (run seed, task, copy, turn) only, in [0, 2^31 - 1)."""
+    key = [int(seed) & 0xFFFFFFFF, zlib.crc32(str(split).encode()), int(task_index) & 0xFFFFFFFF,
+           int(task_seed) & 0xFFFFFFFF, int(copy) & 0xFFFFFFFF, int(turn) & 0xFFFFFFFF, 0x524F4C4C]
+    return int(np.random.SeedSequence(key).generate_state(1)[0] % (2**31 - 1))
+
+
+def _encode(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of rendered chat texts; the same ids as ``apply_chat_template(..., tokenize=True)``."""
+    if not texts:
+        return []
+    return [list(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def _render(tokenizer, messages: list[dict[str, str]]) -> str:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def prompt_config_for(tokenizer, max_prompt_tokens: int, history_length: int = 2, margin: int = 8) -> PromptConfig:
+    """A ``PromptConfig`` whose token bound keeps the whole chat prompt within ``max_prompt_tokens``.
+
+    The chat template's own tokens (measured on an empty message; SmolLM2's template adds a system line) and
+    ``margin`` tokens (merges across the message's edges) are reserved, so the builder shortens the message
+    itself and ``encode_prompt``'s hard cut stays a rare last resort.
+    """
+    overhead = len(_encode(tokenizer, [_render(tokenizer, [{"role": "user", "content": ""}])])[0])
+    if max_prompt_tokens - overhead - margin < 1:
+        raise ValueError(
+            f"max_prompt_tokens={max_prompt_tokens} leaves no room for a message: the chat template alone takes "
+            f"{overhead} tokens (+{margin} margin); raise rollout.max_prompt_tokens")
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return PromptConfig(history_length=history_length, max_tokens=int(max_prompt_tokens), count_tokens=count,
+                        reserve_tokens=overhead + margin)
+
+
+def encode_prompt(tokenizer, messages: list[dict[str, str]], max_prompt_tokens: int,
+                  text: str | None = None, ids: list[int] | None = None) -> tuple[list[int], bool]:
+    """Chat-template token ids of ``messages`` (generation prompt appended), at most ``max_prompt_tokens``.
+
+    Returns ``(ids, cut)``. A prompt over the bound is cut from the left AFTER its first user-visible header:
+    kept are the template's opening up to the end of the message's first line (the role line), then
+    ``PROMPT_CUT_MARKER``, then the newest part of the rest of the message, then the template's closing and
+    generation prompt. If even that frame does not fit, the last ``max_prompt_tokens`` ids are kept (a plain
+    left cut; the generation prompt survives). ``text``/``ids``: the rendered text and its ids if known.
+    """
+    if not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1:
+        raise ValueError(f"max_prompt_tokens={max_prompt_tokens!r} must be a positive integer")
+    text = _render(tokenizer, messages) if text is None else text
+    ids = _encode(tokenizer, [text])[0] if ids is None else ids
+    if len(ids) <= max_prompt_tokens:
+        return ids, False
+    content = str(messages[-1].get("content", "")) if messages else ""
+    pos = text.rfind(content) if content else -1
+    if pos >= 0:
+        first_line = content.split("\n", 1)[0]
+        head_end = pos + len(first_line) + (1 if len(first_line) < len(content) else 0)
+        head, body, tail = text[:head_end], text[head_end:pos + len(content)], text[pos + len(content):]
+
+        def size(k: int) -> int:
+            return len(_encode(tokenizer, [head + PROMPT_CUT_MARKER + body[len(body) - k:] + tail])[0])
+
+        if size(0) <= max_prompt_tokens:
+            lo, hi = 0, len(body)  # the longest end of the body that fits (binary search on characters)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if size(mid) <= max_prompt_tokens:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            cut = _encode(tokenizer, [head + PROMPT_CUT_MARKER + body[len(body) - lo:] + tail])[0]
+            if len(cut) <= max_prompt_tokens:
+                return cut, True
+    return ids[len(ids) - max_prompt_tokens:], True
+
+
+# ====================================================================== one rollout
+@dataclass
+class RolloutTrace:
+    """What one rollout did, beyond the rows (for metrics, tests and the benchmark).
+
+    prompts_per_turn : list[list[int]]  env slots prompted at each turn, in the order given to the engine
+    generations_avoided : int           prompts a prompt-every-env-every-turn rollout would have added
+    wasted_prompts / wasted_tokens : int  prompts / tokens generated for finished envs (``generate_for_finished``)
+    """
+
+    prompts_per_turn: list[list[int]] = field(default_factory=list)
+    generations_avoided: int = 0
+    wasted_prompts: int = 0
+    wasted_tokens: int = 0
+    turns: int = 0
+    env_errors: int = 0
+    prompt_truncated: int = 0
+    time: dict[str, float] = field(default_factory=dict)
+
+
+def _family_key(family: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(family)) or "unknown"
+
+
+@dataclass
+class _Episode:
+    slot: int
+    group: int
+    copy: int
+    task: Any
+    family: str
+    transcript: Transcript
+    info: dict
+    rows: list[int] = field(default_factory=list)
+    valids: list[bool] = field(default_factory=list)
+    won: bool = False
+    score: float | None = None
+    live: bool = True
+
+
+def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, sampling: SamplingConfig,
+         prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None,
+         generate_for_finished: bool, max_turns: int | None, trace: RolloutTrace) -> tuple[dict, list[_Episode]]:
+    """One group rollout on ``pool``; returns the row columns (turn-major) and the episodes (slot order)."""
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
+    if not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size={group_size!r} must be a positive integer")
+    if not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1:
+        raise ValueError(f"max_prompt_tokens={max_prompt_tokens!r} must be a positive integer")
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise ValueError(f"max_turns={max_turns!r} must be a positive integer or None")
+    tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("collect: no tokenizer given and the engine has none; pass tokenizer=...")
+    builder = get_prompt_builder(env_name or pool.env_name)
+    times = trace.time
+    for k in ("reset", "prompt", "generate", "env", "total"):
+        times.setdefault(k, 0.0)
+    t_start = time.perf_counter()
+
+    t0 = time.perf_counter()
+    obs, infos = pool.reset(list(tasks), group_size=group_size)
+    times["reset"] += time.perf_counter() - t0
+    eps = []
+    for s, (o, info) in enumerate(zip(obs, infos)):
+        task = tasks[s // group_size]
+        eps.append(_Episode(slot=s, group=s // group_size, copy=s % group_size, task=task,
+                            family=str(info.get("task_family", "")), transcript=Transcript.start(o, info),
+                            info=dict(info)))
+    n_envs = len(eps)
+    cols: dict[str, list] = {k: [] for k in (
+        "slot", "step", "prompt_ids", "response_ids", "response_text", "action", "reward", "valid", "done",
+        "truncated", "anchor_obs", "state_key", "logprobs", "prompt_cut")}
+
+    turn = 0
+    while True:
+        live = [e for e in eps if e.live]
+        if not live:
+            break
+        if max_turns is not None and turn >= max_turns:  # safety bound for envs without a horizon
+            for e in live:
+                if e.rows:
+                    cols["done"][e.rows[-1]] = True
+                e.live = False
+            break
+        prompted = eps if generate_for_finished else live
+        trace.prompts_per_turn.append([e.slot for e in prompted])
+        trace.generations_avoided += n_envs - len(live)
+
+        # ---- prompts (live envs; all envs in the wasteful variant)
+        t0 = time.perf_counter()
+        messages = [builder.messages(e.transcript, prompt_config) for e in prompted]
+        texts = [_render(tokenizer, m) for m in messages]
+        ids_all = _encode(tokenizer, texts)
+        prompt_ids, cut = [], []
+        for m, text, ids in zip(messages, texts, ids_all):
+            p, c = encode_prompt(tokenizer, m, max_prompt_tokens, text=text, ids=ids)
+            prompt_ids.append(p)
+            cut.append(c)
+        seeds = [sample_seed(seed, e.task.split, e.task.index, e.task.seed, e.copy, turn) for e in prompted]
+        times["prompt"] += time.perf_counter() - t0
+
+        # ---- one batched generation
+        t0 = time.perf_counter()
+        gens: list[Generation] = engine.generate(prompt_ids, sampling, seeds=seeds)
+        times["generate"] += time.perf_counter() - t0
+        if len(gens) != len(prompt_ids):
+            raise RuntimeError(f"engine {getattr(engine, 'name', engine)!r} returned {len(gens)} generations for "
+                               f"{len(prompt_ids)} prompts")
+
+        # ---- project, step the live envs only
+        keep = [j for j, e in enumerate(prompted) if e.live]
+        if generate_for_finished:
+            for j, e in enumerate(prompted):
+                if not e.live:
+                    trace.wasted_prompts += 1
+                    trace.wasted_tokens += len(gens[j].token_ids)
+        actions, valids, truncs = [], [], []
+        for j in keep:
+            g = gens[j]
+            trunc = bool(g.truncated)
+            proj = project(g.text)
+            valid = proj.valid and not trunc
+            actions.append(proj.action if valid else NOOP_ACTION)
+            valids.append(valid)
+            truncs.append(trunc)
+        t0 = time.perf_counter()
+        results = pool.step([prompted[j].slot for j in keep], actions)
+        times["env"] += time.perf_counter() - t0
+
+        for j, action, valid, trunc, res in zip(keep, actions, valids, truncs, results):
+            e, g = prompted[j], gens[j]
+            info = res.info if isinstance(res.info, dict) else {}
+            error = info.get("error")
+            done = bool(res.terminated or res.truncated or error)
+            cols["slot"].append(e.slot)
+            cols["step"].append(len(e.rows))
+            cols["prompt_ids"].append(prompt_ids[j])
+            cols["response_ids"].append(list(g.token_ids))
+            cols["response_text"].append(str(g.text))
+            cols["action"].append(action)
+            cols["reward"].append(float(res.reward))
+            cols["valid"].append(valid)
+            cols["done"].append(done)
+            cols["truncated"].append(trunc)
+            cols["anchor_obs"].append(str(e.info.get("anchor_obs", e.transcript.observation)))
+            cols["state_key"].append(e.info.get("state_key"))
+            cols["logprobs"].append(g.logprobs)
+            cols["prompt_cut"].append(cut[j])
+            e.rows.append(len(cols["slot"]) - 1)
+            e.valids.append(valid)
+            e.won = e.won or bool(info.get("won", False))
+            if info.get("raw_score") is not None:
+                e.score = float(info["raw_score"])
+            if error:
+                trace.env_errors += 1
+            if cut[j]:
+                trace.prompt_truncated += 1
+            if done:
+                e.live = False
+            else:
+                e.transcript.record(action if valid else INVALID_ACTION_TEXT, res.obs, info)
+                e.info = dict(info)
+        turn += 1
+    trace.turns += turn
+    times["total"] += time.perf_counter() - t_start
+    return cols, eps
+
+
+def _to_batch(cols: dict, eps: list[_Episode], group_offset: int = 0) -> RolloutBatch:
+    """Columns of ``_run`` -> a RolloutBatch sorted by (group, trajectory, step)."""
+    n = len(cols["slot"])
+    slot_ep = {e.slot: e for e in eps}
+    order = sorted(range(n), key=lambda i: (cols["slot"][i], cols["step"][i]))
+    ep_of = [slot_ep[cols["slot"][i]] for i in order]
+    have_lp = n > 0 and all(cols["logprobs"][i] is not None for i in order)
+    batch = RolloutBatch(
+        prompt_ids=[torch.tensor(cols["prompt_ids"][i], dtype=torch.long) for i in order],
+        response_ids=[torch.tensor(cols["response_ids"][i], dtype=torch.long) for i in order],
+        group_id=torch.tensor([e.group + group_offset for e in ep_of], dtype=torch.long),
+        traj_id=torch.tensor([e.copy for e in ep_of], dtype=torch.long),
+        step=torch.tensor([cols["step"][i] for i in order], dtype=torch.long),
+        reward=torch.tensor([cols["reward"][i] for i in order], dtype=torch.float32),
+        valid=torch.tensor([cols["valid"][i] for i in order], dtype=torch.bool),
+        done=torch.tensor([cols["done"][i] for i in order], dtype=torch.bool),
+        won=torch.tensor([e.won for e in ep_of], dtype=torch.bool),
+        response_truncated=torch.tensor([cols["truncated"][i] for i in order], dtype=torch.bool),
+        anchor_obs=[cols["anchor_obs"][i] for i in order],
+        response_text=[cols["response_text"][i] for i in order],
+        action=[cols["action"][i] for i in order],
+        state_key=[cols["state_key"][i] for i in order],
+        task_family=[e.family for e in ep_of],
+        task_id=[e.task.task_id for e in ep_of],
+        rollout_logprobs=[torch.tensor(cols["logprobs"][i], dtype=torch.float32) for i in order] if have_lp else None,
+    )
+    batch.validate()
+    return batch
+
+
+def _episode_stats(cols: dict, eps: list[_Episode]) -> dict[str, Any]:
+    lengths = [len(e.rows) for e in eps]
+    fam: dict[str, list[bool]] = {}
+    for e in eps:
+        fam.setdefault(_family_key(e.family), []).append(e.won)
+    return {
+        "won": [e.won for e in eps],
+        "lengths": lengths,
+        "families": fam,
+        "scores": [e.score for e in eps],
+        "valid": cols["valid"],
+        "truncated": cols["truncated"],
+        "prompt_tokens": [len(p) for p in cols["prompt_ids"]],
+        "response_tokens": [len(r) for r in cols["response_ids"]],
+    }
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+# ====================================================================== public API
+def collect(pool, engine: RolloutEngine, tokenizer, tasks, *, group_size: int, sampling: SamplingConfig,
+            prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
+            max_turns: int | None = None, generate_for_finished: bool = False,
+            trace: RolloutTrace | None = None) -> tuple[RolloutBatch, dict[str, float]]:
+    """Roll out ``len(tasks)`` prompt groups x ``group_size`` copies on ``pool`` (see the module docstring).
+
+    Args:
+        pool: ``envs.pool.EnvPool`` with at least ``len(tasks) * group_size`` slots.
+        engine: an ``agents.engines.RolloutEngine`` (HF or vLLM); prompts go to it in ascending slot order.
+        tokenizer: the model's tokenizer (chat template); None = ``engine.tokenizer``.
+        tasks: ``list[envs.pool.Task]``, one per prompt group (P).
+        group_size: G, copies per task (same task and env seed).
+        sampling: ``SamplingConfig`` (temperature, top-p, max response tokens, stop strings).
+        prompt_config: ``agents.prompts.PromptConfig`` (history length, soft length bound); see
+            ``prompt_config_for``. None = the builder's defaults.
+        seed: run seed of the per-sample seeds (``sample_seed``).
+        max_prompt_tokens: hard bound on prompt ids (last-resort cut, ``encode_prompt``).
+        env_name: prompt wording ("alfworld", "textcraft", "webshop"); None = ``pool.env_name``.
+        max_turns: stop after this many turns (rows of still-live envs get ``done=True``); None = run until
+            every episode ends (the envs' ``max_steps`` horizon guarantees it).
+        generate_for_finished: the reference stack's behaviour, for the benchmark only: finished envs are
+            prompted too (their generations are discarded, never stepped). Rows are unchanged.
+        trace: a ``RolloutTrace`` to fill (prompts per turn, waste counters, times).
+
+    Returns:
+        ``(batch, metrics)``: the step rows (``RolloutBatch``, N rows sorted by group, trajectory, step) and
+        metrics named ``rollout/...`` and ``perf/...`` (listed in agents/README.md, "Rollout").
+    """
+    trace = trace if trace is not None else RolloutTrace()
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("collect: no tasks given; pass one envs.pool.Task per prompt group")
+    cols, eps = _run(pool, engine, tokenizer, tasks, group_size, sampling, prompt_config, seed, max_prompt_tokens,
+                     env_name, generate_for_finished, max_turns, trace)
+    batch = _to_batch(cols, eps)
+    st = _episode_stats(cols, eps)
+    t = trace.time
+    gen_tokens = sum(st["response_tokens"])
+    n_rows = len(batch)
+    metrics: dict[str, float] = {
+        "rollout/success_rate": _mean(st["won"]),
+        "rollout/episode_length": _mean(st["lengths"]),
+        "rollout/valid_action_rate": _mean(st["valid"]),
+        "rollout/response_truncated_frac": _mean(st["truncated"]),
+        "rollout/prompt_truncated_frac": trace.prompt_truncated / max(n_rows, 1),
+        "rollout/prompt_tokens_mean": _mean(st["prompt_tokens"]),
+        "rollout/response_tokens_mean": _mean(st["response_tokens"]),
+        "rollout/gen_tokens": float(gen_tokens),
+        "rollout/num_rows": float(n_rows),
+        "rollout/num_trajectories": float(len(eps)),
+        "rollout/turns": float(trace.turns),
+        "rollout/env_errors": float(trace.env_errors),
+        "rollout/generations_avoided": float(trace.generations_avoided),
+        "rollout/reward_mean": _mean(batch.reward.tolist()),
+        "perf/rollout_s": t["total"],
+        "perf/rollout_reset_s": t["reset"],
+        "perf/rollout_prompt_s": t["prompt"],
+        "perf/rollout_generate_s": t["generate"],
+        "perf/rollout_env_s": t["env"],
+        "perf/gen_tokens_per_s": gen_tokens / t["generate"] if t["generate"] > 0 else 0.0,
+        "perf/env_steps_per_s": n_rows / t["total"] if t["total"] > 0 else 0.0,
+    }
+    for fam, won in sorted(st["families"].items()):
+        metrics[f"rollout/family/{fam}/success_rate"] = _mean(won)
+    scores = [s for s in st["scores"] if s is not None]
+    if scores or (env_name or pool.env_name) == "webshop":
+        metrics["rollout/score"] = _mean(s if s is not None else 0.0 for s in st["scores"])
+    if generate_for_finished:
+        metrics["rollout/wasted_generations"] = float(trace.wasted_prompts)
+        metrics["rollout/wasted_gen_tokens"] = float(trace.wasted_tokens)
+    for k, v in metrics.items():
+        if not math.isfinite(v):
+            raise FloatingPointError(f"rollout metric {k} is {v}")
+    return batch, metrics
+
+
+def evaluate(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingConfig,
+             prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
+             episodes_per_task: int = 1, max_turns: int | None = None) -> tuple[dict[str, float], RolloutBatch]:
+    """Play a fixed task list (e.g. ``envs.pool.eval_tasks``), ``episodes_per_task`` episodes per task, in chunks
+    of the pool's size; tasks may come from several splits.
+
+    Metrics, per split of the list (``<env>`` = ``env_name`` or ``pool.env_name``)::
+
+        eval/<env>/<split>/success_rate                  won episodes / episodes
+        eval/<env>/<split>/family/<family>/success_rate  the same per task family
+        eval/<env>/<split>/score                         mean raw score (graded envs: WebShop; 0 if nothing bought)
+        eval/<env>/<split>/episode_length                mean steps per episode
+        eval/<env>/<split>/valid_action_rate             valid rows / rows
+        eval/<env>/<split>/num_episodes
+        perf/eval_s                                      wall time of the whole evaluation
+
+    Returns ``(metrics, batch)``: group ids number the tasks in list order (group k = ``tasks[k]``).
+    Per-sample seeds depend on the task, not on its chunk, so the result does not depend on the pool size.
+    """
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("evaluate: no tasks given (an empty evaluation list)")
+    if not isinstance(episodes_per_task, int) or episodes_per_task < 1:
+        raise ValueError(f"evaluate: episodes_per_task={episodes_per_task!r} must be a positive integer")
+    per_chunk = pool.num_envs // episodes_per_task
+    if per_chunk < 1:
+        raise ValueError(f"evaluate: episodes_per_task={episodes_per_task} exceeds the pool's {pool.num_envs} envs")
+    env = env_name or pool.env_name
+    t_start = time.perf_counter()
+    batches, all_eps = [], []
+    for start in range(0, len(tasks), per_chunk):
+        trace = RolloutTrace()
+        chunk = tasks[start:start + per_chunk]
+        cols, eps = _run(pool, engine, tokenizer, chunk, episodes_per_task, sampling, prompt_config, seed,
+                         max_prompt_tokens, env_name, False, max_turns, trace)
+        batches.append(_to_batch(cols, eps, group_offset=start))
+        all_eps.extend(eps)
+    batch = RolloutBatch.concat(batches)
+    metrics: dict[str, float] = {}
+    splits = list(dict.fromkeys(t.split for t in tasks))
+    graded = env == "webshop" or any(e.score is not None for e in all_eps)
+    for split in splits:
+        eps = [e for e in all_eps if e.task.split == split]
+        pre = f"eval/{env}/{split}"
+        metrics[f"{pre}/success_rate"] = _mean(e.won for e in eps)
+        fams: dict[str, list[bool]] = {}
+        for e in eps:
+            fams.setdefault(_family_key(e.family), []).append(e.won)
+        for fam, won in sorted(fams.items()):
+            metrics[f"{pre}/family/{fam}/success_rate"] = _mean(won)
+        if graded:
+            metrics[f"{pre}/score"] = _mean(e.score if e.score is not None else 0.0 for e in eps)
+        metrics[f"{pre}/episode_length"] = _mean(len(e.rows) for e in eps)
+        metrics[f"{pre}/valid_action_rate"] = _mean(v for e in eps for v in e.valids)
+        metrics[f"{pre}/num_episodes"] = float(len(eps))
+    metrics["perf/eval_s"] = time.perf_counter() - t_start
+    return metrics, batch

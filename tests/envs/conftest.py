@@ -1,0 +1,26 @@
+"""Fixtures: a small generated ALFWorld game set, made once and kept in the cache folder."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envs.paths import cache_dir
+
+#: one game per family in train, two in each validation split (~20 s to generate once on 2 cores)
+FIXTURE_COUNTS = {"train": 6, "valid_seen": 2, "valid_unseen": 2}
+
+
+@pytest.fixture(scope="session")
+def alfworld_data():
+    from envs.alfworld.generate import GEN_VERSION, GeneratorConfig, generate_games
+
+    c = FIXTURE_COUNTS
+    root = cache_dir("test-fixtures") / f"alfworld-v{GEN_VERSION}-seed7-{c['train']}-{c['valid_seen']}-{c['valid_unseen']}"
+    manifest = root / "generation.json"
+    if not manifest.exists():
+        generate_games(GeneratorConfig(out=root, num_train=c["train"], num_valid_seen=c["valid_seen"],
+                                       num_valid_unseen=c["valid_unseen"], seed=7, progress=False,
+                                       overwrite=True))
+    assert json.loads(manifest.read_text())["counts"] == c
+    return root

@@ -1,0 +1,213 @@
+"""ALFWorld through our interface: generated games of every family, a hand-written official-format game,
+data errors, state keys, engine speed-ups, and the generator's determinism and validity."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import envs
+from envs.alfworld import data as alf_data
+from envs.alfworld.data import ALFWorldDataError
+from envs.alfworld.engine import install_speedups, speedups_installed, uninstall_speedups
+from envs.alfworld.env import ALFWorldEnv
+from envs.alfworld.generate import FAMILIES, UNSEEN_SCENES, GeneratorConfig, generate_games, write_game_file
+
+HANDWRITTEN = Path(__file__).parent / "data" / "alfworld_handwritten"
+
+
+def play_expert(env, split, index, seed=0):
+    obs, info = env.reset(seed=seed, options={"split": split, "task_index": index})
+    trace = [(obs, tuple(info["admissible_actions"]), info["state_key"], info["won"])]
+    done = False
+    while not done:
+        action = envs.expert_action(env)
+        obs, reward, terminated, truncated, info = env.step(action)
+        trace.append((action, obs, tuple(info["admissible_actions"]), info["state_key"], info["won"], reward))
+        done = terminated or truncated
+    return trace, info, reward, terminated
+
+
+def test_expert_wins_every_family_through_the_interface(alfworld_data):
+    env = ALFWorldEnv(data_path=alfworld_data)
+    assert [env.num_tasks(s) for s in env.splits] == [6, 2, 2]
+    won = {}
+    for split in env.splits:
+        for k in range(env.num_tasks(split)):
+            trace, info, reward, terminated = play_expert(env, split, k)
+            family = env.task_family_of(split, k)
+            assert info["task_family"] == family
+            won.setdefault(family, []).append(bool(info["won"] and terminated and reward == 10.0))
+    assert set(won) == {f for _, f in FAMILIES}
+    assert all(all(v) for v in won.values()), won
+
+
+def test_handwritten_official_format_game(tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(HANDWRITTEN, root)
+    trial = next((root / "json_2.1.1" / "valid_seen").glob("*/trial_*"))
+    walkthrough = write_game_file(trial)  # what alfworld-generate does for an official traj folder
+    assert walkthrough and walkthrough[-1] == "move apple 1 to countertop 1"
+    env = ALFWorldEnv(data_path=root)
+    assert env.num_tasks("valid_seen") == 1 and env.num_tasks("train") == 0
+    obs, info = env.reset(seed=0, options={"split": "valid_seen", "task_index": 0})
+    assert "a fridge 1" in obs and "a sinkbasin 1" in obs
+    assert info["task"] == "warm up an apple and leave it on the counter" and info["task_family"] == "heat"
+    assert "go to microwave 1" in info["admissible_actions"] and "help" not in info["admissible_actions"]
+    script = ["go to fridge 1", "open fridge 1", "take apple 1 from fridge 1", "go to microwave 1",
+              "heat apple 1 with microwave 1", "go to countertop 1", "move apple 1 to countertop 1"]
+    for action in script:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert not info["noop"], (action, obs)
+    assert terminated and info["won"] and reward == 10.0
+    assert obs == "You move the apple 1 to the countertop 1."
+    with pytest.raises(ALFWorldDataError, match=r"split 'train' has no playable games in .*json_2.1.1/train"):
+        env.reset(seed=0, options={"split": "train"})
+
+
+@pytest.mark.parametrize("via", ["data_path", "ALFWORLD_DATA"])
+def test_missing_data_names_the_folder_and_both_fixes(tmp_path, monkeypatch, via):
+    empty = tmp_path / "nothing_here"
+    (empty / "json_2.1.1" / "train").mkdir(parents=True)
+    kwargs = {}
+    if via == "data_path":
+        kwargs["data_path"] = str(empty)
+    else:
+        monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", str(empty))
+    with pytest.raises(ALFWorldDataError) as err:
+        ALFWorldEnv(**kwargs)
+    message = str(err.value)
+    assert str(empty) in message and "alfworld-download" in message
+    assert "python -m envs.alfworld.generate --out" in message
+
+
+def test_malformed_actions_are_nothing_happens(alfworld_data):
+    env = ALFWorldEnv(data_path=alfworld_data)
+    obs, info = env.reset(seed=0, options={"task_index": 0})
+    key = info["state_key"]
+    for action in ["", "go to the moon", "x" * 100_000, "\x00\x07", "craft 1 stick using 2 planks", None, "GO TO"]:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert obs == "Nothing happens." and info["noop"] and reward == 0 and not terminated
+        assert info["state_key"] == key and info["anchor_obs"] == obs
+
+
+def test_state_key_tracks_the_pddl_state(alfworld_data):
+    a, b = ALFWorldEnv(data_path=alfworld_data), ALFWorldEnv(data_path=alfworld_data, expert=False)
+    _, ia = a.reset(seed=1, options={"task_index": 2})
+    _, ib = b.reset(seed=5, options={"task_index": 2})
+    assert ia["state_key"] == ib["state_key"] and ia["state_key"][0] == "alfworld"
+    go = next(x for x in ia["admissible_actions"] if x.startswith("go to"))
+    ia2, ib2 = a.step(go)[-1], b.step(go)[-1]
+    assert ia2["state_key"] == ib2["state_key"] != ia["state_key"]
+    facts = a.state_facts()
+    assert facts == sorted(facts) and any(f.startswith("atlocation(agent1") for f in facts)
+    assert not any(f.startswith(("receptacletype", "cancontain")) for f in facts)
+    with pytest.raises(RuntimeError, match="expert=False"):
+        b.expert_action()
+
+
+def test_speedups_change_no_observation(alfworld_data):
+    assert speedups_installed()
+    env = ALFWorldEnv(data_path=alfworld_data)
+    picks = [k for k in range(env.num_tasks("train")) if env.task_family_of("train", k) in ("pick2", "look")]
+    fast = [play_expert(env, "train", k, seed=3)[0] for k in picks]
+    uninstall_speedups()
+    try:
+        plain_env = ALFWorldEnv(data_path=alfworld_data, speedups=False)
+        assert not speedups_installed()
+        plain = [play_expert(plain_env, "train", k, seed=3)[0] for k in picks]
+    finally:
+        install_speedups()
+    assert fast == plain
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_generator_is_deterministic_and_worker_count_free(tmp_path):
+    one = generate_games(GeneratorConfig(out=tmp_path / "a", num_train=2, num_valid_unseen=1, seed=3, workers=1,
+                                         progress=False))
+    generate_games(GeneratorConfig(out=tmp_path / "b", num_train=2, num_valid_unseen=1, seed=3, workers=2, progress=False))
+    assert _tree_digest(tmp_path / "a") == _tree_digest(tmp_path / "b")
+    other = generate_games(GeneratorConfig(out=tmp_path / "c", num_train=2, num_valid_unseen=1, seed=4, workers=1,
+                                           progress=False))
+    assert [g["path"] for g in one["games"]] != [g["path"] for g in other["games"]]
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        generate_games(GeneratorConfig(out=tmp_path / "a", num_train=1, seed=3, workers=1, progress=False))
+
+
+def test_generated_games_are_valid(alfworld_data):
+    import alfworld.gen.constants as C
+
+    manifest = json.loads((alfworld_data / "generation.json").read_text())
+    for game in manifest["games"]:
+        trial = alfworld_data / game["path"]
+        traj = json.loads((trial / "traj_data.json").read_text())
+        scene = traj["scene"]["scene_num"]
+        assert (scene in UNSEEN_SCENES) == (game["split"] == "valid_unseen")
+        room = next(name for name, nums in (("Kitchen", range(1, 31)), ("LivingRoom", range(201, 231)),
+                                            ("Bedroom", range(301, 331)), ("Bathroom", range(401, 431))) if scene in nums)
+        assert room in C.GOALS_VALID[traj["task_type"]]
+        gamefile = json.loads((trial / "game.tw-pddl").read_text())
+        assert gamefile["solvable"] is True and len(gamefile["walkthrough"]) == game["expert_steps"] <= 50
+        problem = (trial / "initial_state.pddl").read_text()
+        assert problem == gamefile["pddl_problem"]
+        problem = problem.split("(:goal")[0]
+        types = dict(re.findall(r"\((?:objectType|receptacleType) (\S+) (\S+)Type\)", problem))
+        can = set(re.findall(r"\(canContain (\S+)Type (\S+)Type\)", problem))
+        toggles = set(re.findall(r"\(toggleable (\S+)\)", problem))
+        for obj, rec in re.findall(r"\(inReceptacle (\S+) (\S+)\)", problem):
+            assert obj in toggles or (types[rec], types[obj]) in can, (obj, rec)
+        params = traj["pddl_params"]
+        target_starts = [rec for obj, rec in re.findall(r"\(inReceptacle (\S+) (\S+)\)", problem)
+                         if types[obj] == params["object_target"]]
+        assert target_starts and all(types[r] != params["parent_target"] for r in target_starts)
+
+
+def test_gymnasium_make_and_checker(alfworld_data):
+    from gymnasium.utils.env_checker import check_env
+
+    env = gym.make("ALFWorld-v0", data_path=str(alfworld_data), max_steps=5)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs) and info["split"] == "train"
+    check_env(env.unwrapped)
+
+
+@pytest.mark.slow
+def test_default_data_is_generated_on_first_use(tmp_path, monkeypatch):
+    """gymnasium.make("ALFWorld-v0") with no data anywhere: the default set is generated, then played."""
+    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", None)
+    monkeypatch.setattr(alf_data, "_ALFWORLD_DEFAULT", tmp_path / "no_download")
+    env = gym.make("ALFWorld-v0")
+    obs, info = env.reset(seed=0)
+    assert "Your task is to:" in obs and env.unwrapped.data_source == "generated default"
+    assert [env.unwrapped.num_tasks(s) for s in env.unwrapped.splits] == list(alf_data.DEFAULT_COUNTS.values())
+
+
+def test_generator_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "envs.alfworld.generate", "--out", str(tmp_path / "g"), "--num-valid-unseen", "1",
+           "--workers", "1", "--seed", "5", "--quiet"]
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "g" / "generation.json").read_text())
+    assert manifest["counts"] == {"train": 0, "valid_seen": 0, "valid_unseen": 1} and len(manifest["games"]) == 1
+    assert (tmp_path / "g" / "logic" / "alfred.twl2").exists()
+    again = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert again.returncode != 0 and "--overwrite" in again.stderr
+    empty = subprocess.run(cmd[:5], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert empty.returncode != 0 and "nothing to generate" in empty.stderr

