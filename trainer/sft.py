@@ -67,10 +67,6 @@ __all__ = [
     "save_rows",
     "load_rows",
     "sft_loss",
-    "PackedTree",
-    "tree_groups",
-    "pack_tree",
-    "tree_forward_nll",
     "SFTEngine",
     "sft_trainer_config",
     "train_sft",
@@ -373,7 +369,7 @@ def encode_response(tokenizer, response: str, add_eos: bool = True) -> list[int]
 @dataclass
 class EncodedRows:
     """Token ids of N rows. prompt_ids / response_ids: lists of N LongTensor (T_p,) / (T_r,); episode: N ints
-    (rows of one episode share the id; their prompts share the recipe block, see ``pack_tree``)."""
+    (rows of one episode share the id)."""
 
     prompt_ids: list[torch.Tensor]
     response_ids: list[torch.Tensor]
@@ -448,150 +444,6 @@ def _actor_engine_cls():
     return ActorEngine
 
 
-# ------------------------------------------------------------------------------------------ tree packing
-@dataclass
-class PackedTree:
-    """Rows that share a prompt prefix, packed as one sequence each: ``[head | tail_1 resp_1 | tail_2 resp_2 ...]``.
-
-    B packed sequences of T tokens (right-padded), M scored positions:
-
-    input_ids    : LongTensor (B, T)        token ids (``pad_id`` after the end)
-    position_ids : LongTensor (B, T)        head 0..h-1; each branch continues at h (as if it followed the head alone)
-    attn         : BoolTensor (B, 1, T, T)  True = may attend: the head causally, each branch the head and itself
-                                            causally, never another branch (padding attends to itself only)
-    pred_index   : LongTensor (M,)          flat index b * T + t of the position whose logits predict a target
-    targets      : LongTensor (M,)          the token predicted there
-    weights      : FloatTensor (M,)         1 on response tokens, ``prompt_weight`` on prompt tokens
-    response_tokens : int                   number of scored response tokens (the loss denominator)
-
-    Every branch reads exactly the tokens (and RoPE positions) its own unpacked row would, so losses and gradients
-    equal those of the unpacked rows (tested) while the shared head is computed once [choice].
-    """
-
-    input_ids: torch.Tensor
-    position_ids: torch.Tensor
-    attn: torch.Tensor
-    pred_index: torch.Tensor
-    targets: torch.Tensor
-    weights: torch.Tensor
-    response_tokens: int
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.input_ids.numel())
-
-
-def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
-    n = min(int(a.numel()), int(b.numel()))
-    if n == 0:
-        return 0
-    neq = torch.nonzero(a[:n] != b[:n])
-    return int(neq[0, 0]) if neq.numel() else n
-
-
-def tree_groups(prompt_ids: Sequence[torch.Tensor], min_shared: int = 32, max_branches: int = 16
-                ) -> list[tuple[int, list[int]]]:
-    """Group row indices whose prompts share a prefix of at least ``min_shared`` tokens.
-
-    Returns ``[(head_len, [row, ...]), ...]``: rows in input order; a new group starts when the next row shares
-    fewer than ``min_shared`` tokens with the group's first row (the shared head is then cut to the common prefix of
-    all members) or the group holds ``max_branches`` rows. Every branch keeps at least one prompt token of its own.
-    Put rows of one episode next to each other (``SFTRow`` order) to share the recipe block.
-    """
-    groups: list[tuple[int, list[int]]] = []
-    for i, p in enumerate(prompt_ids):
-        if groups:
-            head, members = groups[-1]
-            first = prompt_ids[members[0]]
-            shared = min(head, _common_prefix(first, p), int(p.numel()) - 1)
-            if len(members) < max_branches and shared >= min_shared:
-                groups[-1] = (shared, members + [i])
-                continue
-        groups.append((int(p.numel()) - 1, [i]))
-    return groups
-
-
-def pack_tree(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor],
-              groups: Sequence[tuple[int, list[int]]], pad_id: int = 0, prompt_weight: float = 0.0) -> PackedTree:
-    """Pack ``groups`` (from ``tree_groups``) into a ``PackedTree`` (see its docstring for the layout)."""
-    seqs, poss, spans, preds = [], [], [], []
-    for head_len, members in groups:
-        head = prompt_ids[members[0]][:head_len]
-        ids, pos = [head], [torch.arange(head_len)]
-        branch_spans = []
-        # (position in the packed sequence that predicts, target, weight)
-        pred_pos: list[int] = []
-        tgt: list[int] = []
-        wts: list[float] = []
-        if prompt_weight > 0 and head_len > 1:
-            pred_pos += list(range(head_len - 1))
-            tgt += head[1:].tolist()
-            wts += [prompt_weight] * (head_len - 1)
-        cursor = head_len
-        for i in members:
-            tail = prompt_ids[i][head_len:]
-            resp = response_ids[i]
-            lt, lr = int(tail.numel()), int(resp.numel())
-            if lt < 1:
-                raise ValueError(f"pack_tree: row {i} has no prompt token after the shared head of {head_len}")
-            ids += [tail, resp]
-            pos.append(torch.arange(head_len, head_len + lt + lr))
-            branch_spans.append((cursor, cursor + lt + lr))
-            if prompt_weight > 0 and lt > 1:
-                pred_pos += list(range(cursor, cursor + lt - 1))
-                tgt += tail[1:].tolist()
-                wts += [prompt_weight] * (lt - 1)
-            # response token j sits at cursor + lt + j and is predicted by the position before it
-            pred_pos += list(range(cursor + lt - 1, cursor + lt + lr - 1))
-            tgt += resp.tolist()
-            wts += [1.0] * lr
-            cursor += lt + lr
-        seqs.append(torch.cat(ids))
-        poss.append(torch.cat(pos))
-        spans.append((head_len, branch_spans))
-        preds.append((pred_pos, tgt, wts))
-    b, t = len(seqs), max(int(s.numel()) for s in seqs)
-    input_ids = torch.full((b, t), int(pad_id), dtype=torch.long)
-    position_ids = torch.zeros((b, t), dtype=torch.long)
-    attn = torch.zeros((b, 1, t, t), dtype=torch.bool)
-    causal = torch.ones((t, t), dtype=torch.bool).tril()
-    pred_index, targets, weights = [], [], []
-    n_resp = 0
-    for k, (seq, pos, (head_len, branch_spans), (pp, tg, wt)) in enumerate(zip(seqs, poss, spans, preds)):
-        n = int(seq.numel())
-        input_ids[k, :n] = seq
-        position_ids[k, :n] = pos
-        attn[k, 0, :head_len, :head_len] = causal[:head_len, :head_len]
-        for lo, hi in branch_spans:
-            attn[k, 0, lo:hi, :head_len] = True
-            attn[k, 0, lo:hi, lo:hi] = causal[: hi - lo, : hi - lo]
-        idx = torch.arange(n, t)
-        attn[k, 0, idx, idx] = True  # padding attends to itself (no empty softmax rows)
-        pred_index.append(torch.tensor(pp, dtype=torch.long) + k * t)
-        targets.append(torch.tensor(tg, dtype=torch.long))
-        weights.append(torch.tensor(wt, dtype=torch.float32))
-        n_resp += sum(1 for w in wt if w == 1.0)
-    return PackedTree(input_ids, position_ids, attn, torch.cat(pred_index), torch.cat(targets), torch.cat(weights),
-                      n_resp)
-
-
-def tree_forward_nll(lm, packed: PackedTree, chunk_tokens: int = 1024) -> torch.Tensor:
-    """Per-target negative log-likelihoods (M,) of a ``PackedTree`` under causal LM ``lm`` (fp32)."""
-    decoder = lm.get_decoder()
-    head = lm.get_output_embeddings()
-    dev = next(lm.parameters()).device
-    out = decoder(input_ids=packed.input_ids.to(dev), attention_mask=packed.attn.to(dev),
-                  position_ids=packed.position_ids.to(dev), use_cache=False)
-    h = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]  # (B, T, D)
-    h = h.reshape(-1, h.shape[-1])[packed.pred_index.to(dev)]  # (M, D)
-    y = packed.targets.to(dev)
-    parts = []
-    for lo in range(0, h.shape[0], max(1, chunk_tokens)):
-        logits = head(h[lo: lo + chunk_tokens]).float()  # (C, V)
-        parts.append(torch.logsumexp(logits, -1) - logits.gather(1, y[lo: lo + chunk_tokens, None])[:, 0])
-    return torch.cat(parts) if parts else h.new_zeros(0)
-
-
 def sft_trainer_config(lr: float = 1e-3, batch_rows: int = 32, micro_batch_rows: int = 32,
                        weight_decay: float = 0.01, grad_clip: float = 1.0, warmup_steps: int = 20,
                        zero_stage: int = 2, precision: str = "auto"):
@@ -611,26 +463,20 @@ class SFTEngine:
     ``schedule`` (constant | linear | cosine, after ``cfg.warmup_steps`` of linear warm-up) set the learning
     rate per optimizer step [choice]; ``min_lr_ratio``: the floor of the decay as a fraction of ``cfg.lr``.
 
-    ``packing``: ``rows`` runs each row through the actor's own forward (``trainer.actor.actor_forward``, every
-    ZeRO stage); ``tree`` packs rows that share a prompt prefix (``pack_tree``: the rows of one episode share the
-    role line, task and recipe block) and runs the model's decoder with a tree attention mask, the same loss for
-    ~2x fewer tokens (ZeRO stage <= 2, whose parameters are whole on every rank). ``prompt_weight`` > 0 (tree
-    only) adds next-token prediction of prompt tokens with that weight [choice; 0 = response tokens only].
+    ``prompt_weight`` > 0 adds next-token prediction of the prompt tokens with that weight (the denominator stays
+    the number of response tokens) [choice; default 0 = response tokens only, as SFT of an instruct model does].
+    It gives a model trained from scratch a learning signal at every position of the ~10x longer prompt for no
+    extra forward or backward pass (only the LM head runs on more positions).
     """
 
     def __init__(self, model, cfg, *, device: str = "cpu", schedule: str = "cosine", total_steps: int = 0,
-                 min_lr_ratio: float = 0.1, packing: str = "rows", prompt_weight: float = 0.0):
+                 min_lr_ratio: float = 0.1, prompt_weight: float = 0.0):
         from trainer.config import ModelConfig
 
         if schedule not in ("constant", "linear", "cosine"):
             raise ValueError(f"SFT schedule={schedule!r} must be constant | linear | cosine")
-        if packing not in ("rows", "tree"):
-            raise ValueError(f"SFT packing={packing!r} must be rows | tree")
-        if packing == "tree" and cfg.zero_stage == 3:
-            raise ValueError("SFT packing='tree' needs trainer.zero_stage <= 2 (ZeRO-3 partitions the weights the "
-                             "tree forward reads); use packing='rows' with ZeRO-3")
-        if prompt_weight and packing != "tree":
-            raise ValueError("SFT prompt_weight > 0 needs packing='tree' (the row path scores response tokens only)")
+        if not (isinstance(prompt_weight, (int, float)) and 0.0 <= prompt_weight <= 1.0):
+            raise ValueError(f"SFT prompt_weight={prompt_weight!r} must lie in [0, 1] (0 = response tokens only)")
         if cfg.use_kl_loss:
             raise ValueError("SFT needs trainer.use_kl_loss=false (no reference model); use sft_trainer_config()")
         engine_cls = _actor_engine_cls()
@@ -644,7 +490,6 @@ class SFTEngine:
         self.schedule = schedule
         self.total_steps = int(total_steps)
         self.min_lr_ratio = float(min_lr_ratio)
-        self.packing = packing
         self.prompt_weight = float(prompt_weight)
         self.actor = _Engine(model, cfg, model_cfg=ModelConfig(path="sft", hidden_layer=-1), temperature=1.0,
                              device=device)
@@ -667,44 +512,45 @@ class SFTEngine:
         return self.actor.lm
 
     def _micro_losses(self, prompt_ids, response_ids, pad_id, total):
-        """Yield (row indices, loss to backpropagate, response-token NLL sum) per micro-batch."""
+        """Yield (row indices, offending rows, loss to backpropagate, response-token NLL sum) per micro-batch.
+
+        With ``prompt_weight`` w > 0 a row is scored from its second token on: it is packed as prompt = its first
+        token, response = the rest of the prompt + the response, with token weights w on the former prompt and 1
+        on the response, so the actor's own forward computes every log-prob needed.
+        """
         from trainer.actor import ActorOutput, pack_rows
         from trainer.engine import split_even
 
         act = self.actor
         n = len(prompt_ids)
         r_len = [int(r.numel()) for r in response_ids]
-        if self.packing == "rows":
-            n_micro = max(1, math.ceil(n / self.cfg.micro_batch_rows))
-            order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
-            for micro in split_even(order, n_micro):
-                packed = pack_rows([prompt_ids[i] for i in micro], [response_ids[i] for i in micro], pad_id)
-                out = ActorOutput(**act.engine(**packed.to(act.device).as_kwargs(), hidden_layer=None,
-                                               compute_entropy=False, chunk_tokens=self.cfg.logprob_chunk_tokens,
-                                               temperature=1.0))
-                bad = out.nonfinite_rows.tolist()
-                nll_sum = -(out.logprobs * out.mask).sum()
-                yield micro, [micro[j] for j in bad], nll_sum / total, nll_sum
-            return
-        groups = tree_groups(prompt_ids)
         n_micro = max(1, math.ceil(n / self.cfg.micro_batch_rows))
-        # micro-batches of whole groups with about micro_batch_rows rows each
-        chunks: list[list[tuple[int, list[int]]]] = [[]]
-        rows_in = 0
-        for g in groups:
-            if chunks[-1] and rows_in + len(g[1]) > math.ceil(n / n_micro):
-                chunks.append([])
-                rows_in = 0
-            chunks[-1].append(g)
-            rows_in += len(g[1])
-        lm = act.engine.module.lm
-        for chunk in chunks:
-            packed = pack_tree(prompt_ids, response_ids, chunk, pad_id, self.prompt_weight)
-            nll = tree_forward_nll(lm, packed, self.cfg.logprob_chunk_tokens)  # (M,)
-            w = packed.weights.to(nll.device)
-            rows = [i for _h, m in chunk for i in m]
-            bad = rows if not bool(torch.isfinite(nll.detach()).all()) else []
-            yield rows, bad, (nll * w).sum() / total, (nll * (w == 1.0)).sum()
+        order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
+        w = self.prompt_weight
+        for micro in split_even(order, n_micro):
+            if w > 0:
+                ps = [prompt_ids[i][:1] for i in micro]
+                rs = [torch.cat([prompt_ids[i][1:], response_ids[i]]) for i in micro]
+            else:
+                ps = [prompt_ids[i] for i in micro]
+                rs = [response_ids[i] for i in micro]
+            packed = pack_rows(ps, rs, pad_id).to(act.device)
+            out = ActorOutput(**act.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=False,
+                                           chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0))
+            mask = out.mask.float()  # (n_micro_rows, T_r)
+            resp_mask = mask
+            if w > 0:
+                weights = torch.zeros_like(mask)
+                resp_mask = torch.zeros_like(mask)
+                for j, i in enumerate(micro):
+                    lp = int(prompt_ids[i].numel()) - 1
+                    weights[j, :lp] = w
+                    weights[j, lp: lp + r_len[i]] = 1.0
+                    resp_mask[j, lp: lp + r_len[i]] = 1.0
+                mask = weights
+            nll_resp = -(out.logprobs * resp_mask).sum()
+            loss = -(out.logprobs * mask).sum() / total
+            yield micro, [micro[j] for j in out.nonfinite_rows.tolist()], loss, nll_resp
 
     def step(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0
              ) -> dict[str, float]:
@@ -740,31 +586,10 @@ class SFTEngine:
         return self.actor.export_hf(out_dir, tokenizer=tokenizer)
 
 
-def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, bucket: int = 8,
-             by_episode: bool = False) -> list[list[int]]:
-    """Shuffled mini-batches of row indices [choice].
-
-    ``by_episode=False``: rows of similar length share a batch (less padding): shuffle, cut into chunks of
-    ``bucket`` batches, sort each chunk by length, split, shuffle the batches. ``by_episode=True`` (tree packing):
-    shuffle whole episodes and fill each batch with episodes until it holds at least ``batch_rows`` rows, rows of
-    an episode adjacent and in step order.
-    """
+def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, bucket: int = 8) -> list[list[int]]:
+    """Shuffled mini-batches of row indices; rows of similar length share a batch (less padding) [choice]:
+    shuffle, cut into chunks of ``bucket`` batches, sort each chunk by length, split, shuffle the batches."""
     n = len(data)
-    if by_episode and data.episode:
-        eps: dict[int, list[int]] = defaultdict(list)
-        for i, e in enumerate(data.episode):
-            eps[e].append(i)
-        keys = list(eps)
-        order = torch.randperm(len(keys), generator=generator).tolist()
-        out, cur = [], []
-        for k in order:
-            cur.extend(eps[keys[k]])
-            if len(cur) >= batch_rows:
-                out.append(cur)
-                cur = []
-        if cur:
-            out.append(cur)
-        return out
     perm = torch.randperm(n, generator=generator).tolist()
     lengths = [int(p.numel() + r.numel()) for p, r in zip(data.prompt_ids, data.response_ids)]
     out = []
@@ -778,24 +603,31 @@ def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, buc
 
 def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batch_rows: int = 32, seed: int = 0,
               pad_id: int = 0, progress: bool = False, desc: str = "sft", time_budget_s: float | None = None,
-              log_every: int = 50, on_log: Callable[[dict], None] | None = None) -> dict[str, float]:
+              log_every: int = 50, on_log: Callable[[dict], None] | None = None, budget_clock: str = "wall"
+              ) -> dict[str, float]:
     """``epochs`` passes (fractions allowed) of shuffled mini-batches of ``batch_rows`` rows.
 
-    Stops early when ``time_budget_s`` (wall seconds) runs out. Returns summary metrics: ``loss/sft_first``,
+    Stops early when ``time_budget_s`` (wall seconds) runs out; with a budget, the engine's ``total_steps`` (the
+    end of its learning-rate decay) is re-fitted after 10 and 50 steps to the steps the budget allows at the pace
+    measured so far, so the decay ends with the budget. ``budget_clock``: ``wall`` (elapsed seconds) or ``cpu``
+    (this process's CPU seconds, all threads: the same amount of training on a busy or an idle machine) [choice]. Returns summary metrics: ``loss/sft_first``,
     ``loss/sft_last`` (mean of the last ``log_every`` steps), ``perf/steps``, ``perf/tokens``,
     ``perf/tokens_per_s``, ``perf/seconds``.
     """
     if len(data) == 0:
         raise ValueError("train_sft: no rows to train on")
+    if budget_clock not in ("wall", "cpu"):
+        raise ValueError(f"train_sft: budget_clock={budget_clock!r} must be 'wall' or 'cpu'")
+    clock = time.perf_counter if budget_clock == "wall" else time.process_time
+    b0 = clock()
     g = torch.Generator().manual_seed(int(seed))
     plan: list[list[int]] = []
     whole = int(math.floor(epochs))
-    by_ep = engine.packing == "tree"
     for _ in range(whole):
-        plan.extend(_batches(data, batch_rows, g, by_episode=by_ep))
+        plan.extend(_batches(data, batch_rows, g))
     frac = epochs - whole
     if frac > 0:
-        extra = _batches(data, batch_rows, g, by_episode=by_ep)
+        extra = _batches(data, batch_rows, g)
         plan.extend(extra[: max(1, int(round(frac * len(extra))))])
     bar = _bar(len(plan), desc, progress)
     t0 = time.perf_counter()
@@ -818,8 +650,14 @@ def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batc
                 recent = losses[-log_every:]
                 on_log({"step": steps, "loss": sum(recent) / max(1, len(recent)), "lr": m["loss/lr"],
                         "seconds": time.perf_counter() - t0})
-            if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
-                break
+            if time_budget_s is not None:
+                spent = clock() - b0
+                if spent > time_budget_s:
+                    break
+                if steps in (10, 50) and hasattr(engine, "total_steps"):
+                    # fit the decay into the budget: the steps that fit at the pace so far [choice]
+                    engine.total_steps = min(len(plan), max(steps + 1, int(time_budget_s * steps / spent)))
+                    bar.total = engine.total_steps
     finally:
         bar.close()
     secs = time.perf_counter() - t0

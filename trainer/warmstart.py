@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +66,24 @@ class WarmStartConfig:
     """Think-tag content of the targets: trace (recipe chain with counts) | goal | none (``trainer.sft``)."""
     train_split: str | None = None
     """Split of the expert and DAgger tasks; null = the env's train split."""
+    train_tasks: int = 0
+    """Use only the first N goals of the train split for expert data, DAgger and the train-goal evaluation
+    (0 = all): an easier, memorisable task mix [choice]; the held-out split is unchanged."""
     expert_episodes: int = 1200
     """Expert episodes of phase 0 (tasks cycle through the train split, each with a new env seed)."""
     epochs: float = 1.0
     """Passes over the expert rows in round 0."""
     lr: float = 2e-3
     """Peak AdamW learning rate (linear warm-up, cosine decay to 10% within each round) [choice]."""
+    train_budget_s: float = 0.0
+    """Budget of round 0's training in seconds of ``train_budget_clock`` (0 = none): training stops when it runs
+    out and the learning-rate decay is fitted to the steps it allows (``trainer.sft.train_sft``); set ``epochs``
+    high enough that the budget, not the data, ends training."""
+    train_budget_clock: str = "wall"
+    """What ``train_budget_s`` counts: ``wall`` seconds, or ``cpu`` seconds of this process (all threads), which
+    buy the same training on a shared, busy machine as on an idle one."""
+    prompt_weight: float = 0.0
+    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTEngine``)."""
     batch_rows: int = 16
     """Step rows per optimizer step."""
     warmup_steps: int = 20
@@ -98,6 +110,10 @@ class WarmStartConfig:
     """Held-out split reported at the end; null = the env's first eval split (TextCraft: eval_depth2)."""
     eval_max_tasks: int | None = None
     """Tasks of the held-out evaluation (a fixed seeded subset); null = the whole split."""
+    eval_train_tasks: int = 0
+    """Also evaluate (greedy) on this many train-split goals with fresh env seeds (the goals RL trains on; 0 = skip)."""
+    eval_sampled: bool = True
+    """Also evaluate sampled at ``eval_temperature`` (greedy is always reported)."""
     eval_temperature: float = 0.4
     """Sampling temperature of the held-out evaluation [GiGPO validation: 0.4]; greedy is reported too."""
     eval_seed: int = 12345
@@ -130,6 +146,13 @@ class WarmStartConfig:
             positive(n, zero_ok=True)
         for n in ("epochs", "lr", "dagger_epochs", "dagger_lr"):
             positive(n, integer=False)
+        positive("train_budget_s", integer=False, zero_ok=True)
+        positive("eval_train_tasks", zero_ok=True)
+        positive("train_tasks", zero_ok=True)
+        if self.train_budget_clock not in ("wall", "cpu"):
+            raise ValueError(f"WarmStartConfig.train_budget_clock={self.train_budget_clock!r} must be 'wall' or 'cpu'")
+        if not 0.0 <= float(self.prompt_weight) <= 1.0:
+            raise ValueError(f"WarmStartConfig.prompt_weight={self.prompt_weight!r} must lie in [0, 1]")
         positive("dagger_temperature", integer=False, zero_ok=True)
         positive("eval_temperature", integer=False, zero_ok=True)
         if not 0.0 <= float(self.expert_mix) <= 1.0:
@@ -225,6 +248,8 @@ def _tasks(cfg: WarmStartConfig, split: str, n: int, salt: int):
         n_tasks = env.unwrapped.num_tasks(split)
     finally:
         env.close()
+    if cfg.train_tasks and split == (cfg.train_split or env.unwrapped.splits[0]):
+        n_tasks = min(n_tasks, cfg.train_tasks)
     out, k = [], 0
     while len(out) < n:
         order = np.random.default_rng([cfg.seed, salt, k]).permutation(n_tasks).tolist()
@@ -385,9 +410,11 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
                                                              micro_batch_rows=cfg.batch_rows,
                                                              warmup_steps=cfg.warmup_steps,
                                                              zero_stage=cfg.zero_stage),
-                               total_steps=steps)
+                               total_steps=steps, prompt_weight=cfg.prompt_weight)
+        budget = cfg.train_budget_s if (k == 0 and cfg.train_budget_s > 0) else None
         tm = sft.train_sft(engine, data, epochs=epochs, batch_rows=cfg.batch_rows, seed=cfg.seed * 1000 + k,
-                           pad_id=int(tokenizer.pad_token_id), progress=cfg.progress, desc=f"sft round {k}")
+                           pad_id=int(tokenizer.pad_token_id), progress=cfg.progress, desc=f"sft round {k}",
+                           time_budget_s=budget, budget_clock=cfg.train_budget_clock)
         metrics.update({"rows": len(data), "tokens": data.num_tokens, **tm})
         _save_model_folder(engine, tokenizer, out / "model")
         timed(f"round{k}_train", t0, c0)
@@ -401,12 +428,20 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     t0, c0 = time.time(), time.process_time()
     model = load_model(prev, dtype="float32")
     evals = {}
-    for name, temp in (("sampled", cfg.eval_temperature), ("greedy", 0.0)):
+    modes = (("greedy", 0.0),) + ((("sampled", cfg.eval_temperature),) if cfg.eval_sampled else ())
+    for name, temp in modes:
         res = sft.evaluate(model, tokenizer, cfg.env_id, eval_split, env_kwargs=ek, max_tasks=cfg.eval_max_tasks,
                            temperature=temp, seed=cfg.eval_seed, max_response_tokens=cfg.max_response_tokens,
                            prompt_config=pcfg, progress=cfg.progress,
-                           desc=f"eval {eval_split} {'T=%g' % temp if temp else 'greedy'}")
+                           desc=f"eval {eval_split} " + (f"T={temp:g}" if temp else "greedy"))
         evals[name] = {"temperature": temp, **res.summary(), "by_family": res.by_family()}
+    if cfg.eval_train_tasks:
+        # in-distribution check: train goals (seen in SFT) with env seeds no SFT episode used
+        res = sft.play(model, tokenizer, cfg.env_id, _tasks(cfg, train_split, cfg.eval_train_tasks, salt=999),
+                       env_kwargs=ek, temperature=0.0, seed=cfg.eval_seed,
+                       max_response_tokens=cfg.max_response_tokens, prompt_config=pcfg, progress=cfg.progress,
+                       desc=f"eval {train_split} (fresh seeds) greedy")
+        evals["train_greedy"] = {"temperature": 0.0, "split": train_split, **res.summary()}
     timed("eval", t0, c0)
     _copy_folder(prev, final)
     result = {
@@ -417,8 +452,8 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     }
     _atomic_json(final / "warmstart.json", result)
     (folder / "DONE").write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
-    _log(f"done: {final}; held-out {eval_split} success {evals['sampled']['success']:.3f} "
-         f"(T={cfg.eval_temperature:g}), {evals['greedy']['success']:.3f} (greedy)", cfg)
+    _log(f"done: {final}; held-out {eval_split} success " + ", ".join(
+        f"{v['success']:.3f} ({k})" for k, v in evals.items()), cfg)
     return final
 
 

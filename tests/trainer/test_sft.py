@@ -74,6 +74,7 @@ def test_loss_masks_prompt_tokens(tiny):
 
 
 # ---------------------------------------------------------------------------------------------- learning
+@pytest.mark.slow
 def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
     from agents.models import load_model
     from trainer.actor import actor_forward, pack_rows
@@ -95,6 +96,26 @@ def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
     after = mean_loss(engine.lm)
     assert metrics["perf/steps"] == 12
     assert after < before - 1.0, (before, after)
+
+
+def test_time_budget_stops_training_and_fits_the_decay(tiny, expert_rows):
+    """A spent budget stops after the step in progress; a budget that never runs out re-fits the decay's end to
+    the planned steps (4 one-row batches per epoch x 3 epochs = 12 < the engine's 1000)."""
+    from agents.models import load_model
+
+    path, tok = tiny
+    data = sft.encode_rows(expert_rows[:4], tok, "textcraft")
+    cfg = sft.sft_trainer_config(lr=1e-3, batch_rows=1, micro_batch_rows=1, warmup_steps=0, zero_stage=0)
+    eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
+    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=0.0,
+                      budget_clock="cpu")
+    assert m["perf/steps"] == 1 and m["perf/planned_steps"] == 12
+    eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
+    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=1e9)
+    assert m["perf/steps"] == 12 and eng.total_steps == 12
+    assert eng.lr_at(12) == pytest.approx(1e-3 * eng.min_lr_ratio)  # 1000 planned steps would give ~1e-3
+    with pytest.raises(ValueError, match="budget_clock"):
+        sft.train_sft(eng, data, budget_clock="gpu")
 
 
 def test_lr_schedule_warmup_then_cosine(tiny):
@@ -197,17 +218,20 @@ def test_play_is_independent_of_batching(tiny):
 
 
 # ------------------------------------------------------------------------------------------------ cache
+@pytest.mark.slow
 def test_warm_start_cache_hit_returns_the_same_folder(tmp_path, monkeypatch):
     from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=6, tokenizer_rows=60,
-                          batch_rows=8, dagger_rounds=1, dagger_episodes=2, eval_max_tasks=2,
+                          env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0,
+                          batch_rows=8, dagger_rounds=1, dagger_episodes=2, eval_max_tasks=2, eval_train_tasks=1,
                           max_response_tokens=16, cache_root=str(tmp_path), progress=False)
     first = warm_start(cfg)
     assert first == cache_folder(cfg) / "final"
     assert (first / "config.json").is_file() and (first / "model.safetensors").is_file()
     result = load_result(cache_folder(cfg))
-    assert set(result["eval"]) == {"sampled", "greedy"} and len(result["rounds"]) == 2
+    assert set(result["eval"]) == {"sampled", "greedy", "train_greedy"} and len(result["rounds"]) == 2
+    assert result["eval"]["train_greedy"]["split"] == "train" and result["eval"]["greedy"]["episodes"] == 2
     stamp = (first / "warmstart.json").stat().st_mtime_ns
 
     def no_training(*a, **k):
@@ -228,6 +252,7 @@ def test_warm_start_resumes_after_an_interrupted_round(tmp_path):
     from trainer.warmstart import WarmStartConfig, cache_folder, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=4, tokenizer_rows=40,
+                          env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0, eval_sampled=False,
                           batch_rows=8, dagger_rounds=0, eval_max_tasks=1, max_response_tokens=8,
                           cache_root=str(tmp_path), progress=False)
     final = warm_start(cfg)
@@ -249,53 +274,36 @@ def test_config_errors_name_the_field():
         WarmStartConfig(expert_mix=1.5)
     with pytest.raises(ValueError, match="env"):
         WarmStartConfig(env="minecraft")
+    with pytest.raises(ValueError, match="train_budget_clock"):
+        WarmStartConfig(train_budget_clock="gpu")
+    with pytest.raises(ValueError, match="prompt_weight"):
+        WarmStartConfig(prompt_weight=2.0)
+    with pytest.raises(ValueError, match="train_tasks"):
+        WarmStartConfig(train_tasks=-1)
 
 
-# ------------------------------------------------------------------------------------------- tree packing
-def test_tree_packing_equals_row_by_row_loss_and_gradients(tiny, expert_rows):
-    """Rows of an episode packed behind their shared prefix give the same response NLL and gradients as the rows
-    run one by one through the actor's forward."""
+def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
+    """prompt_weight w adds w * (prompt-token NLL) to the loss; w = 0 is the response-only loss."""
     from agents.models import load_model
     from trainer.actor import actor_forward, pack_rows
 
     path, tok = tiny
-    data = sft.encode_rows(expert_rows[:9], tok, "textcraft")
-    groups = sft.tree_groups(data.prompt_ids)
-    assert len(groups) < 9 and max(len(m) for _h, m in groups) > 1 and min(h for h, _m in groups) >= 32
-    packed = sft.pack_tree(data.prompt_ids, data.response_ids, groups, int(tok.pad_token_id))
-    assert packed.num_tokens < sum(int(p.numel() + r.numel()) for p, r in zip(data.prompt_ids, data.response_ids))
-    assert packed.response_tokens == data.num_response_tokens
-
+    data = sft.encode_rows(expert_rows[:3], tok, "textcraft")
     model = load_model(path, dtype="float32")
-    nll = sft.tree_forward_nll(model, packed)
-    loss_tree = nll.sum() / packed.response_tokens
-    loss_tree.backward()
-    g_tree = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    rows = pack_rows(data.prompt_ids, data.response_ids, int(tok.pad_token_id))
-    out = actor_forward(model, **rows.as_kwargs(), compute_entropy=False)
-    loss_rows = sft.sft_loss(out.logprobs, out.mask)
-    loss_rows.backward()
-    assert loss_tree.item() == pytest.approx(loss_rows.item(), rel=1e-5)
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(g_tree[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
-
-
-def test_tree_engine_step_matches_rows_engine_step(tiny, expert_rows):
-    from agents.models import load_model
-
-    path, tok = tiny
-    data = sft.encode_rows(expert_rows[:10], tok, "textcraft")
-    engines = []
-    for packing in ("rows", "tree"):
-        eng = sft.SFTEngine(load_model(path, dtype="float32"), sft.sft_trainer_config(lr=1e-3, batch_rows=10,
-                            micro_batch_rows=4, warmup_steps=0), schedule="constant", packing=packing)
-        m = eng.step(data.prompt_ids, data.response_ids, int(tok.pad_token_id))
-        engines.append((eng, m))
-    (a, ma), (b, mb) = engines
-    assert ma["loss/sft"] == pytest.approx(mb["loss/sft"], rel=1e-5)
-    assert ma["loss/grad_norm"] == pytest.approx(mb["loss/grad_norm"], rel=1e-5)
-    # AdamW's first step moves each weight by ~lr (1e-3) in the sign of its gradient: float noise on gradients
-    # near zero may flip a handful of signs, so compare at 3% of the step size
-    for (n, p), (_, q) in zip(a.lm.named_parameters(), b.lm.named_parameters()):
-        torch.testing.assert_close(p, q, rtol=0, atol=3e-5, msg=n)
+    ps = [p[:1] for p in data.prompt_ids]
+    rs = [torch.cat([p[1:], r]) for p, r in zip(data.prompt_ids, data.response_ids)]
+    with torch.no_grad():
+        out = actor_forward(model, **pack_rows(ps, rs, 0).as_kwargs(), compute_entropy=False)
+    nll_prompt = sum(-out.logprobs[j, : len(p) - 1].sum() for j, p in enumerate(data.prompt_ids))
+    nll_resp = sum(-out.logprobs[j, len(p) - 1: len(p) - 1 + len(r)].sum()
+                   for j, (p, r) in enumerate(zip(data.prompt_ids, data.response_ids)))
+    n_resp = data.num_response_tokens
+    losses = {}
+    for w in (0.0, 0.5):
+        eng = sft.SFTEngine(load_model(path, dtype="float32"), sft.sft_trainer_config(batch_rows=3, micro_batch_rows=2),
+                            prompt_weight=w)
+        parts = list(eng._micro_losses(data.prompt_ids, data.response_ids, 0, float(n_resp)))
+        losses[w] = sum(float(loss.detach()) for _r, _b, loss, _n in parts)
+        assert sum(float(n.detach()) for _r, _b, _l, n in parts) == pytest.approx(float(nll_resp), rel=1e-5)
+    assert losses[0.0] == pytest.approx(float(nll_resp) / n_resp, rel=1e-5)
+    assert losses[0.5] == pytest.approx(float(nll_resp + 0.5 * nll_prompt) / n_resp, rel=1e-5)
