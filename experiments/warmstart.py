@@ -5,12 +5,13 @@ Expert episodes -> tiny model + tokenizer trained on them -> SFT -> DAgger round
 ``$BIPACE_CACHE/warmstart/<env>-<model>-<key>/final`` (``trainer.warmstart`` documents the layout); a second call
 with the same settings finds it and returns at once; an interrupted call resumes at the phase it was in.
 
-    python -m experiments.warmstart --env textcraft                 # the CPU preset (prints the model folder)
+    python -m experiments.warmstart --env textcraft                 # defaults (prints the model folder)
     python -m experiments.warmstart --env textcraft --dagger-rounds 2 --expert-episodes 2000
     python -m experiments.warmstart --model smollm2-135m-instruct   # warm-start a local model on expert demos
     python -m experiments.warmstart --env textcraft --print-path    # only print where the result is / would be
 
-Every ``WarmStartConfig`` field is an option (``--help`` lists them with their defaults).
+Every ``WarmStartConfig`` field is an option (``--help`` lists them with their defaults). The settings measured
+so far (none reaches the 20% target yet), with their exact commands: ``results/warmstart/README.md``.
 """
 from __future__ import annotations
 
