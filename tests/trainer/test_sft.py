@@ -1,0 +1,309 @@
+"""SFT warm start: loss masking, learning, prompt equality with the rollout, DAgger labels, the cache."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import envs
+from agents.prompts import Transcript, get_prompt_builder
+from envs.pool import Task
+from trainer import sft
+
+ENV_KW = {"show_inventory": True}
+
+
+@pytest.fixture(scope="module")
+def expert_rows():
+    tasks = [Task("train", k, 100 + k) for k in range(0, 40, 4)]
+    return sft.collect_expert_rows("TextCraft-v0", tasks, env_kwargs=ENV_KW)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, expert_rows):
+    """A 2-layer, hidden-64 Qwen2 whose tokenizer is trained on the rendered expert rows."""
+    from agents.models import load_tokenizer
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+
+    out = build_tiny_model(tmp_path_factory.mktemp("sft") / "tiny", TinyModelConfig(layers=2, hidden=64, heads=2),
+                           corpus=list(sft.rows_corpus(expert_rows, "textcraft")))
+    return out, load_tokenizer(out)
+
+
+# ------------------------------------------------------------------------------------------------ the loss
+def test_sft_loss_hand_computed():
+    # rows: [-1, -2, (pad)] and [-3, (pad), (pad)]: token-mean NLL = (1 + 2 + 3) / 3 = 2
+    logp = torch.tensor([[-1.0, -2.0, -7.0], [-3.0, -5.0, -9.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    assert sft.sft_loss(logp, mask).item() == pytest.approx(2.0)
+    # a micro-batch of a larger mini-batch divides by the mini-batch's token count
+    assert sft.sft_loss(logp, mask, total_tokens=6).item() == pytest.approx(1.0)
+
+
+def test_loss_masks_prompt_tokens(tiny):
+    """Through the actor's forward: a model with a zero LM head predicts uniformly, so the loss is exactly
+    log V whatever the prompt; with random weights it equals cross-entropy over response positions only."""
+    from agents.models import load_model
+    from trainer.actor import actor_forward, pack_rows
+
+    path, tok = tiny
+    model = load_model(path, dtype="float32")
+    prompts = [torch.tensor([5, 6, 7, 8, 9]), torch.tensor([11, 12])]
+    responses = [torch.tensor([20, 21]), torch.tensor([22, 23, 24])]
+    packed = pack_rows(prompts, responses, pad_id=int(tok.pad_token_id))
+    out = actor_forward(model, **packed.as_kwargs(), compute_entropy=False)
+    assert int(out.mask.sum()) == 5  # 2 + 3 response tokens are scored, no prompt token
+    loss = sft.sft_loss(out.logprobs, out.mask)
+    # manual: HF-style labels, -100 on prompt and padding positions
+    logits = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask).logits
+    labels = torch.full_like(packed.input_ids, -100)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        labels[i, len(p): len(p) + len(r)] = r
+    manual = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                               labels[:, 1:].reshape(-1), ignore_index=-100)
+    assert loss.item() == pytest.approx(manual.item(), rel=1e-5)
+    everything = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                   packed.input_ids[:, 1:].reshape(-1))
+    assert abs(everything.item() - loss.item()) > 1e-3  # counting prompt tokens would give another number
+    with torch.no_grad():
+        model.get_output_embeddings().weight.zero_()  # tied: embeddings too -> uniform next-token distribution
+    out0 = actor_forward(model, **packed.as_kwargs(), compute_entropy=False)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    assert sft.sft_loss(out0.logprobs, out0.mask).item() == pytest.approx(math.log(vocab), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- learning
+@pytest.mark.slow
+def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
+    from agents.models import load_model
+    from trainer.actor import actor_forward, pack_rows
+
+    path, tok = tiny
+    data = sft.encode_rows(expert_rows[:24], tok, "textcraft")
+
+    def mean_loss(model) -> float:
+        with torch.no_grad():
+            packed = pack_rows(data.prompt_ids, data.response_ids, int(tok.pad_token_id))
+            out = actor_forward(model, **packed.as_kwargs(), compute_entropy=False)
+            return sft.sft_loss(out.logprobs, out.mask).item()
+
+    model = load_model(path, dtype="float32")
+    before = mean_loss(model)
+    engine = sft.SFTEngine(model, sft.sft_trainer_config(lr=3e-3, batch_rows=8, micro_batch_rows=4, warmup_steps=0,
+                                                         zero_stage=2), schedule="constant")
+    metrics = sft.train_sft(engine, data, epochs=4, batch_rows=8, pad_id=int(tok.pad_token_id))
+    after = mean_loss(engine.lm)
+    assert metrics["perf/steps"] == 12
+    assert after < before - 1.0, (before, after)
+
+
+def test_time_budget_stops_training_and_fits_the_decay(tiny, expert_rows):
+    """A spent budget stops after the step in progress; a budget that never runs out re-fits the decay's end to
+    the planned steps (4 one-row batches per epoch x 3 epochs = 12 < the engine's 1000)."""
+    from agents.models import load_model
+
+    path, tok = tiny
+    data = sft.encode_rows(expert_rows[:4], tok, "textcraft")
+    cfg = sft.sft_trainer_config(lr=1e-3, batch_rows=1, micro_batch_rows=1, warmup_steps=0, zero_stage=0)
+    eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
+    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=0.0,
+                      budget_clock="cpu")
+    assert m["perf/steps"] == 1 and m["perf/planned_steps"] == 12
+    eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
+    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=1e9)
+    assert m["perf/steps"] == 12 and eng.total_steps == 12
+    assert eng.lr_at(12) == pytest.approx(1e-3 * eng.min_lr_ratio)  # 1000 planned steps would give ~1e-3
+    with pytest.raises(ValueError, match="budget_clock"):
+        sft.train_sft(eng, data, budget_clock="gpu")
+
+
+def test_lr_schedule_warmup_then_cosine(tiny):
+    from agents.models import load_model
+
+    path, _ = tiny
+    eng = sft.SFTEngine(load_model(path), sft.sft_trainer_config(lr=1e-3, warmup_steps=10), schedule="cosine",
+                        total_steps=110, min_lr_ratio=0.1)
+    assert eng.lr_at(0) == pytest.approx(1e-4)
+    assert eng.lr_at(9) == pytest.approx(1e-3)
+    assert eng.lr_at(60) == pytest.approx(1e-4 + 0.9e-3 * 0.5)
+    assert eng.lr_at(110) == pytest.approx(1e-4)
+    assert eng.actor.lr_at(60) == eng.lr_at(60)  # the engine's optimizer steps use this schedule
+
+
+# ------------------------------------------------------------------------------ data equals the rollout
+def test_expert_rows_render_the_rollout_prompt(tiny):
+    """Replay an expert episode by hand as a rollout would (Transcript, builder, chat template with the
+    generation prompt) and compare token ids with the SFT rows."""
+    path, tok = tiny
+    task = Task("train", 7, 4242)
+    rows = sft.collect_expert_rows("TextCraft-v0", [task], env_kwargs=ENV_KW)
+    pcfg = sft.prompt_config_for(tok)
+    enc = sft.encode_rows(rows, tok, "textcraft", pcfg)
+    env = envs.make("TextCraft-v0", **ENV_KW)
+    obs, info = env.reset(**task.reset_kwargs())
+    tr = Transcript.start(obs, info)
+    builder = get_prompt_builder("TextCraft-v0")
+    for k, row in enumerate(rows):
+        messages = builder.messages(tr, pcfg)
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        assert enc.prompt_ids[k].tolist() == list(ids), f"step {k}"
+        assert tok.decode(enc.prompt_ids[k]).endswith("<|im_start|>assistant\n")
+        action = envs.expert_action(env)
+        assert row.action == action
+        assert row.response.endswith(f"<action>{action}</action>") and row.response.startswith("<think>")
+        assert tok.decode(enc.response_ids[k], skip_special_tokens=True) == row.response
+        assert enc.response_ids[k][-1].item() == tok.eos_token_id
+        obs, _r, term, trunc, info = env.step(action)
+        tr.record(action, obs, info)
+    assert term and info["won"]
+
+
+def test_trace_rationale_reproduces_every_expert_action():
+    """The trace walks to the very action the planner takes (no fall-back) on 60 train episodes, and its
+    counts agree with the action (a get fetches exactly the missing amount it states)."""
+    tasks = [Task("train", k, 9 + k) for k in range(0, 233, 4)]
+    rows = sft.collect_expert_rows("TextCraft-v0", tasks, env_kwargs=ENV_KW, style="trace")
+    assert len(rows) > 150
+    for r in rows:
+        think = r.response.split("<think>")[1].split("</think>")[0]
+        assert think.startswith("goal: craft "), think
+        if r.action.startswith("get "):
+            n, item = r.action[4:].split(" ", 1)
+            last = think.rsplit("need ", 1)[1]  # "<need> <item>, have <have>. get <n> <item>."
+            need, rest = last.split(" ", 1)
+            have = int(rest.split(", have ")[1].split(".")[0])
+            assert rest.startswith(f"{item}, have ") and int(need) - have == int(n), think
+            assert think.endswith(f"{r.action}."), think
+        else:
+            assert think.endswith("inputs ready.") and r.action in think, think
+
+
+# ------------------------------------------------------------------------------------------------ DAgger
+def test_dagger_labels_model_reached_states_with_the_expert(tiny):
+    """Rows of ``play(label_style=...)`` are the states the *model* reached (its own actions in the history)
+    and carry the expert's action for exactly that state (checked by replaying the env)."""
+    from agents.models import load_model
+
+    path, tok = tiny
+    model = load_model(path, dtype="float32")
+    tasks = [Task("train", 3, 11), Task("train", 50, 12)]
+    res = sft.play(model, tok, "TextCraft-v0", tasks, env_kwargs={**ENV_KW, "max_steps": 3}, temperature=1.0,
+                   max_response_tokens=12, label_style="trace", seed=5)
+    assert len(res.episodes) == 2 and len(res.rows) == 6  # the untrained model never wins in 3 steps
+    for row in res.rows:
+        env = envs.make("TextCraft-v0", **ENV_KW)
+        task = next(t for t in tasks if t.task_id == row.task)
+        obs, info = env.reset(**task.reset_kwargs())
+        for _obs, act in row.transcript["pairs"]:  # replay what the model did
+            obs, _r, _t, _tr, info = env.step(act)
+        assert obs == row.transcript["observation"]
+        assert row.action == envs.expert_action(env)
+        assert row.source == "dagger"
+    # the model's own (invalid, so no-op) actions are in the history, not the expert's
+    hist = [a for row in res.rows for _o, a in row.transcript["pairs"]]
+    assert hist and any(a != r.action for a, r in zip(hist, res.rows))
+
+
+def test_play_is_independent_of_batching(tiny):
+    from agents.models import load_model
+
+    path, tok = tiny
+    model = load_model(path, dtype="float32")
+    tasks = [Task("eval_depth2", k, 77 + k) for k in range(3)]
+    kw = dict(env_kwargs={**ENV_KW, "max_steps": 2}, temperature=1.0, max_response_tokens=10, seed=3)
+    a = sft.play(model, tok, "TextCraft-v0", tasks, batch_envs=3, **kw)
+    b = sft.play(model, tok, "TextCraft-v0", tasks, batch_envs=1, **kw)
+    assert [e.actions for e in a.episodes] == [e.actions for e in b.episodes]
+
+
+# ------------------------------------------------------------------------------------------------ cache
+@pytest.mark.slow
+def test_warm_start_cache_hit_returns_the_same_folder(tmp_path, monkeypatch):
+    from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
+
+    cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=6, tokenizer_rows=60,
+                          env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0,
+                          batch_rows=8, dagger_rounds=1, dagger_episodes=2, eval_max_tasks=2, eval_train_tasks=1,
+                          max_response_tokens=16, cache_root=str(tmp_path), progress=False)
+    first = warm_start(cfg)
+    assert first == cache_folder(cfg) / "final"
+    assert (first / "config.json").is_file() and (first / "model.safetensors").is_file()
+    result = load_result(cache_folder(cfg))
+    assert set(result["eval"]) == {"sampled", "greedy", "train_greedy"} and len(result["rounds"]) == 2
+    assert result["eval"]["train_greedy"]["split"] == "train" and result["eval"]["greedy"]["episodes"] == 2
+    stamp = (first / "warmstart.json").stat().st_mtime_ns
+
+    def no_training(*a, **k):
+        raise AssertionError("a cache hit must not train")
+
+    monkeypatch.setattr(sft, "train_sft", no_training)
+    again = warm_start(cfg)
+    assert again == first and (first / "warmstart.json").stat().st_mtime_ns == stamp
+    # another setting that matters -> another entry; a progress-bar change -> the same entry
+    assert cache_folder(WarmStartConfig(**{**cfg.__dict__, "lr": 1e-4})) != cache_folder(cfg)
+    assert cache_folder(WarmStartConfig(**{**cfg.__dict__, "progress": True})) == cache_folder(cfg)
+
+
+def test_warm_start_resumes_after_an_interrupted_round(tmp_path):
+    """A run stopped after round 0 (simulated by deleting the later phases) resumes from round 0's model."""
+    import shutil
+
+    from trainer.warmstart import WarmStartConfig, cache_folder, warm_start
+
+    cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=4, tokenizer_rows=40,
+                          env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0, eval_sampled=False,
+                          batch_rows=8, dagger_rounds=0, eval_max_tasks=1, max_response_tokens=8,
+                          cache_root=str(tmp_path), progress=False)
+    final = warm_start(cfg)
+    folder = cache_folder(cfg)
+    round0 = (folder / "round_0" / "model" / "model.safetensors").read_bytes()
+    shutil.rmtree(final)
+    (folder / "DONE").unlink()
+    assert warm_start(cfg) == final
+    assert (folder / "round_0" / "model" / "model.safetensors").read_bytes() == round0  # not retrained
+    assert (final / "model.safetensors").read_bytes() == round0
+
+
+def test_config_errors_name_the_field():
+    from trainer.warmstart import WarmStartConfig
+
+    with pytest.raises(ValueError, match="rationale"):
+        WarmStartConfig(rationale="long")
+    with pytest.raises(ValueError, match="expert_mix"):
+        WarmStartConfig(expert_mix=1.5)
+    with pytest.raises(ValueError, match="env"):
+        WarmStartConfig(env="minecraft")
+    with pytest.raises(ValueError, match="train_budget_clock"):
+        WarmStartConfig(train_budget_clock="gpu")
+    with pytest.raises(ValueError, match="prompt_weight"):
+        WarmStartConfig(prompt_weight=2.0)
+    with pytest.raises(ValueError, match="train_tasks"):
+        WarmStartConfig(train_tasks=-1)
+
+
+def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
+    """prompt_weight w adds w * (prompt-token NLL) to the loss; w = 0 is the response-only loss."""
+    from agents.models import load_model
+    from trainer.actor import actor_forward, pack_rows
+
+    path, tok = tiny
+    data = sft.encode_rows(expert_rows[:3], tok, "textcraft")
+    model = load_model(path, dtype="float32")
+    ps = [p[:1] for p in data.prompt_ids]
+    rs = [torch.cat([p[1:], r]) for p, r in zip(data.prompt_ids, data.response_ids)]
+    with torch.no_grad():
+        out = actor_forward(model, **pack_rows(ps, rs, 0).as_kwargs(), compute_entropy=False)
+    nll_prompt = sum(-out.logprobs[j, : len(p) - 1].sum() for j, p in enumerate(data.prompt_ids))
+    nll_resp = sum(-out.logprobs[j, len(p) - 1: len(p) - 1 + len(r)].sum()
+                   for j, (p, r) in enumerate(zip(data.prompt_ids, data.response_ids)))
+    n_resp = data.num_response_tokens
+    losses = {}
+    for w in (0.0, 0.5):
+        eng = sft.SFTEngine(load_model(path, dtype="float32"), sft.sft_trainer_config(batch_rows=3, micro_batch_rows=2),
+                            prompt_weight=w)
+        parts = list(eng._micro_losses(data.prompt_ids, data.response_ids, 0, float(n_resp)))
+        losses[w] = sum(float(loss.detach()) for _r, _b, loss, _n in parts)
+        assert sum(float(n.detach()) for _r, _b, _l, n in parts) == pytest.approx(float(nll_resp), rel=1e-5)
+    assert losses[0.0] == pytest.approx(float(nll_resp) / n_resp, rel=1e-5)
+    assert losses[0.5] == pytest.approx(float(nll_resp + 0.5 * nll_prompt) / n_resp, rel=1e-5)

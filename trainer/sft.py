@@ -1,0 +1,840 @@
+"""SFT warm start: behaviour cloning on expert trajectories, DAgger aggregation, and policy evaluation.
+
+Symbols: N step rows, T tokens (prompt + response, padded), T_r response tokens (padded), D hidden size.
+
+Everything here uses the RL prompt format unchanged (protocol.md, ``agents.prompts``): one user message per step
+built by the env's ``PromptBuilder`` from a ``Transcript``, the tokenizer's chat template with the generation
+prompt appended; the response is ``<think>RATIONALE</think><action>EXPERT ACTION</action>`` followed by the EOS
+token. Pieces:
+
+* **Rationales** [choice]: a short scratchpad in the think tags that restates what the expert's next action
+  depends on, written only from what the prompt shows (``RATIONALES``, per env; ``rationale`` style
+  ``trace | goal | none``). TextCraft's ``trace`` walks the planner's recipe chain from the goal down to the item
+  the action acts on, with the counts that decide it, e.g.::
+
+      <think>goal: craft 3 acacia sign using 6 acacia planks, 1 stick. need 1 stick, have 0.
+      craft 1 stick using 2 bamboo. need 2 bamboo, have 0. get 2 bamboo.</think><action>get 2 bamboo</action>
+
+* **Rows** (``SFTRow``): a ``Transcript`` snapshot (what the agent has seen), the response text, provenance.
+  Rendering to token ids happens late (``encode_rows``), with any tokenizer and ``PromptConfig``, so the same
+  rows train the tokenizer (``rows_corpus``) and the model.
+* **Loss** (``sft_loss``): negative log-likelihood of the response tokens only, token-mean over the batch:
+  ``L = -(1 / sum_i |r_i|) * sum_i sum_{t < |r_i|} log pi(r_{i,t} | prompt_i, r_{i,<t})``; prompt tokens are
+  never targets (``trainer.actor.actor_forward`` only scores response positions).
+* **Engine** (``SFTEngine``): the trainer's DeepSpeed ``ActorEngine`` (ZeRO on CPU with gloo, as everywhere),
+  without reference model, with an SFT learning-rate schedule (linear warm-up, then constant | linear | cosine
+  decay) [choice].
+* **DAgger** (``play`` with ``label=...``): roll the current model out with the Hugging Face engine, label every
+  state it reaches with the expert (action + rationale for the model's own prompt), aggregate, retrain
+  [Ross et al. 2011]. ``expert_mix`` (beta) executes the expert's action instead of the model's with that
+  probability (0 = pure DAgger after the first round).
+* **Evaluation** (``evaluate``): the fixed, seeded task list of a split (``envs.pool.eval_tasks``), sampled at
+  the evaluation temperature (protocol: 0.4) with per-(task, step) seeds, or greedy.
+
+The one-command pipeline with caching lives in ``experiments/warmstart.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "RATIONALE_STYLES",
+    "RATIONALES",
+    "SFTRow",
+    "EncodedRows",
+    "format_response",
+    "expert_response",
+    "textcraft_rationale",
+    "generic_rationale",
+    "collect_expert_rows",
+    "prompt_config_for",
+    "encode_prompt",
+    "encode_response",
+    "encode_rows",
+    "rows_corpus",
+    "save_rows",
+    "load_rows",
+    "sft_loss",
+    "SFTEngine",
+    "sft_trainer_config",
+    "train_sft",
+    "EpisodeResult",
+    "PlayResult",
+    "play",
+    "evaluate",
+    "episode_seed",
+]
+
+RATIONALE_STYLES = ("trace", "goal", "none")
+
+
+# =============================================================================================== responses
+def format_response(think: str, action: str) -> str:
+    """The protocol's response text: ``<think>{think}</think><action>{action}</action>`` (protocol.md)."""
+    return f"<think>{think}</think><action>{action}</action>"
+
+
+_CRAFT_RE = re.compile(r"^craft (\d+) (.+?) using (.+)$")
+_GET_RE = re.compile(r"^get (\d+) (.+)$")
+_INPUT_RE = re.compile(r"^(\d+) (.+)$")
+
+
+def _parse_craft(action: str) -> tuple[str, int, list[tuple[str, int]]] | None:
+    """``craft N item using k a, m b`` -> (item, N, [(a, k), (b, m)]); None when not a craft command."""
+    m = _CRAFT_RE.match(action)
+    if not m:
+        return None
+    inputs = []
+    for part in m.group(3).split(","):
+        mi = _INPUT_RE.match(part.strip())
+        if not mi:
+            return None
+        inputs.append((mi.group(2), int(mi.group(1))))
+    return m.group(2), int(m.group(1)), inputs
+
+
+def _name(item_id: str) -> str:
+    return item_id.replace("minecraft:", "").replace("_", " ")
+
+
+def textcraft_rationale(env, info: dict, action: str, style: str = "trace") -> str:
+    """TextCraft scratchpad for the expert's ``action`` in the current state (see module docstring).
+
+    Built from the planner's remaining plan (``env.expert_plan()``) and the inventory in ``info["state_key"]``:
+    the recipe chain from the goal to the item that ``action`` gets or crafts, with need/have counts computed as
+    the planner does (an input of a recipe crafted c = ceil(missing / yield) times is needed k * c times). Every
+    fact in it is visible in the prompt (the recipe list, the goal, the inventory line when the env's
+    ``show_inventory`` option is on). Falls back to the goal recipe alone when the chain does not reproduce the
+    action (never seen on the expert's own states; counted by the tests).
+    """
+    if style == "none":
+        return ""
+    inner = getattr(env, "unwrapped", env)
+    goal = _name(inner.goal)
+    inventory = Counter({_name(k): int(v) for k, v in (info.get("state_key") or ("", "", ()))[2]})
+    plan = inner.expert_plan()
+    recipes: dict[str, tuple[str, int, list[tuple[str, int]]]] = {}
+    for a in plan:
+        parsed = _parse_craft(a)
+        if parsed is not None and parsed[0] not in recipes:
+            recipes[parsed[0]] = (a, parsed[1], parsed[2])
+    goal_line = recipes[goal][0] if goal in recipes else None
+    if style == "goal" or goal_line is None:
+        return f"goal: {goal_line}." if goal_line else f"goal: {goal}."
+
+    # the planner's depth-first walk, with its recipe choices taken from the plan
+    def walk(item: str, need: int, frames: list) -> list | None:
+        have = inventory[item]
+        if have >= need:
+            return None
+        if item not in recipes:  # a base item: the next action gets it
+            return frames + [(item, need, have, None)]
+        line, out_count, inputs = recipes[item]
+        crafts = math.ceil((need - have) / out_count)
+        here = frames + [(item, need, have, line)]
+        for inp, k in inputs:
+            found = walk(inp, k * crafts, here)
+            if found is not None:
+                return found
+        return here  # every input held: the next action crafts this item
+
+    frames = walk(goal, inventory[goal] + 1, [])
+    if not frames:
+        return f"goal: {goal_line}."
+    item, need, have, line = frames[-1]
+    expected = line if line is not None else f"get {need - have} {item}"
+    if expected != action:
+        return f"goal: {goal_line}."
+    parts = []
+    for j, (it, nd, hv, ln) in enumerate(frames):
+        if j > 0:
+            parts.append(f"need {nd} {it}, have {hv}.")
+        if ln is not None:
+            parts.append(f"goal: {ln}." if j == 0 else f"{ln}.")
+    parts.append(f"{action}." if line is None else "inputs ready.")
+    return " ".join(parts)
+
+
+def generic_rationale(env, info: dict, action: str, style: str = "trace") -> str:
+    """Any env: restate the task (what every action depends on) [choice]."""
+    if style == "none":
+        return ""
+    task = str(info.get("task", "")).strip()
+    return f"task: {task}." if task else ""
+
+
+#: env name (``TextEnv.env_name``) -> rationale builder ``(env, info, action, style) -> str``
+RATIONALES: dict[str, Callable[[Any, dict, str, str], str]] = {"textcraft": textcraft_rationale}
+
+
+def expert_response(env, info: dict, style: str = "trace") -> tuple[str, str]:
+    """``(response text, action)`` of the env's expert in the current state, with a ``style`` rationale."""
+    import envs
+
+    if style not in RATIONALE_STYLES:
+        raise ValueError(f"rationale style {style!r} is not one of {RATIONALE_STYLES}")
+    action = envs.expert_action(env)
+    inner = envs.unwrap(env)
+    builder = RATIONALES.get(inner.env_name, generic_rationale)
+    return format_response(builder(inner, info, action, style), action), action
+
+
+# ==================================================================================================== rows
+@dataclass
+class SFTRow:
+    """One training step row before tokenisation.
+
+    transcript: the agent's view of the episode at this step (``agents.prompts.Transcript`` as a dict)
+    response  : target text ``<think>...</think><action>...</action>``
+    action    : the expert action inside it
+    task      : (split, task index); seed: env seed of the episode; step: turn index
+    source    : "expert" (expert-driven episode) | "dagger<k>" (state reached by the model in round k)
+    """
+
+    transcript: dict
+    response: str
+    action: str
+    task: tuple[str, int]
+    seed: int
+    step: int
+    source: str = "expert"
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["task"] = list(self.task)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> SFTRow:
+        d = dict(d)
+        d["task"] = (str(d["task"][0]), int(d["task"][1]))
+        tr = dict(d["transcript"])
+        tr["pairs"] = [tuple(p) for p in tr.get("pairs", [])]
+        d["transcript"] = tr
+        return cls(**d)
+
+
+def _snapshot(transcript) -> dict:
+    d = asdict(transcript)
+    d["pairs"] = [list(p) for p in transcript.pairs]
+    return d
+
+
+def _transcript(d: dict):
+    from agents.prompts import Transcript
+
+    d = dict(d)
+    d["pairs"] = [tuple(p) for p in d.get("pairs", [])]
+    return Transcript(**d)
+
+
+def save_rows(rows: Sequence[SFTRow], path: str | Path) -> Path:
+    """Write rows as JSON lines (atomically: a temporary file renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r.to_json()) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_rows(path: str | Path) -> list[SFTRow]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SFT rows file {path} does not exist; `python -m experiments.warmstart` writes it")
+    with path.open(encoding="utf-8") as f:
+        return [SFTRow.from_json(json.loads(line)) for line in f if line.strip()]
+
+
+def _make_env(env_id: str, env_kwargs: dict | None):
+    from envs.pool import make_env
+
+    return make_env(env_id, env_kwargs)
+
+
+def collect_expert_rows(env_id: str, tasks: Sequence, *, env_kwargs: dict | None = None, style: str = "trace",
+                        progress: bool = False, desc: str = "expert") -> list[SFTRow]:
+    """Play ``tasks`` (``envs.pool.Task``) with the env's expert; one ``SFTRow`` per step.
+
+    Episodes the expert does not win are dropped (counted in the progress bar's postfix) [choice].
+    """
+    from agents.prompts import Transcript
+
+    env = _make_env(env_id, env_kwargs)
+    rows: list[SFTRow] = []
+    lost = 0
+    bar = _bar(len(tasks), desc, progress)
+    try:
+        for task in tasks:
+            obs, info = env.reset(**task.reset_kwargs())
+            tr = Transcript.start(obs, info)
+            ep: list[SFTRow] = []
+            won = False
+            while True:
+                response, action = expert_response(env, info, style)
+                ep.append(SFTRow(_snapshot(tr), response, action, task.task_id, int(task.seed), len(ep)))
+                obs, _r, term, trunc, info = env.step(action)
+                tr.record(action, obs, info)
+                if term or trunc:
+                    won = bool(info.get("won"))
+                    break
+            if won:
+                rows.extend(ep)
+            else:
+                lost += 1
+            bar.update(1)
+            bar.set_postfix(rows=len(rows), lost=lost, refresh=False)
+    finally:
+        bar.close()
+        env.close()
+    return rows
+
+
+class _NoBar:
+    n = 0
+
+    def update(self, k=1):
+        self.n += k
+
+    def set_postfix(self, *a, **k):
+        pass
+
+    def set_description(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, dynamic_ncols=True, mininterval=1.0)
+
+
+# ============================================================================================== tokenising
+def prompt_config_for(tokenizer=None, max_prompt_tokens: int | None = 2048, history_length: int = 2,
+                      reserve_tokens: int = 16):
+    """The ``PromptConfig`` a rollout uses: ``history_length`` pairs [GiGPO: 2], at most ``max_prompt_tokens``
+    tokens of the tokenizer (protocol: 2048 ALFWorld/TextCraft, 4096 WebShop) minus ``reserve_tokens`` for the
+    chat template [choice]. Without a tokenizer (or ``max_prompt_tokens=None``) the bound is in characters."""
+    from agents.prompts import PromptConfig
+
+    if tokenizer is None or max_prompt_tokens is None:
+        return PromptConfig(history_length=history_length)
+    return PromptConfig(history_length=history_length, max_tokens=int(max_prompt_tokens),
+                        count_tokens=lambda s: len(tokenizer(s, add_special_tokens=False).input_ids),
+                        reserve_tokens=reserve_tokens)
+
+
+def encode_prompt(tokenizer, content: str) -> list[int]:
+    """Token ids of one step's prompt: the user message through the chat template, generation prompt appended."""
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                        tokenize=True, return_dict=False)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def encode_response(tokenizer, response: str, add_eos: bool = True) -> list[int]:
+    """Token ids of a target response (no special tokens of its own), then EOS when ``add_eos``.
+
+    The response is tokenised on its own, as the model generates it after the prompt [choice]; EOS after
+    ``</action>`` teaches the model to end its turn even when the engine does not stop at the action tag.
+    """
+    ids = [int(i) for i in tokenizer(response, add_special_tokens=False).input_ids]
+    if add_eos:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no EOS token; pass add_eos=False or set tokenizer.eos_token")
+        ids.append(int(tokenizer.eos_token_id))
+    return ids
+
+
+@dataclass
+class EncodedRows:
+    """Token ids of N rows. prompt_ids / response_ids: lists of N LongTensor (T_p,) / (T_r,); episode: N ints
+    (rows of one episode share the id)."""
+
+    prompt_ids: list[torch.Tensor]
+    response_ids: list[torch.Tensor]
+    episode: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(int(p.numel() + r.numel()) for p, r in zip(self.prompt_ids, self.response_ids))
+
+    @property
+    def num_response_tokens(self) -> int:
+        return sum(int(r.numel()) for r in self.response_ids)
+
+
+def encode_rows(rows: Sequence[SFTRow], tokenizer, env_name: str, prompt_config=None, *,
+                progress: bool = False) -> EncodedRows:
+    """Render each row's prompt exactly as a rollout does (builder + ``prompt_config`` + chat template) and
+    tokenise it with its response."""
+    from agents.prompts import get_prompt_builder
+
+    builder = get_prompt_builder(env_name)
+    cfg = prompt_config if prompt_config is not None else prompt_config_for(tokenizer)
+    prompts, responses, episodes = [], [], []
+    ids: dict[tuple, int] = {}
+    bar = _bar(len(rows), "tokenise", progress)
+    for r in rows:
+        content = builder.build(_transcript(r.transcript), cfg)
+        prompts.append(torch.tensor(encode_prompt(tokenizer, content), dtype=torch.long))
+        responses.append(torch.tensor(encode_response(tokenizer, r.response), dtype=torch.long))
+        episodes.append(ids.setdefault((r.source, tuple(r.task), r.seed), len(ids)))
+        bar.update(1)
+    bar.close()
+    return EncodedRows(prompts, responses, episodes)
+
+
+def rows_corpus(rows: Iterable[SFTRow], env_name: str, prompt_config=None) -> Iterator[str]:
+    """Tokenizer-training texts from rows: each rendered prompt message and each response (the real text a
+    model reads and writes; the chat template's special tokens are added by the tokenizer itself)."""
+    from agents.prompts import get_prompt_builder
+
+    builder = get_prompt_builder(env_name)
+    cfg = prompt_config if prompt_config is not None else prompt_config_for(None)
+    for r in rows:
+        yield builder.build(_transcript(r.transcript), cfg)
+        yield r.response
+
+
+# ==================================================================================================== loss
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, total_tokens: float | torch.Tensor | None = None
+             ) -> torch.Tensor:
+    """Token-mean negative log-likelihood of response tokens.
+
+    logprobs     : FloatTensor (N, T_r)  log pi(r_t | prompt, r_<t) of response tokens (``actor_forward``)
+    mask         : BoolTensor (N, T_r)   True on real response tokens
+    total_tokens : denominator (the whole mini-batch's response tokens when called per micro-batch);
+                   default ``mask.sum()``
+    returns      : scalar  -sum(logprobs * mask) / total_tokens
+    """
+    mask = mask.to(logprobs.device).bool()
+    denom = mask.sum() if total_tokens is None else torch.as_tensor(total_tokens, dtype=torch.float32)
+    denom = torch.clamp(torch.as_tensor(denom, dtype=torch.float32, device=logprobs.device), min=1.0)
+    return -(logprobs * mask).sum() / denom
+
+
+# ================================================================================================== engine
+def _actor_engine_cls():
+    from trainer.engine import ActorEngine
+
+    return ActorEngine
+
+
+def sft_trainer_config(lr: float = 1e-3, batch_rows: int = 32, micro_batch_rows: int = 32,
+                       weight_decay: float = 0.01, grad_clip: float = 1.0, warmup_steps: int = 20,
+                       zero_stage: int = 2, precision: str = "auto"):
+    """A ``TrainerConfig`` for SFT: no reference model (no KL), AdamW, DeepSpeed ZeRO ``zero_stage``."""
+    from trainer.config import TrainerConfig
+
+    return TrainerConfig(lr=lr, mini_batch_rows=batch_rows, micro_batch_rows=min(micro_batch_rows, batch_rows),
+                         weight_decay=weight_decay, grad_clip=grad_clip, warmup_steps=warmup_steps,
+                         zero_stage=zero_stage, precision=precision, use_kl_loss=False, entropy_coef=0.0,
+                         logprob_batch_rows=max(batch_rows, 1))
+
+
+class SFTEngine:
+    """Behaviour cloning through the trainer's DeepSpeed ``ActorEngine`` (no reference model).
+
+    model: a Hugging Face causal LM; cfg: ``TrainerConfig`` (``sft_trainer_config``); ``total_steps`` and
+    ``schedule`` (constant | linear | cosine, after ``cfg.warmup_steps`` of linear warm-up) set the learning
+    rate per optimizer step [choice]; ``min_lr_ratio``: the floor of the decay as a fraction of ``cfg.lr``.
+
+    ``prompt_weight`` > 0 adds next-token prediction of the prompt tokens with that weight (the denominator stays
+    the number of response tokens) [choice; default 0 = response tokens only, as SFT of an instruct model does].
+    It gives a model trained from scratch a learning signal at every position of the ~10x longer prompt for no
+    extra forward or backward pass (only the LM head runs on more positions).
+    """
+
+    def __init__(self, model, cfg, *, device: str = "cpu", schedule: str = "cosine", total_steps: int = 0,
+                 min_lr_ratio: float = 0.1, prompt_weight: float = 0.0):
+        from trainer.config import ModelConfig
+
+        if schedule not in ("constant", "linear", "cosine"):
+            raise ValueError(f"SFT schedule={schedule!r} must be constant | linear | cosine")
+        if not (isinstance(prompt_weight, (int, float)) and 0.0 <= prompt_weight <= 1.0):
+            raise ValueError(f"SFT prompt_weight={prompt_weight!r} must lie in [0, 1] (0 = response tokens only)")
+        if cfg.use_kl_loss:
+            raise ValueError("SFT needs trainer.use_kl_loss=false (no reference model); use sft_trainer_config()")
+        engine_cls = _actor_engine_cls()
+        sched = self
+
+        class _Engine(engine_cls):
+            def lr_at(self, step: int) -> float:  # the SFT schedule instead of PPO's constant rate
+                return sched.lr_at(step)
+
+        self.cfg = cfg
+        self.schedule = schedule
+        self.total_steps = int(total_steps)
+        self.min_lr_ratio = float(min_lr_ratio)
+        self.prompt_weight = float(prompt_weight)
+        self.actor = _Engine(model, cfg, model_cfg=ModelConfig(path="sft", hidden_layer=-1), temperature=1.0,
+                             device=device)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step ``step`` (0-based): warm-up, then the decay of ``schedule``."""
+        lr, w = float(self.cfg.lr), int(self.cfg.warmup_steps)
+        if w > 0 and step < w:
+            return lr * (step + 1) / w
+        if self.schedule == "constant" or self.total_steps <= w:
+            return lr
+        frac = min(1.0, (step - w) / max(1, self.total_steps - w))
+        lo = lr * self.min_lr_ratio
+        if self.schedule == "linear":
+            return lo + (lr - lo) * (1.0 - frac)
+        return lo + (lr - lo) * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+    @property
+    def lm(self):
+        return self.actor.lm
+
+    def _micro_losses(self, prompt_ids, response_ids, pad_id, total):
+        """Yield (row indices, offending rows, loss to backpropagate, response-token NLL sum) per micro-batch.
+
+        With ``prompt_weight`` w > 0 a row is scored from its second token on: it is packed as prompt = its first
+        token, response = the rest of the prompt + the response, with token weights w on the former prompt and 1
+        on the response, so the actor's own forward computes every log-prob needed.
+        """
+        from trainer.actor import ActorOutput, pack_rows
+        from trainer.engine import split_even
+
+        act = self.actor
+        n = len(prompt_ids)
+        r_len = [int(r.numel()) for r in response_ids]
+        n_micro = max(1, math.ceil(n / self.cfg.micro_batch_rows))
+        order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
+        w = self.prompt_weight
+        for micro in split_even(order, n_micro):
+            if w > 0:
+                ps = [prompt_ids[i][:1] for i in micro]
+                rs = [torch.cat([prompt_ids[i][1:], response_ids[i]]) for i in micro]
+            else:
+                ps = [prompt_ids[i] for i in micro]
+                rs = [response_ids[i] for i in micro]
+            packed = pack_rows(ps, rs, pad_id).to(act.device)
+            out = ActorOutput(**act.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=False,
+                                           chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0))
+            mask = out.mask.float()  # (n_micro_rows, T_r)
+            resp_mask = mask
+            if w > 0:
+                weights = torch.zeros_like(mask)
+                resp_mask = torch.zeros_like(mask)
+                for j, i in enumerate(micro):
+                    lp = int(prompt_ids[i].numel()) - 1
+                    weights[j, :lp] = w
+                    weights[j, lp: lp + r_len[i]] = 1.0
+                    resp_mask[j, lp: lp + r_len[i]] = 1.0
+                mask = weights
+            nll_resp = -(out.logprobs * resp_mask).sum()
+            loss = -(out.logprobs * mask).sum() / total
+            yield micro, [micro[j] for j in out.nonfinite_rows.tolist()], loss, nll_resp
+
+    def step(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0
+             ) -> dict[str, float]:
+        """One optimizer step on N rows (micro-batched by ``cfg.micro_batch_rows``): ``loss/sft`` (token-mean
+        NLL of the response tokens before the step), ``loss/tokens``, ``loss/grad_norm``, ``loss/lr``,
+        ``loss/applied``."""
+        act = self.actor
+        n = len(prompt_ids)
+        if n == 0:
+            raise ValueError("SFTEngine.step: no rows")
+        r_len = [int(r.numel()) for r in response_ids]
+        if min(r_len) < 1:
+            raise ValueError("SFTEngine.step: a row has an empty response; every SFT row needs a target")
+        total = float(act._allreduce(torch.tensor([float(sum(r_len))]))[0])
+        nll_sum, bad_rows = 0.0, []
+        act.engine.train()
+        for _rows, bad, loss, nll in self._micro_losses(prompt_ids, response_ids, pad_id, total):
+            if bad or not bool(torch.isfinite(loss.detach())):
+                bad_rows.extend(bad or _rows)
+                loss = loss * float("nan")  # poison: the step is skipped (trainer.engine's mechanism)
+            act.engine.backward(loss * act.world_size, scale_wrt_gas=False)
+            nll_sum += float(nll.detach())
+        applied = act._optimizer_step(bad_rows)
+        m = {"loss/sft": nll_sum / total, "loss/tokens": total, "loss/applied": float(applied),
+             "loss/lr": self.lr_at(max(act.optimizer_steps - 1, 0))}
+        gn = act._manual_grad_norm if act._manual_grad_norm is not None else act.engine.get_global_grad_norm()
+        if gn is not None and math.isfinite(float(gn)):
+            m["loss/grad_norm"] = float(gn)
+        return m
+
+    def export(self, out_dir: str | Path, tokenizer=None) -> Path | None:
+        """The trained model as a Hugging Face folder (``ActorEngine.export_hf``)."""
+        return self.actor.export_hf(out_dir, tokenizer=tokenizer)
+
+
+def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, bucket: int = 8) -> list[list[int]]:
+    """Shuffled mini-batches of row indices; rows of similar length share a batch (less padding) [choice]:
+    shuffle, cut into chunks of ``bucket`` batches, sort each chunk by length, split, shuffle the batches."""
+    n = len(data)
+    perm = torch.randperm(n, generator=generator).tolist()
+    lengths = [int(p.numel() + r.numel()) for p, r in zip(data.prompt_ids, data.response_ids)]
+    out = []
+    chunk = batch_rows * bucket
+    for lo in range(0, n, chunk):
+        part = sorted(perm[lo: lo + chunk], key=lambda i: lengths[i])
+        out.extend(part[k: k + batch_rows] for k in range(0, len(part), batch_rows))
+    order = torch.randperm(len(out), generator=generator).tolist()
+    return [out[k] for k in order]
+
+
+def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batch_rows: int = 32, seed: int = 0,
+              pad_id: int = 0, progress: bool = False, desc: str = "sft", time_budget_s: float | None = None,
+              log_every: int = 50, on_log: Callable[[dict], None] | None = None, budget_clock: str = "wall"
+              ) -> dict[str, float]:
+    """``epochs`` passes (fractions allowed) of shuffled mini-batches of ``batch_rows`` rows.
+
+    Stops early when ``time_budget_s`` (wall seconds) runs out; with a budget, the engine's ``total_steps`` (the
+    end of its learning-rate decay) is re-fitted after 10 and 50 steps to the steps the budget allows at the pace
+    measured so far, so the decay ends with the budget. ``budget_clock``: ``wall`` (elapsed seconds) or ``cpu``
+    (this process's CPU seconds, all threads: the same amount of training on a busy or an idle machine) [choice]. Returns summary metrics: ``loss/sft_first``,
+    ``loss/sft_last`` (mean of the last ``log_every`` steps), ``perf/steps``, ``perf/tokens``,
+    ``perf/tokens_per_s``, ``perf/seconds``.
+    """
+    if len(data) == 0:
+        raise ValueError("train_sft: no rows to train on")
+    if budget_clock not in ("wall", "cpu"):
+        raise ValueError(f"train_sft: budget_clock={budget_clock!r} must be 'wall' or 'cpu'")
+    clock = time.perf_counter if budget_clock == "wall" else time.process_time
+    b0 = clock()
+    g = torch.Generator().manual_seed(int(seed))
+    plan: list[list[int]] = []
+    whole = int(math.floor(epochs))
+    for _ in range(whole):
+        plan.extend(_batches(data, batch_rows, g))
+    frac = epochs - whole
+    if frac > 0:
+        extra = _batches(data, batch_rows, g)
+        plan.extend(extra[: max(1, int(round(frac * len(extra))))])
+    bar = _bar(len(plan), desc, progress)
+    t0 = time.perf_counter()
+    losses: list[float] = []
+    tokens = 0
+    steps = 0
+    try:
+        for idx in plan:
+            m = engine.step([data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx], pad_id)
+            steps += 1
+            tokens += sum(int(data.prompt_ids[i].numel() + data.response_ids[i].numel()) for i in idx)
+            if m["loss/applied"]:
+                losses.append(m["loss/sft"])
+            bar.update(1)
+            if steps % 10 == 0:
+                recent = losses[-log_every:]
+                bar.set_postfix(loss=f"{sum(recent) / max(1, len(recent)):.3f}",
+                                tok_s=f"{tokens / (time.perf_counter() - t0):.0f}", refresh=False)
+            if on_log is not None and steps % log_every == 0:
+                recent = losses[-log_every:]
+                on_log({"step": steps, "loss": sum(recent) / max(1, len(recent)), "lr": m["loss/lr"],
+                        "seconds": time.perf_counter() - t0})
+            if time_budget_s is not None:
+                spent = clock() - b0
+                if spent > time_budget_s:
+                    break
+                if steps in (10, 50) and hasattr(engine, "total_steps"):
+                    # fit the decay into the budget: the steps that fit at the pace so far [choice]
+                    engine.total_steps = min(len(plan), max(steps + 1, int(time_budget_s * steps / spent)))
+                    bar.total = engine.total_steps
+    finally:
+        bar.close()
+    secs = time.perf_counter() - t0
+    last = losses[-log_every:]
+    return {
+        "loss/sft_first": losses[0] if losses else float("nan"),
+        "loss/sft_last": sum(last) / len(last) if last else float("nan"),
+        "perf/steps": float(steps),
+        "perf/planned_steps": float(len(plan)),
+        "perf/tokens": float(tokens),
+        "perf/seconds": secs,
+        "perf/tokens_per_s": tokens / secs if secs > 0 else 0.0,
+    }
+
+
+# ======================================================================================== rollouts, DAgger
+def episode_seed(*keys: int) -> int:
+    """A seed from integer keys (stable across processes and machines) [choice]."""
+    h = hashlib.sha256(",".join(str(int(k)) for k in keys).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass
+class EpisodeResult:
+    task: tuple[str, int]
+    family: str
+    won: bool
+    steps: int
+    invalid: int
+    actions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PlayResult:
+    """What ``play`` returns: one ``EpisodeResult`` per task, the expert-labelled rows (DAgger) and timing."""
+
+    episodes: list[EpisodeResult]
+    rows: list[SFTRow]
+    generated_tokens: int
+    seconds: float
+
+    @property
+    def success(self) -> float:
+        return sum(e.won for e in self.episodes) / max(1, len(self.episodes))
+
+    def by_family(self) -> dict[str, float]:
+        acc: dict[str, list[bool]] = defaultdict(list)
+        for e in self.episodes:
+            acc[e.family].append(e.won)
+        return {k: sum(v) / len(v) for k, v in sorted(acc.items())}
+
+    def summary(self) -> dict[str, float]:
+        n = max(1, len(self.episodes))
+        return {
+            "success": self.success,
+            "episodes": float(len(self.episodes)),
+            "mean_steps": sum(e.steps for e in self.episodes) / n,
+            "invalid_rate": sum(e.invalid for e in self.episodes) / max(1, sum(e.steps for e in self.episodes)),
+            "generated_tokens": float(self.generated_tokens),
+            "tokens_per_s": self.generated_tokens / self.seconds if self.seconds > 0 else 0.0,
+            "seconds": self.seconds,
+        }
+
+
+def play(model, tokenizer, env_id: str, tasks: Sequence, *, env_kwargs: dict | None = None,
+         temperature: float = 0.4, top_p: float = 1.0, max_response_tokens: int = 128,
+         prompt_config=None, seed: int = 0, batch_envs: int = 32, label_style: str | None = None,
+         expert_mix: float = 0.0, source: str = "dagger", progress: bool = False, desc: str = "play",
+         max_steps: int | None = None) -> PlayResult:
+    """Roll ``model`` out on ``tasks`` with the Hugging Face engine (``agents.engines.HFEngine``).
+
+    Up to ``batch_envs`` envs play in lock-step, one batched ``generate`` per turn over the live ones (finished
+    episodes stop generating). Prompts: ``agents.prompts`` + ``prompt_config`` + the chat template; responses are
+    projected with ``agents.projection.project`` (an invalid response sends the no-op ``""``). The token sampler
+    of task k at turn t uses seed ``episode_seed(seed, task.seed, t)``, so a task's episode does not depend on
+    the batch it is played in. ``temperature=0`` is greedy.
+
+    DAgger: with ``label_style`` set, every state the episode reaches is labelled with the expert
+    (``expert_response``) and returned as an ``SFTRow`` (``source``); with probability ``expert_mix`` the
+    expert's action is executed instead of the model's (seeded per task and turn).
+    """
+    import envs as envs_pkg
+    from agents.engines.base import SamplingConfig
+    from agents.engines.hf import HFEngine
+    from agents.projection import project
+    from agents.prompts import Transcript, get_prompt_builder
+
+    kwargs = dict(env_kwargs or {})
+    if max_steps is not None:
+        kwargs["max_steps"] = int(max_steps)
+    was_training = model.training
+    model.eval()
+    engine = HFEngine(model, tokenizer)
+    sampling = SamplingConfig(temperature=float(temperature), top_p=float(top_p),
+                              max_tokens=int(max_response_tokens), stop=("</action>",), logprobs=False)
+    pcfg = prompt_config if prompt_config is not None else prompt_config_for(tokenizer)
+    episodes: list[EpisodeResult | None] = [None] * len(tasks)
+    rows: list[SFTRow] = []
+    gen_tokens = 0
+    t0 = time.perf_counter()
+    env_slots = [_make_env(env_id, kwargs) for _ in range(min(batch_envs, max(1, len(tasks))))]
+    env_name = envs_pkg.unwrap(env_slots[0]).env_name
+    builder = get_prompt_builder(env_name)
+    bar = _bar(len(tasks), desc, progress)
+    won_count = 0
+    try:
+        for lo in range(0, len(tasks), len(env_slots)):
+            chunk = list(range(lo, min(len(tasks), lo + len(env_slots))))
+            state = {}
+            for slot, k in enumerate(chunk):
+                env = env_slots[slot]
+                obs, info = env.reset(**tasks[k].reset_kwargs())
+                family = str(info.get("task_family", ""))
+                state[k] = {"env": env, "tr": Transcript.start(obs, info), "info": info, "t": 0, "invalid": 0,
+                            "actions": [], "family": family, "done": False, "won": False}
+            while True:
+                live = [k for k in chunk if not state[k]["done"]]
+                if not live:
+                    break
+                prompts = [encode_prompt(tokenizer, builder.build(state[k]["tr"], pcfg)) for k in live]
+                seeds = [episode_seed(seed, tasks[k].seed, state[k]["t"]) for k in live]
+                gens = engine.generate(prompts, sampling, seeds=seeds)
+                for k, gen in zip(live, gens):
+                    s = state[k]
+                    env, info = s["env"], s["info"]
+                    gen_tokens += len(gen.token_ids)
+                    proj = project(gen.text)
+                    valid = proj.valid and not gen.truncated
+                    action = proj.action if valid else ""
+                    if label_style is not None:
+                        try:
+                            response, expert_act = expert_response(env, info, label_style)
+                        except Exception:  # a state the expert cannot plan from: not labelled
+                            response = expert_act = None
+                        if response is not None:
+                            rows.append(SFTRow(_snapshot(s["tr"]), response, expert_act, tasks[k].task_id,
+                                               int(tasks[k].seed), s["t"], source))
+                            if expert_mix > 0 and random.Random(episode_seed(seed, tasks[k].seed, s["t"], 7)).random() < expert_mix:
+                                action, valid = expert_act, True
+                    if not valid:
+                        s["invalid"] += 1
+                    obs, _r, term, trunc, info = env.step(action)
+                    s["tr"].record(action, obs, info)
+                    s["info"] = info
+                    s["actions"].append(action)
+                    s["t"] += 1
+                    if term or trunc:
+                        s["done"] = True
+                        s["won"] = bool(info.get("won"))
+                        won_count += s["won"]
+                        episodes[k] = EpisodeResult(tasks[k].task_id, s["family"], s["won"], s["t"], s["invalid"],
+                                                    s["actions"])
+                        bar.update(1)
+                        bar.set_postfix(success=f"{won_count / max(1, bar.n):.3f}", refresh=False)
+    finally:
+        bar.close()
+        for env in env_slots:
+            env.close()
+        if was_training:
+            model.train()
+    return PlayResult([e for e in episodes if e is not None], rows, gen_tokens, time.perf_counter() - t0)
+
+
+def evaluate(model, tokenizer, env_id: str, split: str, *, env_kwargs: dict | None = None,
+             max_tasks: int | None = None, temperature: float = 0.4, seed: int = 12345,
+             max_response_tokens: int = 128, batch_envs: int = 32, prompt_config=None, progress: bool = False,
+             desc: str | None = None) -> PlayResult:
+    """Success on the fixed, seeded task list of ``split`` (``envs.pool.eval_tasks(split, n, max_tasks, seed)``,
+    the list every run evaluates on), sampled at ``temperature`` (0 = greedy) with per-(task, turn) seeds."""
+    from envs.pool import eval_tasks
+
+    env = _make_env(env_id, env_kwargs)
+    try:
+        n = env.unwrapped.num_tasks(split)
+    finally:
+        env.close()
+    tasks = eval_tasks(split, n, max_tasks, seed)
+    return play(model, tokenizer, env_id, tasks, env_kwargs=env_kwargs, temperature=temperature,
+                max_response_tokens=max_response_tokens, prompt_config=prompt_config, seed=seed,
+                batch_envs=batch_envs, progress=progress, desc=desc or f"eval {split} T={temperature:g}")
