@@ -147,7 +147,7 @@ def test_tied_weights_are_refreshed_under_every_name():
 @pytest.mark.slow
 def test_vllm_rollout_engine_follows_the_actor(tmp_path):
     """rollout.engine=vllm: a training iteration runs (vLLM rollout, DeepSpeed update, refresh); then, with the
-    actor's tied embedding moved far from the initial model's, a refresh makes the vLLM engine's greedy output
+    actor's parameters (the tied embedding included) moved far from the initial model's, a refresh makes the vLLM engine's greedy output
     equal Hugging Face generation with the actor's weights and differ from the initial model's. (Without the tied
     alias ``lm_head.weight`` in the refresh, vLLM keeps its old LM head and this fails.) The move is explicit
     because one update of a random-weight model barely moves it: every episode fails, so every advantage is 0
@@ -165,9 +165,11 @@ def test_vllm_rollout_engine_follows_the_actor(tmp_path):
     with Trainer(cfg, RunFolder(cfg)) as t:
         t.run()
         assert t.tied_aliases  # the preset's tiny model ties its LM head to the embedding
-        emb = t.engine.lm.get_input_embeddings().weight
-        with torch.no_grad():
-            emb.add_(torch.randn(emb.shape, generator=torch.Generator().manual_seed(0)) * emb.std() * 3)
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():  # every parameter, the tied embedding included, far from where it started
+            for p in t.engine.lm.parameters():
+                scale = max(float(p.std()) if p.numel() > 1 else 0.0, 0.1)
+                p.add_(torch.randn(p.shape, generator=gen) * scale * 2)
         t.sync_weights()
         tok = t.tokenizer
         prompts = [tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
