@@ -33,15 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, {platform.system()}"
+    from experiments.machine import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, {platform.system()}"
 
 
 # ====================================================================== TextCraft

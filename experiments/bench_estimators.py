@@ -112,15 +112,11 @@ def run_cell(**kw) -> dict:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import torch
+
+    from experiments.machine import cpu_name
+
+    cpu = cpu_name()
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}, "

@@ -43,10 +43,9 @@ def _machine() -> str:
 
 
 def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
+    from experiments.machine import loadavg
+
+    return loadavg()
 
 
 def _tiny_model() -> Path:

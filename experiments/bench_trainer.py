@@ -198,15 +198,9 @@ def run_subprocess(cell: dict, timeout: int) -> dict:
 def machine() -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    from experiments.machine import cpu_name, gpu_name
+
+    cpu, gpu = cpu_name(), gpu_name()
     return (f"{cpu}, {os.cpu_count()} logical cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
             f"load average {os.getloadavg()[0]:.1f} at start")
 

@@ -163,12 +163,9 @@ def _run(spec: dict) -> dict:
 
 
 def _machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from experiments.machine import cpu_name
+
+    cpu = cpu_name()
     mem = ""
     try:
         with open("/proc/meminfo") as f:

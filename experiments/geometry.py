@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shlex
 import sys
 import time
@@ -102,18 +101,9 @@ def _fail(msg: str) -> int:
 
 
 def _machine() -> str:
-    import torch
+    from experiments.machine import describe
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} thread(s)")
+    return describe(threads=True)
 
 
 def _git_commit() -> str | None:
