@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments import study
+from tests.experiments.helpers import run_module
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = "tiny:layers=2,hidden=64,heads=2"
@@ -19,18 +20,8 @@ SHRINK = ["env.groups=2", "env.group_size=2", "env.max_steps=3", "rollout.max_re
           "logging.tensorboard=false"]
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
-               TOKENIZERS_PARALLELISM="false")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    return env
-
-
 def _study(args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.study", *args], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=900, **kw)
+    return run_module("experiments.study", list(args), 900, **kw)
 
 
 def test_every_study_names_an_existing_preset_and_loads():

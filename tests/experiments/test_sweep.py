@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments import sweep
+from tests.experiments.helpers import child_env, run_module
 from trainer.config import load_config, save_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,18 +25,8 @@ FAST = ["env.groups=2", "env.group_size=2", "env.max_steps=3", "rollout.max_resp
         "env.eval_splits=[eval_depth2]", "logging.tensorboard=false"]
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
-               TOKENIZERS_PARALLELISM="false")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    return env
-
-
 def _sweep(args: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.sweep", *args], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=900, **kw)
+    return run_module("experiments.sweep", list(args), 900, **kw)
 
 
 # ------------------------------------------------------------------------------------------------ expansion
@@ -210,7 +201,7 @@ def test_two_runs_two_at_a_time_then_interrupt_and_resume(tmp_path):
     # extend grpo to 4 iterations, interrupt it during training, resume
     ext = ["--config", SMOKE, "--estimators", "grpo", "--seeds", "0", "--runs-root", str(root), "--no-progress",
            *FAST[:4], "trainer.iterations=4", *FAST[5:]]
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *ext], cwd=REPO, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *ext], cwd=REPO, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     run_dir = root / "textcraft" / TINY / "grpo" / "seed_0"
     deadline = time.time() + 300

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import shutil
 import signal
@@ -23,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from estimators import ESTIMATORS
+from tests.experiments.helpers import child_env, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = str(REPO / "configs" / "cpu" / "textcraft_tiny.yaml")
@@ -34,18 +34,8 @@ FAST = [
 ]
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline",
-               TOKENIZERS_PARALLELISM="false")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    return env
-
-
 def _cli(args: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.train", *args], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=600, **kw)
+    return run_module("experiments.train", list(args), 600, **kw)
 
 
 def _lines(path: Path) -> list[dict]:
@@ -185,7 +175,7 @@ def test_kill_9_at_a_random_point_then_resume_gives_identical_metrics(reference_
     rng = random.Random(seed)
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "experiments.train", *KILL_ARGS, f"output_dir={out}"], cwd=REPO,
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # wait for iteration 1 to be logged (its checkpoint follows), then kill somewhere in the next iterations
         deadline = time.monotonic() + 500
@@ -257,7 +247,7 @@ def test_two_ranks_play_and_train_like_one_process(reference_run, tmp_path):
     from trainer.engine import free_port
 
     out = tmp_path / "run"
-    env = _env()
+    env = child_env()
     env["DS_ACCELERATOR"] = "cpu"
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
                           "127.0.0.1", "--master_port", str(free_port()), "-m", "experiments.train", *KILL_ARGS,
