@@ -23,17 +23,9 @@ import time
 
 
 def _field_docs(cls) -> dict[str, str]:
-    import ast
-    import inspect
-    import textwrap
+    from trainer.config import field_docs
 
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    docs = {}
-    for a, b in zip(body, body[1:]):
-        if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
-                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
-            docs[a.target.id] = " ".join(b.value.value.split())
-    return docs
+    return field_docs(cls)
 
 
 def _parser():

@@ -15,18 +15,9 @@ import time
 
 def field_docs(cls) -> dict[str, str]:
     """The string literal under each dataclass field (the field's docstring), by field name."""
-    import ast
-    import inspect
-    import textwrap
+    from trainer.config import field_docs as docs
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for a, b in zip(body, body[1:]):
-        if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
-                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
-            docs[a.target.id] = " ".join(b.value.value.split())
-    return docs
+    return docs(cls)
 
 
 def _tiny_args(p: argparse.ArgumentParser) -> None:
