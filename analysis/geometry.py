@@ -469,17 +469,22 @@ def plot_geometry(report: GeometryReport, out_dir: Path, title: str = "", paper:
     return paths
 
 
+def _csv(text: str, cast, what: str, example: str) -> list:
+    """Comma-separated values of one type; ValueError naming the bad part and an example."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            try:
+                out.append(cast(part))
+            except ValueError:
+                raise ValueError(f"{what} {part!r} is not {'an integer' if cast is int else 'a number'}; "
+                                 f"pass e.g. {example}") from None
+    return out
+
+
 def layers_arg(text: str) -> list[int]:
     """``"-8,-4,-12"`` -> [-8, -4, -12]; ValueError naming the bad part."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise ValueError(f"layer {part!r} is not an integer; pass e.g. --layers -8,-4,-12") from None
+    out = _csv(text, int, "layer", "--layers -8,-4,-12")
     if not out:
         raise ValueError("no layers given; pass e.g. --layers -8,-4,-12")
     return list(dict.fromkeys(out))
@@ -487,16 +492,7 @@ def layers_arg(text: str) -> list[int]:
 
 def grid_arg(text: str) -> tuple[float, ...]:
     """``"0,0.05,0.1"`` -> (0.0, 0.05, 0.1); ValueError naming the bad part."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(float(part))
-        except ValueError:
-            raise ValueError(f"epsilon {part!r} is not a number; pass e.g. --eps 0,0.05,0.1") from None
-    return tuple(out)
+    return tuple(_csv(text, float, "epsilon", "--eps 0,0.05,0.1"))
 
 
 def summarize_layers(report: GeometryReport, eps_points: Sequence[float]) -> str:

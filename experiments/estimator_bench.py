@@ -52,34 +52,12 @@ def build_configs(args) -> tuple[BenchConfig, LearnConfig, int]:
         bench = BenchConfig(lm=args.lm)
         learn = LearnConfig()
         reps = 2000
-    over = {}
-    if args.seeds is not None:
-        over["seeds"] = args.seeds
-    if args.families:
-        over["families"] = tuple(args.families.split(","))
-    if args.horizon is not None:
-        over["horizon"] = args.horizon
-    if args.epsilons:
-        over["epsilons"] = args.epsilons
-    if args.lm_seeds is not None:
-        over["lm_seeds"] = args.lm_seeds
-    if args.lm_groups is not None:
-        over["lm_groups"] = args.lm_groups
-    if args.lm_trajectories is not None:
-        over["lm_trajectories"] = args.lm_trajectories
-    bench = replace(bench, **over)
-    lover = {}
-    if args.learn_seeds is not None:
-        lover["seeds"] = args.learn_seeds
-    if args.iterations is not None:
-        lover["iterations"] = args.iterations
-    if args.families:
-        lover["families"] = tuple(args.families.split(","))
-    if args.horizon is not None:
-        lover["horizon"] = args.horizon
-    if args.learn_epsilon is not None:
-        lover["epsilon"] = args.learn_epsilon
-    learn = replace(learn, **lover)
+    shared = {"families": tuple(args.families.split(",")) if args.families else None, "horizon": args.horizon}
+    bench = replace(bench, **_given({**shared, "seeds": args.seeds, "epsilons": args.epsilons or None,
+                                     "lm_seeds": args.lm_seeds, "lm_groups": args.lm_groups,
+                                     "lm_trajectories": args.lm_trajectories}))
+    learn = replace(learn, **_given({**shared, "seeds": args.learn_seeds, "iterations": args.iterations,
+                                     "epsilon": args.learn_epsilon}))
     return bench, learn, reps
 
 
@@ -87,6 +65,11 @@ def machine() -> str:
     return (f"{platform.machine()} {platform.processor() or platform.platform()}, {os.cpu_count()} CPU cores visible, "
             f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}, Python "
             f"{platform.python_version()}")
+
+
+def _given(values: dict) -> dict:
+    """The command-line overrides that were given (not None)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _log(message: str) -> None:

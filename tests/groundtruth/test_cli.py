@@ -31,3 +31,18 @@ def test_estimator_bench_rejects_bad_settings(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "experiments.estimator_bench", "--quick", "--out", str(tmp_path),
                            "--epsilons", "0,x"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "comma-separated numbers" in proc.stderr
+
+
+def test_build_configs_applies_only_the_given_overrides():
+    from argparse import Namespace
+
+    from experiments.estimator_bench import build_configs
+
+    base = dict(quick=False, lm=False, seeds=None, families=None, horizon=None, epsilons=None, lm_seeds=None,
+                lm_groups=None, lm_trajectories=None, learn_seeds=None, iterations=None, learn_epsilon=None)
+    b0, l0, _ = build_configs(Namespace(**base))
+    b, lc, _ = build_configs(Namespace(**{**base, "seeds": 3, "families": "craft", "horizon": 9, "epsilons": (0.1,),
+                                          "learn_seeds": 4, "iterations": 5, "learn_epsilon": 0.02}))
+    assert (b.seeds, b.families, b.horizon, b.epsilons) == (3, ("craft",), 9, (0.1,))
+    assert (lc.seeds, lc.families, lc.horizon, lc.iterations, lc.epsilon) == (4, ("craft",), 9, 5, 0.02)
+    assert (b.lm_seeds, b.lm_groups) == (b0.lm_seeds, b0.lm_groups) and l0.iterations != 5
