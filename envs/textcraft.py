@@ -33,6 +33,7 @@ import io
 import math
 import os
 import random
+import re
 import sys
 import threading
 from collections import Counter
@@ -46,6 +47,10 @@ _FAIL_PREFIXES = ("Could not", "Wrong item format")
 _MAX_DISTRACTORS = 10  # [package]
 _USES_PER_INPUT = 10  # [package] distractor candidates drawn per input item of the tree
 _LOAD_LOCK = threading.Lock()
+#: words of the env's and the package's own messages (never renamed by the SFT augmentation)
+_MESSAGE_WORDS = frozenset("""crafting commands goal craft using get got crafted inventory you are not carrying
+anything could find execute the action wrong item format count for minecraft a an of to in is valid enough
+items extract recipe type implemented nothing happens was rejected by environment with""".split())
 _STDOUT_LOCK = threading.Lock()
 
 
@@ -139,6 +144,15 @@ class TextCraftWorld:
         self.tag_members: dict[str, list[str]] = {}
         for item_id, tag in sorted(tree.item_id_to_tag.items()):
             self.tag_members.setdefault(tag, []).append(item_id)
+
+    @cached_property
+    def name_words(self) -> tuple[str, ...]:
+        """Lower-case words of item and tag names that no game message uses (the renaming pool of the SFT
+        augmentation ``trainer.sft.rename_rows``), sorted."""
+        words = set()
+        for name in list(self.tree.itemid_recipes) + sorted(self.tree.itemid_set) + sorted(self.tree.tag_set):
+            words.update(re.findall(r"[a-z]+", _item_name(str(name)).lower()))
+        return tuple(sorted(words - _MESSAGE_WORDS))
 
     @classmethod
     def shared(cls) -> TextCraftWorld:

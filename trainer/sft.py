@@ -66,6 +66,8 @@ __all__ = [
     "rows_corpus",
     "save_rows",
     "load_rows",
+    "RENAME_POOLS",
+    "rename_rows",
     "sft_loss",
     "SFTEngine",
     "sft_trainer_config",
@@ -238,6 +240,61 @@ def _transcript(d: dict):
     d = dict(d)
     d["pairs"] = [tuple(p) for p in d.get("pairs", [])]
     return Transcript(**d)
+
+
+def _textcraft_words() -> Sequence[str]:
+    from envs.textcraft import TextCraftWorld
+
+    return TextCraftWorld.shared().name_words
+
+
+#: env name -> the words ``rename_rows`` may permute (item-name words that no game message uses)
+RENAME_POOLS: dict[str, Callable[[], Sequence[str]]] = {"textcraft": _textcraft_words}
+_WORD_RE = re.compile(r"[a-z]+")
+
+
+def _map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_strings(v, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_strings(v, fn) for v in obj)
+    return obj
+
+
+def rename_rows(rows: Sequence[SFTRow], env_name: str, copies: int, seed: int = 0) -> list[SFTRow]:
+    """``copies`` renamed copies of every row: each copy applies its own random permutation of the env's
+    item-name words (``RENAME_POOLS``) to the whole row (recipes, goal, inventory, past observations and actions,
+    rationale and action) [choice].
+
+    A permutation keeps every recipe list consistent (distinct names stay distinct, "oak planks" still ends in
+    the tag word "planks"), so the expert's action is still right for the renamed prompt, but a goal's name no
+    longer predicts its recipe: the model has to read the recipe lines instead of recalling the training goals,
+    which is what transfers to held-out goals. Returns only the copies (source ``<source>+rename``), in row
+    order; seeded by ``seed`` and the row's position.
+    """
+    if copies < 0:
+        raise ValueError(f"rename_rows: copies={copies!r} must be >= 0")
+    if copies == 0 or not rows:
+        return []
+    if env_name not in RENAME_POOLS:
+        raise ValueError(f"rename_rows: no renaming pool for env {env_name!r} (known: {sorted(RENAME_POOLS)}); "
+                         "set the warm start's rename_copies to 0")
+    pool = list(RENAME_POOLS[env_name]())
+    out: list[SFTRow] = []
+    for i, row in enumerate(rows):
+        for c in range(copies):
+            perm = pool[:]
+            random.Random(episode_seed(seed, i, c)).shuffle(perm)
+            mapping = dict(zip(pool, perm))
+
+            def fn(text: str, mapping=mapping) -> str:
+                return _WORD_RE.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
+
+            out.append(SFTRow(_map_strings(row.transcript, fn), fn(row.response), fn(row.action), row.task,
+                              row.seed, row.step, f"{row.source}+rename"))
+    return out
 
 
 def save_rows(rows: Sequence[SFTRow], path: str | Path) -> Path:

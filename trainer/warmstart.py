@@ -69,6 +69,10 @@ class WarmStartConfig:
     train_tasks: int = 0
     """Use only the first N goals of the train split for expert data, DAgger and the train-goal evaluation
     (0 = all): an easier, memorisable task mix [choice]; the held-out split is unchanged."""
+    rename_copies: int = 0
+    """Renamed copies of every expert row added to round 0's data (``trainer.sft.rename_rows``: a random
+    permutation of item-name words per copy, so goals' names stop predicting their recipes and the model must
+    read the recipe lines) [choice]; 0 = off. TextCraft only."""
     expert_episodes: int = 1200
     """Expert episodes of phase 0 (tasks cycle through the train split, each with a new env seed)."""
     epochs: float = 1.0
@@ -142,7 +146,7 @@ class WarmStartConfig:
         for n in ("tiny_layers", "tiny_hidden", "tiny_heads", "tiny_vocab", "tokenizer_rows", "expert_episodes",
                   "batch_rows", "dagger_episodes", "max_response_tokens", "max_prompt_tokens"):
             positive(n)
-        for n in ("warmup_steps", "dagger_rounds", "history_length", "seed", "threads"):
+        for n in ("rename_copies", "warmup_steps", "dagger_rounds", "history_length", "seed", "threads"):
             positive(n, zero_ok=True)
         for n in ("epochs", "lr", "dagger_epochs", "dagger_lr"):
             positive(n, integer=False)
@@ -188,6 +192,8 @@ class WarmStartConfig:
             d["model"] = _model_identity(self.model)
             for k in ("tiny_layers", "tiny_hidden", "tiny_heads", "tiny_vocab", "tokenizer_rows"):
                 d.pop(k)
+        if not self.rename_copies:  # added later: off keeps the keys of entries built before it existed
+            d.pop("rename_copies")
         d["format"] = 1
         return d
 
@@ -343,6 +349,7 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
         sft.save_rows(rows, expert_path)
         timed("expert_data", t0, c0)
     expert_rows = sft.load_rows(expert_path)
+    renamed_rows = sft.rename_rows(expert_rows, env_name, cfg.rename_copies, seed=cfg.seed)
 
     # phase 0b: the untrained model
     init = folder / "init"
@@ -351,7 +358,8 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
             from agents.models.tiny import TinyModelConfig, build_tiny_model
 
             t0, c0 = time.time(), time.process_time()
-            corpus = list(sft.rows_corpus(expert_rows[: cfg.tokenizer_rows], env_name))
+            half = cfg.tokenizer_rows // 2 if renamed_rows else cfg.tokenizer_rows
+            corpus = list(sft.rows_corpus(expert_rows[:half] + renamed_rows[: cfg.tokenizer_rows - half], env_name))
             build_tiny_model(init, TinyModelConfig(layers=cfg.tiny_layers, hidden=cfg.tiny_hidden,
                                                    heads=cfg.tiny_heads, vocab_size=cfg.tiny_vocab, seed=cfg.seed),
                              corpus=corpus, force=True)
@@ -378,7 +386,7 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
             continue
         metrics: dict[str, Any] = {"round": k}
         if k == 0:
-            train_rows = expert_rows
+            train_rows = expert_rows + renamed_rows
             epochs, lr = cfg.epochs, cfg.lr
         else:
             dpath = folder / "data" / f"dagger_{k}.jsonl"

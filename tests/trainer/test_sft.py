@@ -307,3 +307,66 @@ def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
         assert sum(float(n.detach()) for _r, _b, _l, n in parts) == pytest.approx(float(nll_resp), rel=1e-5)
     assert losses[0.0] == pytest.approx(float(nll_resp) / n_resp, rel=1e-5)
     assert losses[0.5] == pytest.approx(float(nll_resp + 0.5 * nll_prompt) / n_resp, rel=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ renaming
+def test_rename_rows_keeps_each_row_consistent(expert_rows):
+    """Every renamed copy applies one word permutation to the whole row: the expert's craft line is still
+    one of the (renamed) recipe lines, the fetched item still appears in them, the goal line and the task agree,
+    template words survive, and the copies differ from the original and from each other."""
+    from envs.textcraft import TextCraftWorld
+
+    copies = sft.rename_rows(expert_rows, "textcraft", copies=2, seed=3)
+    assert len(copies) == 2 * len(expert_rows)
+    pool = set(TextCraftWorld.shared().name_words)
+    assert "craft" not in pool and "using" not in pool and "inventory" not in pool
+    changed = 0
+    for i, row in enumerate(expert_rows):
+        a, b = copies[2 * i], copies[2 * i + 1]
+        assert a.source == "expert+rename" and (a.task, a.seed, a.step) == (row.task, row.seed, row.step)
+        changed += a.response != row.response
+        assert a.transcript["first_observation"] != b.transcript["first_observation"]
+        lines = a.transcript["first_observation"].split("\n")
+        assert lines[0] == "Crafting commands:" and any(ln.startswith("Goal: craft ") for ln in lines)
+        goal = next(ln for ln in lines if ln.startswith("Goal: craft "))[len("Goal: craft "):-1]
+        assert a.transcript["task"] == f"craft {goal}"
+        assert a.response.endswith(f"</think><action>{a.action}</action>")
+        think = a.response.split("<think>")[1].split("</think>")[0]  # the trace's goal recipe is a listed line
+        assert think.startswith("goal: craft ") and think.split(". ")[0][len("goal: "):].rstrip(".") in lines
+        if a.action.startswith("craft "):
+            assert a.action in lines
+        else:
+            item = a.action.split(" ", 2)[2]
+            assert any(item in ln for ln in lines[1:]), (item, lines)
+    assert changed >= len(expert_rows) // 2
+    again = sft.rename_rows(expert_rows[:3], "textcraft", copies=2, seed=3)
+    assert [r.to_json() for r in again] == [r.to_json() for r in copies[:6]]  # seeded
+    assert sft.rename_rows(expert_rows, "textcraft", copies=0) == []
+
+
+def test_rename_rows_names_the_setting_for_an_env_without_a_pool(expert_rows):
+    with pytest.raises(ValueError, match="rename_copies"):
+        sft.rename_rows(expert_rows[:1], "alfworld", copies=1)
+    with pytest.raises(ValueError, match="copies"):
+        sft.rename_rows(expert_rows[:1], "textcraft", copies=-1)
+
+
+def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
+    from trainer.warmstart import WarmStartConfig, cache_key
+
+    assert "rename_copies" not in WarmStartConfig().key_dict()
+    assert cache_key(WarmStartConfig(rename_copies=2)) != cache_key(WarmStartConfig())
+
+
+def test_warm_start_trains_on_the_expert_rows_and_their_renamed_copies(tmp_path):
+    from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
+
+    cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=3, tokenizer_rows=40,
+                          env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0, eval_sampled=False, rename_copies=2,
+                          batch_rows=8, dagger_rounds=0, eval_max_tasks=1, max_response_tokens=8,
+                          rationale="none", cache_root=str(tmp_path), progress=False)
+    warm_start(cfg)
+    folder = cache_folder(cfg)
+    n_expert = len(sft.load_rows(folder / "data" / "expert.jsonl"))
+    assert load_result(folder)["rounds"][0]["rows"] == 3 * n_expert
+    assert load_result(folder)["settings"]["rename_copies"] == 2
