@@ -64,6 +64,9 @@ class Study:
     """measured CPU minutes of one run on the 2-core machine (the up-front estimate; see README)."""
     baseline: str = "gigpo"
     description: str = ""
+    warmstart_args: list[str] = field(default_factory=list)
+    """options of ``python -m experiments.warmstart`` for this study's warm start (the best measured setting;
+    ``--warmstart-args`` replaces them)."""
 
 
 STUDIES: dict[str, Study] = {
@@ -135,12 +138,27 @@ def _is_model_folder(p: Path) -> bool:
     return (p / "config.json").is_file() and any(p.glob("*.safetensors"))
 
 
-def find_warmstart(env: str, printed: list[str] | None = None) -> Path | None:
+def _config_for(env: str, extra: list[str]):
+    """The ``WarmStartConfig`` that ``python -m experiments.warmstart --env <env> <extra>`` builds, or None."""
+    try:
+        import dataclasses
+
+        from experiments.warmstart import _parser
+        from trainer.warmstart import WarmStartConfig
+
+        args = _parser().parse_args(["--env", env, *extra])
+        names = {f.name for f in dataclasses.fields(WarmStartConfig)}
+        return WarmStartConfig(**{k: v for k, v in vars(args).items() if k in names})
+    except (ImportError, ValueError, TypeError, SystemExit):
+        return None
+
+
+def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] | None = None) -> Path | None:
     """The final model folder of the default warm start of ``env``, or None.
 
     Looked up, in order: a model folder printed on the last lines of ``experiments.warmstart``'s output; the
-    cache entry of the default ``trainer.warmstart.WarmStartConfig(env=env)``; the newest finished entry
-    ``$BIPACE_CACHE/warmstart/<env>-*/final`` (with its ``DONE`` marker).
+    cache entry of ``python -m experiments.warmstart --env <env> <extra>`` (the study's settings); without
+    ``extra`` only, the newest finished entry ``$BIPACE_CACHE/warmstart/<env>-*/final`` (with its ``DONE`` marker).
     """
     for line in reversed(printed or []):
         for tok in reversed(line.strip().split()):
@@ -148,11 +166,14 @@ def find_warmstart(env: str, printed: list[str] | None = None) -> Path | None:
             if p.is_absolute() and _is_model_folder(p):
                 return p
     try:
-        from trainer.warmstart import WarmStartConfig, cache_folder
+        from trainer.warmstart import cache_folder
 
-        folder = cache_folder(WarmStartConfig(env=env))
-        if (folder / "DONE").is_file() and _is_model_folder(folder / "final"):
+        cfg = _config_for(env, list(extra or []))
+        folder = cache_folder(cfg) if cfg is not None else None
+        if folder is not None and (folder / "DONE").is_file() and _is_model_folder(folder / "final"):
             return folder / "final"
+        if extra:  # the study's own setting is not built yet: an older entry of another setting would mislead
+            return None
     except (ImportError, ValueError, TypeError):
         pass
     from envs.paths import cache_dir
@@ -390,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         ws_folder = Path(args.init_from).expanduser().resolve()
         ws_note = f"given: {ws_folder}"
     elif study.warmstart_env and not args.no_warmstart:
-        cached = find_warmstart(study.warmstart_env)
+        ws_extra = shlex.split(args.warmstart_args) if args.warmstart_args else list(study.warmstart_args)
+        cached = find_warmstart(study.warmstart_env, extra=ws_extra)
         try:
             have_cmd = warmstart_command(study.warmstart_env) is not None
         except RuntimeError:
@@ -409,8 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
                       "once (up to ~30 minutes on 2 cores), then the runs start. Later runs reuse it.", flush=True)
             try:
-                ws_folder = run_warmstart(study.warmstart_env, shlex.split(args.warmstart_args),
-                                          out / "warmstart.log")
+                ws_folder = run_warmstart(study.warmstart_env, ws_extra, out / "warmstart.log")
             except RuntimeError as e:
                 print(f"{PROG}: error: {e}", file=sys.stderr)
                 return 1

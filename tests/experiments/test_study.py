@@ -85,6 +85,17 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     assert study.find_warmstart("textcraft") == b  # the newest finished entry
     assert study.find_warmstart("textcraft", ["[warmstart] done: " + str(a) + "; held-out 0.3"]) == a  # printed
     assert study.find_warmstart("webshop") is None
+    # with the study's own settings, only their entry counts (not the newest one of another setting)
+    from trainer.warmstart import cache_folder
+
+    extra = ["--rename-copies", "3", "--rationale", "none"]
+    assert study.find_warmstart("textcraft", extra=extra) is None
+    cfg = study._config_for("textcraft", extra)
+    assert cfg.rename_copies == 3 and cfg.rationale == "none"
+    own = cache_folder(cfg)
+    mine = _fake_warmstart(own.parent, own.name, {})
+    assert study.find_warmstart("textcraft", extra=extra) == mine
+    assert study._config_for("textcraft", ["--rationale", "long"]) is None  # a bad setting: no entry
 
 
 def test_warmstart_command_uses_what_the_checkout_has(monkeypatch):
