@@ -69,6 +69,16 @@ class Study:
     ``--warmstart-args`` replaces them)."""
 
 
+#: the best measured TextCraft warm start (results/warmstart/README.md, row 13): recipe-trace targets, next-token
+#: prediction on prompt tokens at weight 0.3, prompts without history and with the inventory, 25 minutes of one core
+TEXTCRAFT_WARMSTART = [
+    "--env-kwargs", '{"show_inventory": true, "max_steps": 15}', "--history-length", "0",
+    "--tiny-layers", "4", "--tiny-hidden", "128", "--tiny-heads", "4", "--rationale", "trace",
+    "--max-response-tokens", "128", "--prompt-weight", "0.3", "--expert-episodes", "800", "--epochs", "20",
+    "--batch-rows", "8", "--lr", "1e-3", "--train-budget-s", "1500", "--dagger-rounds", "0", "--zero-stage", "0",
+    "--threads", "1", "--eval-max-tasks", "20", "--eval-train-tasks", "20", "--eval-sampled", "false",
+]
+
 STUDIES: dict[str, Study] = {
     s.name: s
     for s in (
@@ -80,6 +90,7 @@ STUDIES: dict[str, Study] = {
             estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
             seeds=[0],
             warmstart_env="textcraft",
+            warmstart_args=TEXTCRAFT_WARMSTART,
             minutes_per_run=None,
             description="the main job (`make demo`): one seed, four estimators from the same warm start",
         ),
@@ -91,6 +102,7 @@ STUDIES: dict[str, Study] = {
             estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
             seeds=[0, 1, 2],
             warmstart_env="textcraft",
+            warmstart_args=TEXTCRAFT_WARMSTART,
             description="the CPU study of issue 7 (add hgpo,rloo with --estimators when time allows)",
         ),
         Study(
