@@ -69,15 +69,10 @@ class Study:
     ``--warmstart-args`` replaces them)."""
 
 
-#: the best measured TextCraft warm start (results/warmstart/README.md, row 13): recipe-trace targets, next-token
-#: prediction on prompt tokens at weight 0.3, prompts without history and with the inventory, 25 minutes of one core
-TEXTCRAFT_WARMSTART = [
-    "--env-kwargs", '{"show_inventory": true, "max_steps": 15}', "--history-length", "0",
-    "--tiny-layers", "4", "--tiny-hidden", "128", "--tiny-heads", "4", "--rationale", "trace",
-    "--max-response-tokens", "128", "--prompt-weight", "0.3", "--expert-episodes", "800", "--epochs", "20",
-    "--batch-rows", "8", "--lr", "1e-3", "--train-budget-s", "1500", "--dagger-rounds", "0", "--zero-stage", "0",
-    "--threads", "1", "--eval-max-tasks", "20", "--eval-train-tasks", "20", "--eval-sampled", "false",
-]
+#: options of the TextCraft studies' warm start: the best measured setting (results/warmstart/README.md, row 13:
+#: recipe-trace targets, next-token prediction on prompt tokens at weight 0.3, prompts without history and with the
+#: inventory, 25 minutes of one core)
+TEXTCRAFT_WARMSTART: list[str] = []  # WarmStartConfig's defaults are that setting
 
 STUDIES: dict[str, Study] = {
     s.name: s

@@ -35,7 +35,8 @@ __all__ = ["WarmStartConfig", "ENV_PRESETS", "warm_start", "cache_folder", "cach
 #: short env names -> (gymnasium id, constructor kwargs the warm start and later RL must share)
 ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # show_inventory: the expert's choice depends on what is held; the option puts it in every observation
-    "textcraft": ("TextCraft-v0", {"show_inventory": True}),
+    # max_steps: the horizon of the warm start's own evaluation (RL keeps its preset's env.max_steps)
+    "textcraft": ("TextCraft-v0", {"show_inventory": True, "max_steps": 15}),
     "alfworld": ("ALFWorld-v0", {}),
     "webshop": ("WebShop-v0", {}),
 }
@@ -43,7 +44,11 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 
 @dataclass
 class WarmStartConfig:
-    """Settings of one warm start. Every field except ``progress``/``threads``/``cache_root`` enters the key."""
+    """Settings of one warm start. Every field except ``progress``/``threads``/``cache_root`` enters the key.
+
+    The defaults are the best measured TextCraft setting (``results/warmstart/README.md``, row 13): a 4-layer tiny
+    model, recipe-trace targets, next-token prediction on prompt tokens at weight 0.3, 25 minutes of training.
+    """
 
     env: str = "textcraft"
     """Environment: a short name of ``ENV_PRESETS`` (textcraft | alfworld | webshop) or a gymnasium id."""
@@ -73,26 +78,26 @@ class WarmStartConfig:
     """Renamed copies of every expert row added to round 0's data (``trainer.sft.rename_rows``: a random
     permutation of item-name words per copy, so goals' names stop predicting their recipes and the model must
     read the recipe lines) [choice]; 0 = off. TextCraft only."""
-    expert_episodes: int = 1200
+    expert_episodes: int = 800
     """Expert episodes of phase 0 (tasks cycle through the train split, each with a new env seed)."""
-    epochs: float = 1.0
-    """Passes over the expert rows in round 0."""
-    lr: float = 2e-3
+    epochs: float = 20.0
+    """Passes over the expert rows in round 0 (an upper bound when ``train_budget_s`` ends training first)."""
+    lr: float = 1e-3
     """Peak AdamW learning rate (linear warm-up, cosine decay to 10% within each round) [choice]."""
-    train_budget_s: float = 0.0
+    train_budget_s: float = 1500.0
     """Budget of round 0's training in seconds of ``train_budget_clock`` (0 = none): training stops when it runs
     out and the learning-rate decay is fitted to the steps it allows (``trainer.sft.train_sft``); set ``epochs``
     high enough that the budget, not the data, ends training."""
     train_budget_clock: str = "wall"
     """What ``train_budget_s`` counts: ``wall`` seconds, or ``cpu`` seconds of this process (all threads), which
     buy the same training on a shared, busy machine as on an idle one."""
-    prompt_weight: float = 0.0
+    prompt_weight: float = 0.3
     """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTEngine``)."""
-    batch_rows: int = 16
+    batch_rows: int = 8
     """Step rows per optimizer step."""
     warmup_steps: int = 20
     """Warm-up optimizer steps of each round."""
-    dagger_rounds: int = 1
+    dagger_rounds: int = 0
     """DAgger rounds after round 0: roll the model out, label reached states with the expert, retrain."""
     dagger_episodes: int = 200
     """Episodes rolled out per DAgger round."""
@@ -108,15 +113,17 @@ class WarmStartConfig:
     """Generation cap per step in rollouts and evaluation (the expert's longest response is ~80 tokens)."""
     max_prompt_tokens: int = 2048
     """Prompt bound in tokens [GiGPO: 2048 TextCraft/ALFWorld]."""
-    history_length: int = 2
-    """(observation, action) pairs shown in each prompt [GiGPO: 2]."""
+    history_length: int = 0
+    """(observation, action) pairs shown in each prompt [GiGPO: 2; choice: 0 here, with the inventory shown the
+    expert's choice depends on the current prompt alone, and prompts are 24% shorter]; RL runs started from the warm
+    start use the same (``experiments.study.warmstart_overrides``)."""
     eval_split: str | None = None
     """Held-out split reported at the end; null = the env's first eval split (TextCraft: eval_depth2)."""
-    eval_max_tasks: int | None = None
+    eval_max_tasks: int | None = 20
     """Tasks of the held-out evaluation (a fixed seeded subset); null = the whole split."""
-    eval_train_tasks: int = 0
+    eval_train_tasks: int = 20
     """Also evaluate (greedy) on this many train-split goals with fresh env seeds (the goals RL trains on; 0 = skip)."""
-    eval_sampled: bool = True
+    eval_sampled: bool = False
     """Also evaluate sampled at ``eval_temperature`` (greedy is always reported)."""
     eval_temperature: float = 0.4
     """Sampling temperature of the held-out evaluation [GiGPO validation: 0.4]; greedy is reported too."""
@@ -124,7 +131,7 @@ class WarmStartConfig:
     """Seed of the evaluation tasks and samplers (``EvalConfig.seed``)."""
     seed: int = 0
     """Seeds the model init, the expert task seeds, the shuffles and the DAgger samplers."""
-    zero_stage: int = 2
+    zero_stage: int = 0
     """DeepSpeed ZeRO stage of the SFT engine."""
     progress: bool = field(default=True, metadata={"key": False})
     """Progress bars (not part of the cache key)."""

@@ -223,6 +223,7 @@ def test_warm_start_cache_hit_returns_the_same_folder(tmp_path, monkeypatch):
     from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=6, tokenizer_rows=60,
+                          epochs=1.0, eval_sampled=True,
                           env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0,
                           batch_rows=8, dagger_rounds=1, dagger_episodes=2, eval_max_tasks=2, eval_train_tasks=1,
                           max_response_tokens=16, cache_root=str(tmp_path), progress=False)
@@ -252,6 +253,7 @@ def test_warm_start_resumes_after_an_interrupted_round(tmp_path):
     from trainer.warmstart import WarmStartConfig, cache_folder, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=4, tokenizer_rows=40,
+                          epochs=1.0, eval_train_tasks=0,
                           env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0, eval_sampled=False,
                           batch_rows=8, dagger_rounds=0, eval_max_tasks=1, max_response_tokens=8,
                           cache_root=str(tmp_path), progress=False)
@@ -355,6 +357,8 @@ def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
     from trainer.warmstart import WarmStartConfig, cache_key
 
     assert "rename_copies" not in WarmStartConfig().key_dict()
+    # the defaults are the measured setting of results/warmstart/README.md row 13 (its cache key)
+    assert cache_key(WarmStartConfig(env="textcraft")) == "fd697b49a966"
     assert cache_key(WarmStartConfig(rename_copies=2)) != cache_key(WarmStartConfig())
 
 
@@ -362,6 +366,7 @@ def test_warm_start_trains_on_the_expert_rows_and_their_renamed_copies(tmp_path)
     from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=3, tokenizer_rows=40,
+                          epochs=1.0, eval_train_tasks=0,
                           env_kwargs={**ENV_KW, "max_steps": 8}, zero_stage=0, eval_sampled=False, rename_copies=2,
                           batch_rows=8, dagger_rounds=0, eval_max_tasks=1, max_response_tokens=8,
                           rationale="none", cache_root=str(tmp_path), progress=False)
