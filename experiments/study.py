@@ -164,8 +164,9 @@ def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] 
     """The final model folder of the default warm start of ``env``, or None.
 
     Looked up, in order: a model folder printed on the last lines of ``experiments.warmstart``'s output; the
-    cache entry of ``python -m experiments.warmstart --env <env> <extra>`` (the study's settings); without
-    ``extra`` only, the newest finished entry ``$BIPACE_CACHE/warmstart/<env>-*/final`` (with its ``DONE`` marker).
+    cache entry of ``python -m experiments.warmstart --env <env> <extra>`` (the study's settings; ``extra=[]``: the
+    defaults); only when ``extra`` is None, the newest finished entry ``$BIPACE_CACHE/warmstart/<env>-*/final`` (with
+    its ``DONE`` marker).
     """
     for line in reversed(printed or []):
         for tok in reversed(line.strip().split()):
@@ -179,7 +180,7 @@ def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] 
         folder = cache_folder(cfg) if cfg is not None else None
         if folder is not None and (folder / "DONE").is_file() and _is_model_folder(folder / "final"):
             return folder / "final"
-        if extra:  # the study's own setting is not built yet: an older entry of another setting would mislead
+        if extra is not None:  # the study's own setting is not built yet: another setting's entry would mislead
             return None
     except (ImportError, ValueError, TypeError):
         pass
@@ -419,11 +420,12 @@ def main(argv: list[str] | None = None) -> int:
         ws_note = f"given: {ws_folder}"
     elif study.warmstart_env and not args.no_warmstart:
         ws_extra = shlex.split(args.warmstart_args) if args.warmstart_args else list(study.warmstart_args)
-        cached = find_warmstart(study.warmstart_env, extra=ws_extra)
         try:
             have_cmd = warmstart_command(study.warmstart_env) is not None
         except RuntimeError:
             have_cmd = True
+        # with the command: exactly the study's setting (built if missing); without it: whatever is cached
+        cached = find_warmstart(study.warmstart_env, extra=ws_extra if have_cmd else None)
         if args.dry_run or args.report_only:
             ws_folder = cached
             ws_note = (f"cached: {cached}" if cached else "not cached yet (the first run builds it once)" if have_cmd

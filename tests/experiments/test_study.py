@@ -90,6 +90,7 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
 
     extra = ["--rename-copies", "3", "--rationale", "none"]
     assert study.find_warmstart("textcraft", extra=extra) is None
+    assert study.find_warmstart("textcraft", extra=[]) is None  # the defaults' entry is not built either
     cfg = study._config_for("textcraft", extra)
     assert cfg.rename_copies == 3 and cfg.rationale == "none"
     own = cache_folder(cfg)
