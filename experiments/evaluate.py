@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-ENV_IDS = {"textcraft": "TextCraft-v0", "alfworld": "ALFWorld-v0", "webshop": "WebShop-v0"}
-
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.evaluate", description=__doc__,
@@ -65,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if (model_dir / "warmstart.json").is_file():
         info = json.loads((model_dir / "warmstart.json").read_text())
     settings = info.get("settings") or {}
+    from trainer.warmstart import ENV_PRESETS
+
     env_id = args.env or info.get("env") or "TextCraft-v0"
-    env_id = ENV_IDS.get(env_id, env_id)
+    env_id = ENV_PRESETS[env_id][0] if env_id in ENV_PRESETS else env_id
     env_kwargs = dict(args.env_kwargs if args.env_kwargs is not None else (info.get("env_kwargs") or {}))
     env_kwargs.pop("max_steps", None)
     max_steps = args.max_steps if args.max_steps is not None else (20 if env_id == "TextCraft-v0" else None)

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from experiments import evaluate
 from envs.pool import Task
+from experiments import evaluate
 from trainer import sft
 
 
