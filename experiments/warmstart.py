@@ -55,13 +55,20 @@ def _parser():
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
+def config_from_args(args: argparse.Namespace):
+    """The ``WarmStartConfig`` of parsed command-line options (``ValueError`` naming a bad field)."""
+    from trainer.warmstart import WarmStartConfig
 
     names = {f.name for f in dataclasses.fields(WarmStartConfig)}
+    return WarmStartConfig(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from trainer.warmstart import cache_folder, load_result, warm_start
+
     try:
-        cfg = WarmStartConfig(**{k: v for k, v in vars(args).items() if k in names})
+        cfg = config_from_args(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -195,16 +195,3 @@ def test_fast_craft_agrees_with_the_package_craft():
             accepted += a is not None
     assert checked > 2000 and accepted > 400
 
-
-def test_train_goals_option_keeps_the_first_goals_and_the_held_out_splits():
-    full = TextCraftEnv()
-    small = TextCraftEnv(train_goals=5)
-    assert small.goals("train") == full.goals("train")[:5] and small.num_tasks("train") == 5
-    for split in ("eval_depth2", "eval_depth3"):
-        assert small.goals(split) == full.goals(split)
-    _obs, info = small.reset(seed=3, options={"split": "train", "task_index": 4})
-    assert info["task"] == "craft " + full.goals("train")[4].replace("minecraft:", "").replace("_", " ")
-    with pytest.raises(ValueError, match="train_goals"):
-        TextCraftEnv(train_goals=-2)
-    for env in (full, small):
-        env.close()
