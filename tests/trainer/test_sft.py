@@ -282,6 +282,8 @@ def test_config_errors_name_the_field():
         WarmStartConfig(prompt_weight=2.0)
     with pytest.raises(ValueError, match="train_tasks"):
         WarmStartConfig(train_tasks=-1)
+    with pytest.raises(ValueError, match="rename_copies"):
+        WarmStartConfig(rename_copies=-1)
 
 
 def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
