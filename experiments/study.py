@@ -66,8 +66,12 @@ class Study:
     description: str = ""
     warmstart_args: list[str] = field(default_factory=list)
     """options of ``python -m experiments.warmstart`` for this study's warm start ([] = its defaults, the best
-    measured TextCraft setting: results/warmstart/README.md row 13); ``--warmstart-args`` replaces them."""
+    measured TextCraft setting: results/warmstart/README.md row 15); ``--warmstart-args`` replaces them."""
 
+
+#: results/warmstart/README.md row 13 (25 minutes of training on one core, no DAgger), the warm start the
+#: committed CPU study ran from: the defaults before row 15 replaced them
+ROW13_WARMSTART = ("--epochs", "20", "--train-budget-s", "1500", "--dagger-rounds", "0")
 
 STUDIES: dict[str, Study] = {
     s.name: s
@@ -91,7 +95,11 @@ STUDIES: dict[str, Study] = {
             estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
             seeds=[0, 1, 2],
             warmstart_env="textcraft",
-            description="the CPU study of issue 7 (add hgpo,rloo with --estimators when time allows)",
+            # the committed study (results/cpu-study) ran from row 13 of results/warmstart/README.md, the default
+            # warm start of its day; pinned so that resuming or extending it uses the same start [choice]
+            warmstart_args=list(ROW13_WARMSTART),
+            description="the CPU study of issue 7, from the row-13 warm start (`--warmstart-args ''` for the "
+                        "current defaults)",
         ),
         Study(
             name="cpu-alfworld",
@@ -352,7 +360,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="study folder (default: the study's, e.g. results/cpu-study)")
     ap.add_argument("--init-from", default=None, help="start RL from this model folder instead of the warm start")
     ap.add_argument("--no-warmstart", action="store_true", help="start RL from the preset's model as it is")
-    ap.add_argument("--warmstart-args", default="", help="extra arguments of `experiments.warmstart` (one string)")
+    ap.add_argument("--warmstart-args", default=None,
+                    help="options of `experiments.warmstart` (one string) instead of the study's own; '' = the "
+                         "warm start's defaults")
     ap.add_argument("--max-hours", type=float, default=None,
                     help="start no new run after this many hours; rerun the same command to go on")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the commands, run nothing")
@@ -407,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         ws_folder = Path(args.init_from).expanduser().resolve()
         ws_note = f"given: {ws_folder}"
     elif study.warmstart_env and not args.no_warmstart:
-        ws_extra = shlex.split(args.warmstart_args) if args.warmstart_args else list(study.warmstart_args)
+        ws_extra = (shlex.split(args.warmstart_args) if args.warmstart_args is not None
+                    else list(study.warmstart_args))
         try:
             have_cmd = warmstart_command(study.warmstart_env) is not None
         except RuntimeError:

@@ -99,6 +99,15 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     assert study._config_for("textcraft", ["--rationale", "long"]) is None  # a bad setting: no entry
 
 
+def test_the_cpu_study_is_pinned_to_its_row13_warm_start_and_the_demo_uses_the_defaults():
+    from trainer.warmstart import WarmStartConfig, cache_key
+
+    cpu, demo = study.STUDIES["cpu"], study.STUDIES["demo"]
+    assert cache_key(study._config_for("textcraft", cpu.warmstart_args)) == "fd697b49a966"  # results/cpu-study
+    assert demo.warmstart_args == []
+    assert cache_key(study._config_for("textcraft", demo.warmstart_args)) == cache_key(WarmStartConfig(env="textcraft"))
+
+
 def test_warmstart_command_uses_what_the_checkout_has(monkeypatch):
     have: set[str] = set()
     monkeypatch.setattr(study, "_has_module", lambda name: name in have)
