@@ -82,9 +82,9 @@ class WarmStartConfig:
     expert_episodes: int = 800
     """Expert episodes of phase 0 (tasks cycle through the train split, each with a new env seed)."""
     epochs: float = 3.0
-    """Passes over the expert rows in round 0 (an upper bound when ``train_budget_s`` ends training first); the
-    default, with no time budget, is the training row 13 of results/warmstart/README.md got from its 25-minute
-    budget (1,671 steps of 8 rows = 3.1 passes) [measured], so the result no longer depends on the machine."""
+    """Passes over the expert rows in round 0 (an upper bound when ``train_budget_s`` ends training first). The
+    default is about what row 13 of results/warmstart/README.md trained in its 25-minute budget (1,671 steps of 8
+    rows, 3.1 passes) [measured]; fixed passes make the result independent of the machine's speed."""
     lr: float = 1e-3
     """Peak AdamW learning rate (linear warm-up, cosine decay to 10% within each round) [choice]."""
     train_budget_s: float = 0.0
