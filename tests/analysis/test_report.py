@@ -54,6 +54,22 @@ def test_find_runs(runs_root):
     assert len(runs[0].metrics) == 10  # torn line dropped
 
 
+def test_an_evaluation_split_named_train_gets_its_own_curve(runs_root, tmp_path):
+    """The CPU presets evaluate on training goals (split "train"); its curve must not overwrite the rollout curve."""
+    for d in runs_root.glob("*/*/*/seed_*"):
+        rows = read_jsonl(d / "eval.jsonl")
+        with open(d / "eval.jsonl", "w") as f:
+            for r in rows:
+                f.write(json.dumps({**r, "eval/textcraft/train/success_rate": 0.25}) + "\n")
+    out = tmp_path / "study"
+    assert report_main(["--runs", str(runs_root), "--out", str(out)]) == 0
+    rollouts, train_eval = out / "curves_textcraft_tiny_train.png", out / "curves_textcraft_tiny_eval_train.png"
+    assert rollouts.is_file() and train_eval.is_file() and rollouts.read_bytes() != train_eval.read_bytes()
+    summary = (out / "summary.md").read_text()
+    assert "![training success](curves_textcraft_tiny_train.png)" in summary
+    assert "![train](curves_textcraft_tiny_eval_train.png)" in summary
+
+
 def test_report_files_and_numbers(runs_root, tmp_path):
     out = tmp_path / "study"
     assert report_main(["--runs", str(runs_root), "--out", str(out), "--thresholds", "0.3"]) == 0
