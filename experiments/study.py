@@ -330,17 +330,32 @@ def _estimate(study: Study, specs, timings: dict[str, dict], jobs: int) -> str:
 
 
 def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict) -> Path:
+    """``<out>/study.json``: this call's plan and timings, merged with the runs an earlier call on the same folder
+    recorded (a study run in parts, e.g. ``--estimators hgpo,rloo`` later, keeps one record of every run)."""
+    p = out / "study.json"
+    old: dict = {}
+    if p.is_file():
+        try:
+            old = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = {}
+    if old.get("study") != study.name:
+        old = {}
+    timings = _load_timings(runs_root)
+    runs = {k: {**v, **timings.get(k, {})} for k, v in (old.get("runs") or {}).items()}
+    runs.update({s.label: {"status": s.status, "run_dir": str(s.run_dir), **timings.get(s.label, {})} for s in specs})
+    commands = [c for c in (old.get("commands") or ([old["command"]] if old.get("command") else []))]
+    command = " ".join(["python", "-m", "experiments.study", *sys.argv[1:]])
     rec = {
         "study": study.name, "title": study.title, "preset": study.preset,
-        "estimators": sorted({s.estimator for s in specs}), "seeds": sorted({s.seed for s in specs}),
-        "command": " ".join(["python", "-m", "experiments.study", *sys.argv[1:]]),
+        "estimators": sorted({s.estimator for s in specs} | set(old.get("estimators") or [])),
+        "seeds": sorted({s.seed for s in specs} | set(old.get("seeds") or [])),
+        "command": command, "commands": commands + ([command] if command not in commands else []),
         "host": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
-        "runs": {s.label: {"status": s.status, "run_dir": str(s.run_dir), **_load_timings(runs_root).get(s.label, {})}
-                 for s in specs},
+        "runs": runs,
         **extra,
     }
     out.mkdir(parents=True, exist_ok=True)
-    p = out / "study.json"
     tmp = p.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(rec, indent=1) + "\n")
     tmp.replace(p)
@@ -487,9 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     rargs = ["--runs", str(runs_root), "--out", str(out), "--title", study.title, "--baseline", study.baseline]
     print(f"[study] report: python -m experiments.report {shlex.join(rargs)}", flush=True)
     rc = report.main(rargs)
+    extra = {"warmstart": str(ws_folder) if ws_folder else None}
     if not args.report_only:
-        write_record(study, out, runs_root, specs, {"warmstart": str(ws_folder) if ws_folder else None,
-                                                    "wall_s_this_call": round(time.time() - t_start, 1)})
+        extra["wall_s_this_call"] = round(time.time() - t_start, 1)
+    write_record(study, out, runs_root, specs, extra)
     if rc == 0:
         print(f"[study] done in {(time.time() - t_start) / 60:.1f} min: {out / 'summary.md'}")
     return rc

@@ -192,3 +192,33 @@ def test_demo_pipeline_end_to_end_on_the_smoke_model(tmp_path):
     assert "nothing left to run" in res.stdout
     rec = json.loads((out / "study.json").read_text())
     assert all(r["attempts"] == 1 for r in rec["runs"].values())
+
+
+def test_study_record_keeps_the_runs_of_earlier_calls(tmp_path, monkeypatch):
+    """A study run in parts (four estimators, later two more) keeps one record of every run in study.json."""
+    from experiments import sweep as sweep_mod
+
+    monkeypatch.setattr(study.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    out, runs_root = tmp_path / "cpu", tmp_path / "cpu" / "runs"
+    runs_root.mkdir(parents=True)
+    with open(runs_root / "sweep.jsonl", "w") as f:
+        for label, wall in (("textcraft/tiny/grpo/seed_0", 100.0), ("textcraft/tiny/hgpo/seed_0", 50.0),
+                            ("textcraft/tiny/hgpo/seed_0", 20.0)):
+            f.write(json.dumps({"run": label, "wall_s": wall, "cpu_s": wall}) + "\n")
+
+    def spec(est):
+        return sweep_mod.RunSpec(config="c.yaml", overrides=[], env="textcraft", model="tiny", method=est,
+                                 estimator=est, seed=0, iterations=8,
+                                 run_dir=runs_root / "textcraft" / "tiny" / est / "seed_0", status="finished")
+
+    cpu = study.STUDIES["cpu"]
+    study.write_record(cpu, out, runs_root, [spec("grpo")], {"wall_s_this_call": 1.0})
+    rec = study.write_record(cpu, out, runs_root, [spec("hgpo")], {})
+    rec = json.loads(rec.read_text())
+    assert sorted(rec["runs"]) == ["textcraft/tiny/grpo/seed_0", "textcraft/tiny/hgpo/seed_0"]
+    assert rec["estimators"] == ["grpo", "hgpo"] and rec["seeds"] == [0] and len(rec["commands"]) == 1
+    assert rec["runs"]["textcraft/tiny/hgpo/seed_0"]["wall_s"] == 70.0  # both attempts of the resumed run
+    assert rec["runs"]["textcraft/tiny/grpo/seed_0"]["attempts"] == 1
+    # another study's record in the folder is replaced, not merged
+    rec = json.loads(study.write_record(study.STUDIES["demo"], out, runs_root, [spec("rloo")], {}).read_text())
+    assert sorted(rec["runs"]) == ["textcraft/tiny/rloo/seed_0"]
