@@ -452,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             if cached is None:
                 print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
-                      "once (up to ~30 minutes on 2 cores), then the runs start. Later runs reuse it.", flush=True)
+                      "once (~22 minutes measured on 2 idle cores, longer on a busy machine), then the runs start. "
+                      "Later runs reuse it.", flush=True)
             try:
                 ws_folder = run_warmstart(study.warmstart_env, ws_extra, out / "warmstart.log")
             except RuntimeError as e:
