@@ -186,11 +186,11 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
         if plot_curves(by_method, "rollout/success_rate", "metrics", f"{env} / {model}: training rollouts", png, "success rate"):
             md += [f"![training success]({png.name})", ""]
         for k in split_keys:
+            split = _short(k)
             # an evaluation split named "train" (training goals, fresh seeds) must not overwrite the rollout curve
-            name = _short(k) if _short(k) != "train" else "eval_train"
-            png = out / f"curves_{tag}_{name}.png"
-            if plot_curves(by_method, k, "evals", f"{env} / {model}: evaluation on {_short(k)}", png, "success rate"):
-                md += [f"![{_short(k)}]({png.name})", ""]
+            png = out / f"curves_{tag}_{'eval_train' if split == 'train' else split}.png"
+            if plot_curves(by_method, k, "evals", f"{env} / {model}: evaluation on {split}", png, "success rate"):
+                md += [f"![{split}]({png.name})", ""]
         if split_keys:
             t_final = score_table(by_method, split_keys + fam_keys, "final")
             t_peak = score_table(by_method, split_keys, "peak")

@@ -344,7 +344,7 @@ def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict) -
     timings = _load_timings(runs_root)
     runs = {k: {**v, **timings.get(k, {})} for k, v in (old.get("runs") or {}).items()}
     runs.update({s.label: {"status": s.status, "run_dir": str(s.run_dir), **timings.get(s.label, {})} for s in specs})
-    commands = [c for c in (old.get("commands") or ([old["command"]] if old.get("command") else []))]
+    commands = list(old.get("commands") or ([old["command"]] if old.get("command") else []))
     command = " ".join(["python", "-m", "experiments.study", *sys.argv[1:]])
     rec = {
         "study": study.name, "title": study.title, "preset": study.preset,
