@@ -222,3 +222,12 @@ def test_study_record_keeps_the_runs_of_earlier_calls(tmp_path, monkeypatch):
     # another study's record in the folder is replaced, not merged
     rec = json.loads(study.write_record(study.STUDIES["demo"], out, runs_root, [spec("rloo")], {}).read_text())
     assert sorted(rec["runs"]) == ["textcraft/tiny/rloo/seed_0"]
+
+
+def test_the_alfworld_study_is_pinned_to_the_warm_start_it_ran_from():
+    alf = study.STUDIES["cpu-alfworld"]
+    cfg = study._config_for("alfworld", alf.warmstart_args)
+    assert cfg.env == "alfworld" and cfg.history_length == 2 and cfg.expert_episodes == 200
+    from trainer.warmstart import cache_key
+
+    assert cache_key(cfg) == "fbcaf8988205"  # results/cpu-study-alfworld, row A1 of results/warmstart/README.md
