@@ -111,11 +111,12 @@ STUDIES: dict[str, Study] = {
             preset="configs/cpu/alfworld_tiny_sft.yaml",
             out="results/cpu-study-alfworld",
             estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
-            seeds=[0],
+            seeds=[0, 1],
             warmstart_env="alfworld",
             warmstart_args=list(ALFWORLD_WARMSTART),
-            description="the shorter study on the other environment, one seed (`--seeds 0,1,2` for three; "
-                        "generated games: not comparable to published ALFWorld numbers)",
+            description="the shorter study on the other environment, the two seeds committed in "
+                        "results/cpu-study-alfworld (`--seeds 0,1,2` for three; generated games: not comparable to "
+                        "published ALFWorld numbers)",
         ),
         Study(
             name="cpu-webshop",
