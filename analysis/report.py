@@ -17,7 +17,11 @@ from .plots import method_sort_key, plot_curves, plot_diagnostics
 from .runs import Run, series
 from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci
 
-__all__ = ["build_report", "eval_keys", "run_scores", "DEFAULT_THRESHOLDS"]
+__all__ = ["build_report", "eval_keys", "run_scores", "control_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
+
+#: the method name of the no-update control (``python -m experiments.study <study> --control``): the warm start
+#: played on the same goal draws as every method of its seed, no weight ever changed
+CONTROL_METHOD = "no-update"
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 _SPLIT_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/success_rate$")
@@ -160,6 +164,63 @@ def diagnostics_table(by_method: dict[str, list[Run]]) -> str:
     return "\n".join(lines) if any_row else ""
 
 
+def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD, key: str = "rollout/success_rate",
+                  block: int = 4) -> str:
+    """Training-rollout success of each method minus the no-update control of the same seed, iteration by iteration.
+
+    The control plays the unchanged warm start on the goals its seed draws, which are the goals every method of that
+    seed draws, so the difference removes the goal-to-goal spread that dominates a small batch. Columns: mean of the
+    difference per block of ``block`` iterations (over seeds and the block's iterations, in points), then over all
+    iterations with a 95% bootstrap interval that resamples iterations within each seed (the seeds are the strata).
+    The control's own level is the first row. Empty string when there is no control or no other method with a
+    control of the same seed."""
+    ctrl = {r.seed: dict(zip(*series(r.metrics, key))) for r in by_method.get(control, [])}
+    if not ctrl:
+        return ""
+    rows: dict[str, dict[int, dict[int, float]]] = {}
+    for m, runs in by_method.items():
+        if m == control:
+            continue
+        per_seed = {}
+        for r in runs:
+            if r.seed not in ctrl:
+                continue
+            xs, ys = series(r.metrics, key)
+            d = {x: y - ctrl[r.seed][x] for x, y in zip(xs, ys) if x in ctrl[r.seed]}
+            if d:
+                per_seed[r.seed] = d
+        if per_seed:
+            rows[m] = per_seed
+    if not rows:
+        return ""
+    last = max(x for per_seed in rows.values() for d in per_seed.values() for x in d)
+    first = min(x for per_seed in rows.values() for d in per_seed.values() for x in d)
+    blocks = [(lo, min(lo + block - 1, last)) for lo in range(first, last + 1, block)]
+
+    def block_means(per_seed: dict[int, dict[int, float]]) -> list[str]:
+        out = []
+        for lo, hi in blocks:
+            vals = [v for d in per_seed.values() for x, v in d.items() if lo <= x <= hi]
+            out.append(f"{100 * np.mean(vals):+.1f}" if vals else "–")
+        return out
+
+    lines = ["| method | seeds | " + " | ".join(f"it {lo}-{hi}" for lo, hi in blocks) + " | all [95% CI] |",
+             "|---|---|" + "---|" * (len(blocks) + 1)]
+    level = {s: {x: v for x, v in d.items() if first <= x <= last} for s, d in ctrl.items()}
+    lv = [v for d in level.values() for v in d.values()]
+    lines.append(f"| {control} (level, %) | {len(level)} | "
+                 + " | ".join(b.lstrip("+") for b in block_means(level)) + f" | {100 * np.mean(lv):.1f} |")
+    for m in sorted(rows, key=method_sort_key):
+        per_seed = rows[m]
+        n_it = min(len(d) for d in per_seed.values())
+        # (iterations x seeds): the first n_it common iterations of every seed, resampled within each seed
+        mat = np.array([[d[x] for x in sorted(d)[:n_it]] for d in per_seed.values()]).T
+        mean, lo, hi = stratified_bootstrap_ci(mat, lambda a: float(a.mean()))
+        lines.append(f"| {m} | {len(per_seed)} | " + " | ".join(block_means(per_seed))
+                     + f" | {100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] |")
+    return "\n".join(lines)
+
+
 def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRESHOLDS, baseline: str = "gigpo",
                  command: str = "") -> Path:
     """Write PNGs and ``summary.md`` (plus ``tables.md``) under ``out``; returns the summary path."""
@@ -203,6 +264,14 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
                 md += [f"### Sample efficiency: iterations to reach a success threshold ({_short(split_keys[0])}, "
                        f"seed-mean curve; speed-up over {baseline} in brackets)", "", eff, ""]
             tables += [f"## {env} / {model}", "", t_final, "", t_peak, "", agg, "", eff, ""]
+        ctl = control_table(by_method)
+        if ctl:
+            md += ["### Training rollouts against the no-update control (points of success rate)", "",
+                   f"Each method's training-rollout success minus that of `{CONTROL_METHOD}` (the warm start, never "
+                   "updated) on the same seed's goal draws, per block of iterations; `all`: over every iteration, "
+                   "95% bootstrap interval resampling iterations within each seed. The first row is the control's "
+                   "own success rate.", "", ctl, ""]
+            tables += [ctl, ""]
         eff_train = efficiency_table(by_method, "rollout/success_rate", "metrics", thresholds, baseline)
         if eff_train:
             md += ["### Sample efficiency on training rollouts", "", eff_train, ""]

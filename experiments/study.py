@@ -3,6 +3,7 @@
     python -m experiments.study demo                      # what `make demo` runs (TextCraft, 4 estimators, seed 0)
     python -m experiments.study cpu --seeds 0,1,2 --estimators grpo,gigpo,bipace_v,bipace_q,hgpo,rloo
     python -m experiments.study cpu-alfworld              # the shorter study on generated ALFWorld
+    python -m experiments.study cpu --control             # + the no-update control per seed (warm start at lr 0)
     python -m experiments.study cpu --dry-run             # the plan and the commands, nothing run
     python -m experiments.study cpu --report-only         # rewrite the report from the runs done so far
     python -m experiments.study --list                    # the studies and what they hold
@@ -10,6 +11,9 @@
 A study = a CPU preset x estimators x seeds, every run starting from the same cached warm start, written to
 ``results/<study>/runs/<env>/<model>/<method>/seed_<k>/`` and reported into ``results/<study>/`` (curves, tables,
 sample efficiency, IQM / probability of improvement, diagnostics: ``python -m experiments.report``).
+``--control`` adds one ``no-update`` run per seed: the warm start played on that seed's goal draws with every
+optimizer step at lr 0, so the report can read each method's training rollouts against the unchanged policy on the
+same goals (with 2 goals per iteration, which goals are drawn moves success more than a few RL steps do).
 
 Parts: the command can be stopped at any time (Ctrl-C, or ``--max-hours H`` to stop launching runs after H
 hours) and run again: finished runs are skipped, interrupted ones resume from their last checkpoint, the warm
@@ -76,6 +80,11 @@ ROW13_WARMSTART = ("--epochs", "20", "--train-budget-s", "1500", "--dagger-round
 #: on 200 expert episodes of the 24 generated training games, with GiGPO's 2 past turns in every prompt (ALFWorld's
 #: observation does not say what was already searched or is held)
 ALFWORLD_WARMSTART = ("--history-length", "2", "--expert-episodes", "200", "--dagger-episodes", "100")
+#: the no-update control (``--control``): per seed, one run whose optimizer steps are zero (AdamW with lr 0 leaves
+#: every weight as it is, weight decay included), so it plays the warm start on exactly the goal draws and evaluation
+#: tasks that every method of that seed sees; its training-rollout success is the line RL is read against
+CONTROL_METHOD = "no-update"
+CONTROL_OVERRIDES = ("trainer.lr=0", f"variant={CONTROL_METHOD}")
 
 STUDIES: dict[str, Study] = {
     s.name: s
@@ -386,6 +395,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                          "warm start's defaults")
     ap.add_argument("--max-hours", type=float, default=None,
                     help="start no new run after this many hours; rerun the same command to go on")
+    ap.add_argument("--control", action="store_true",
+                    help=f"also run, per seed, the {CONTROL_METHOD!r} control: the warm start played on the same goals "
+                         "with every update at lr 0 (the report then reads each method against it)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="only (re)write the report from the runs done")
     ap.add_argument("--no-report", action="store_true", help="run, but do not write the report")
@@ -477,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [*study.overrides, *ws_ov, *args.overrides]
     try:
         specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
+        if args.control:  # the estimator only labels the control's rows: no step changes the weights
+            specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
+                                      runs_root)
         specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs
     except sweep_mod.SweepError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -109,3 +109,49 @@ def test_read_jsonl_rejects_corruption_in_the_middle(tmp_path):
     p.write_text('{"iteration": 0}\n{broken\n{"iteration": 2}\n')
     with pytest.raises(ValueError, match="m.jsonl:2"):
         read_jsonl(p)
+
+
+def test_control_table_reads_each_method_against_the_no_update_run_of_its_seed(tmp_path):
+    """Per-iteration differences to the control of the same seed, block means and the overall mean, by hand."""
+    root = tmp_path / "runs"
+    # rollout success per iteration 1..6; the control's level differs by seed (goal draws), the method sits
+    # above it by +0.1 (seed 0) and +0.3 (seed 1) at every iteration
+    level = {0: [0.5, 0.2, 0.4, 0.6, 0.1, 0.3], 1: [0.3, 0.3, 0.7, 0.2, 0.4, 0.5]}
+    lift = {0: 0.1, 1: 0.3}
+    for method in ("no-update", "gigpo"):
+        for seed in (0, 1):
+            d = root / "textcraft" / "tiny" / method / f"seed_{seed}"
+            d.mkdir(parents=True)
+            (d / "run.json").write_text(json.dumps({"env": "textcraft", "model": "tiny", "method": method,
+                                                    "seed": seed}))
+            with open(d / "metrics.jsonl", "w") as f:
+                for it, v in enumerate(level[seed], start=1):
+                    f.write(json.dumps({"iteration": it, "rollout/success_rate":
+                                        v + (lift[seed] if method == "gigpo" else 0.0)}) + "\n")
+    # a method with no control of its seed is left out of the table, not compared with another seed's control
+    d = root / "textcraft" / "tiny" / "grpo" / "seed_7"
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "rollout/success_rate": 1.0}) + "\n")
+    out = tmp_path / "study"
+    assert report_main(["--runs", str(root), "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "against the no-update control" in summary
+    # blocks of 4: iterations 1-4 and 5-6; the lift is +10 / +30 points, mean +20 in every block
+    assert "| method | seeds | it 1-4 | it 5-6 | all [95% CI] |" in summary
+    assert "| gigpo | 2 | +20.0 | +20.0 | +20.0 [" in summary
+    # the control's own level: mean over both seeds of iterations 1-4 and 5-6
+    lv14 = 100 * (sum(level[0][:4]) + sum(level[1][:4])) / 8
+    lv56 = 100 * (sum(level[0][4:]) + sum(level[1][4:])) / 4
+    assert f"| no-update (level, %) | 2 | {lv14:.1f} | {lv56:.1f} |" in summary
+    assert "| grpo |" not in summary.split("against the no-update control")[1].split("###")[0]
+    # the interval resamples iterations within each seed: a constant lift per seed gives an interval inside
+    # [+10, +30] that contains +20
+    line = next(ln for ln in summary.splitlines() if ln.startswith("| gigpo | 2 | +20.0"))
+    lo, hi = (float(x) for x in line.rsplit("[", 1)[1].rstrip(" |]").split(", "))
+    assert 10.0 <= lo <= 20.0 <= hi <= 30.0
+
+
+def test_no_control_no_table(runs_root, tmp_path):
+    out = tmp_path / "study"
+    assert report_main(["--runs", str(runs_root), "--out", str(out)]) == 0
+    assert "no-update control" not in (out / "summary.md").read_text()

@@ -159,6 +159,15 @@ def test_dry_run_plans_without_running(tmp_path):
     res = _study(["cpu", "--seeds", "0-1", "--estimators", "grpo,hgpo,rloo", "--dry-run", "--out", str(tmp_path / "c"),
                   "--init-from", str(tmp_path / "ws" / "final")])
     assert res.returncode == 0 and "# 6 runs:" in res.stdout
+    # --control adds one no-update run per seed: the first estimator's rows at lr 0, in its own method folder
+    res = _study(["cpu", "--seeds", "0-1", "--estimators", "grpo,gigpo", "--control", "--dry-run", "--out",
+                  str(tmp_path / "c"), "--init-from", str(tmp_path / "ws" / "final")])
+    assert res.returncode == 0 and "# 6 runs:" in res.stdout, res.stderr
+    controls = [ln for ln in res.stdout.splitlines() if "variant=no-update" in ln]
+    assert len(controls) == 2 and all("trainer.lr=0" in ln and "estimator.name=grpo" in ln for ln in controls)
+    for seed in (0, 1):
+        assert f"{tmp_path / 'c' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4' / 'no-update'}/seed_{seed}" \
+            in res.stdout
     res = _study(["--list"])
     assert res.returncode == 0 and "cpu-alfworld" in res.stdout
 

@@ -103,6 +103,26 @@ def test_every_estimator_end_to_end(estimator, tmp_path, initial_weights):
                                                                                             0, 3, 2)
 
 
+def test_the_no_update_control_keeps_every_weight_and_plays_the_same_goals(tmp_path, initial_weights):
+    """``experiments.study --control``: lr 0 leaves the weights exactly as they were (AdamW's decoupled weight decay
+    included), and the control sees the very goals and samples of a method of the same seed until that method's first
+    update has changed its weights (iteration 1 here: both start from the same model)."""
+    from experiments.study import CONTROL_OVERRIDES
+    from experiments.train import main
+
+    root = tmp_path / "runs"
+    assert main([*FAST, "estimator.name=grpo", *CONTROL_OVERRIDES], runs_root=str(root)) == 0
+    assert main([*FAST, "estimator.name=grpo"], runs_root=str(root)) == 0
+    base = root / "textcraft" / "tiny-layers-2-hidden-64-heads-2"
+    run = base / "no-update" / "seed_0"
+    final = load_file(str(run / "checkpoints" / "iter_00000002" / "model" / "model.safetensors"))
+    assert all(torch.equal(initial_weights[k], final[k]) for k in initial_weights)
+    ctrl, grpo = _lines(run / "metrics.jsonl"), _lines(base / "grpo" / "seed_0" / "metrics.jsonl")
+    assert ctrl[1]["loss/optimizer_steps"] >= 1  # the steps are taken, at lr 0
+    for k in ("rollout/success_rate", "rollout/gen_tokens", "rollout/num_rows", "rollout/reward_mean"):
+        assert ctrl[1][k] == grpo[1][k], k
+
+
 # ------------------------------------------------------------------------------------------- config errors
 @pytest.mark.parametrize("override,needle", [
     ("trainer.lrr=1", "unknown config key 'trainer.lrr'; did you mean 'trainer.lr'"),
