@@ -172,6 +172,7 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
     seed draws, so the difference removes the goal-to-goal spread that dominates a small batch. Columns: mean of the
     difference per block of ``block`` iterations (over seeds and the block's iterations, in points), then over all
     iterations with a 95% bootstrap interval that resamples iterations within each seed (the seeds are the strata).
+    Only the iterations that every seed of a method has are used (a study still running has ragged seeds).
     The control's own level is the first row. Empty string when there is no control or no other method with a
     control of the same seed."""
     ctrl = {r.seed: dict(zip(*series(r.metrics, key))) for r in by_method.get(control, [])}
@@ -193,30 +194,33 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
             rows[m] = per_seed
     if not rows:
         return ""
-    last = max(x for per_seed in rows.values() for d in per_seed.values() for x in d)
-    first = min(x for per_seed in rows.values() for d in per_seed.values() for x in d)
+    # a rectangle per method: the iterations every one of its seeds has (seeds of a study still running differ)
+    common = {m: sorted(set.intersection(*(set(d) for d in per_seed.values()))) for m, per_seed in rows.items()}
+    level_its = sorted(set.intersection(*(set(d) for d in ctrl.values())))
+    first = min(its[0] for its in common.values() if its)
+    last = max(its[-1] for its in common.values() if its)
     blocks = [(lo, min(lo + block - 1, last)) for lo in range(first, last + 1, block)]
 
-    def block_means(per_seed: dict[int, dict[int, float]]) -> list[str]:
+    def block_means(per_seed: dict[int, dict[int, float]], its: list[int]) -> list[str]:
         out = []
         for lo, hi in blocks:
-            vals = [v for d in per_seed.values() for x, v in d.items() if lo <= x <= hi]
+            vals = [d[x] for d in per_seed.values() for x in its if lo <= x <= hi]
             out.append(f"{100 * np.mean(vals):+.1f}" if vals else "–")
         return out
 
     lines = ["| method | seeds | " + " | ".join(f"it {lo}-{hi}" for lo, hi in blocks) + " | all [95% CI] |",
              "|---|---|" + "---|" * (len(blocks) + 1)]
-    level = {s: {x: v for x, v in d.items() if first <= x <= last} for s, d in ctrl.items()}
-    lv = [v for d in level.values() for v in d.values()]
-    lines.append(f"| {control} (level, %) | {len(level)} | "
-                 + " | ".join(b.lstrip("+") for b in block_means(level)) + f" | {100 * np.mean(lv):.1f} |")
+    its = [x for x in level_its if first <= x <= last]
+    lv = [ctrl[s][x] for s in ctrl for x in its]
+    lines.append(f"| {control} (level, %) | {len(ctrl)} | "
+                 + " | ".join(b.lstrip("+") for b in block_means(ctrl, its)) + f" | {100 * np.mean(lv):.1f} |")
     for m in sorted(rows, key=method_sort_key):
-        per_seed = rows[m]
-        n_it = min(len(d) for d in per_seed.values())
-        # (iterations x seeds): the first n_it common iterations of every seed, resampled within each seed
-        mat = np.array([[d[x] for x in sorted(d)[:n_it]] for d in per_seed.values()]).T
+        per_seed, its = rows[m], common[m]
+        if not its:
+            continue
+        mat = np.array([[d[x] for x in its] for d in per_seed.values()]).T  # (iterations x seeds)
         mean, lo, hi = stratified_bootstrap_ci(mat, lambda a: float(a.mean()))
-        lines.append(f"| {m} | {len(per_seed)} | " + " | ".join(block_means(per_seed))
+        lines.append(f"| {m} | {len(per_seed)} | " + " | ".join(block_means(per_seed, its))
                      + f" | {100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] |")
     return "\n".join(lines)
 

@@ -128,6 +128,13 @@ def test_control_table_reads_each_method_against_the_no_update_run_of_its_seed(t
                 for it, v in enumerate(level[seed], start=1):
                     f.write(json.dumps({"iteration": it, "rollout/success_rate":
                                         v + (lift[seed] if method == "gigpo" else 0.0)}) + "\n")
+    # a method whose seed 1 stopped after 3 iterations (a study still running): only iterations 1-3 count
+    for seed in (0, 1):
+        d = root / "textcraft" / "tiny" / "hgpo" / f"seed_{seed}"
+        d.mkdir(parents=True)
+        with open(d / "metrics.jsonl", "w") as f:
+            for it, v in list(enumerate(level[seed], start=1))[: 6 if seed == 0 else 3]:
+                f.write(json.dumps({"iteration": it, "rollout/success_rate": v - 0.05 * it}) + "\n")
     # a method with no control of its seed is left out of the table, not compared with another seed's control
     d = root / "textcraft" / "tiny" / "grpo" / "seed_7"
     d.mkdir(parents=True)
@@ -143,6 +150,7 @@ def test_control_table_reads_each_method_against_the_no_update_run_of_its_seed(t
     lv14 = 100 * (sum(level[0][:4]) + sum(level[1][:4])) / 8
     lv56 = 100 * (sum(level[0][4:]) + sum(level[1][4:])) / 4
     assert f"| no-update (level, %) | 2 | {lv14:.1f} | {lv56:.1f} |" in summary
+    assert f"| hgpo | 2 | {-100 * 0.05 * 2:+.1f} | – | {-100 * 0.05 * 2:+.1f} [" in summary
     assert "| grpo |" not in summary.split("against the no-update control")[1].split("###")[0]
     # the interval resamples iterations within each seed: a constant lift per seed gives an interval inside
     # [+10, +30] that contains +20
