@@ -225,6 +225,25 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
     return "\n".join(lines)
 
 
+def control_difference_runs(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD,
+                            key: str = "rollout/success_rate") -> dict[str, list[Run]]:
+    """Each non-control run as a run whose only metric ``vs_control`` is its ``key`` minus the control of its seed at
+    the same iteration (for the difference curves); methods without a control of any seed are left out."""
+    ctrl = {r.seed: dict(zip(*series(r.metrics, key))) for r in by_method.get(control, [])}
+    out: dict[str, list[Run]] = {}
+    for m, runs in by_method.items():
+        if m == control:
+            continue
+        for r in runs:
+            c = ctrl.get(r.seed)
+            if not c:
+                continue
+            rows = [{"iteration": x, "vs_control": y - c[x]} for x, y in zip(*series(r.metrics, key)) if x in c]
+            if rows:
+                out.setdefault(m, []).append(Run(r.env, r.model, m, r.seed, r.path, metrics=rows))
+    return out
+
+
 def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRESHOLDS, baseline: str = "gigpo",
                  command: str = "") -> Path:
     """Write PNGs and ``summary.md`` (plus ``tables.md``) under ``out``; returns the summary path."""
@@ -270,7 +289,12 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
             tables += [f"## {env} / {model}", "", t_final, "", t_peak, "", agg, "", eff, ""]
         ctl = control_table(by_method)
         if ctl:
+            png = out / f"curves_{tag}_train_vs_control.png"
+            plotted = plot_curves(control_difference_runs(by_method), "vs_control", "metrics",
+                                  f"{env} / {model}: training rollouts minus {CONTROL_METHOD}", png,
+                                  "success rate difference")
             md += ["### Training rollouts against the no-update control (points of success rate)", "",
+                   *([f"![training success minus the control]({png.name})", ""] if plotted else []),
                    f"Each method's training-rollout success minus that of `{CONTROL_METHOD}` (the warm start, never "
                    "updated) on the same seed's goal draws, per block of iterations; `all`: over every iteration, "
                    "95% bootstrap interval resampling iterations within each seed. The first row is the control's "

@@ -143,6 +143,8 @@ def test_control_table_reads_each_method_against_the_no_update_run_of_its_seed(t
     assert report_main(["--runs", str(root), "--out", str(out)]) == 0
     summary = (out / "summary.md").read_text()
     assert "against the no-update control" in summary
+    png = out / "curves_textcraft_tiny_train_vs_control.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and f"]({png.name})" in summary
     # blocks of 4: iterations 1-4 and 5-6; the lift is +10 / +30 points, mean +20 in every block
     assert "| method | seeds | it 1-4 | it 5-6 | all [95% CI] |" in summary
     assert "| gigpo | 2 | +20.0 | +20.0 | +20.0 [" in summary
@@ -163,3 +165,4 @@ def test_no_control_no_table(runs_root, tmp_path):
     out = tmp_path / "study"
     assert report_main(["--runs", str(runs_root), "--out", str(out)]) == 0
     assert "no-update control" not in (out / "summary.md").read_text()
+    assert not list(out.glob("*_vs_control.png"))
