@@ -68,6 +68,8 @@ class Study:
     """measured CPU minutes of one run on the 2-core machine (the up-front estimate; see README)."""
     baseline: str = "gigpo"
     description: str = ""
+    control: bool = False
+    """also run the no-update control per seed (as ``--control``)."""
     warmstart_args: list[str] = field(default_factory=list)
     """options of ``python -m experiments.warmstart`` for this study's warm start ([] = its defaults, the best
     measured TextCraft setting: results/warmstart/README.md row 15); ``--warmstart-args`` replaces them."""
@@ -113,6 +115,20 @@ STUDIES: dict[str, Study] = {
             warmstart_args=list(ROW13_WARMSTART),
             description="the CPU study of issue 7, from the row-13 warm start (`--warmstart-args ''` for the "
                         "current defaults)",
+        ),
+        Study(
+            name="cpu-lr3e-5",
+            title="CPU study at lr 3e-5: TextCraft, tiny SFT warm start, 3 seeds, with the no-update control",
+            preset="configs/cpu/textcraft_tiny_sft.yaml",
+            out="results/cpu-study-lr3e-5",
+            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
+            seeds=[0, 1, 2],
+            warmstart_env="textcraft",
+            warmstart_args=list(ROW13_WARMSTART),
+            overrides=["trainer.lr=3e-5"],
+            control=True,
+            description="the CPU study again at a third of the step size, 8 iterations, read against the "
+                        "no-update control (results/LOG.md: at lr 1e-4 every method fell below it)",
         ),
         Study(
             name="cpu-alfworld",
@@ -489,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [*study.overrides, *ws_ov, *args.overrides]
     try:
         specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
-        if args.control:  # the estimator only labels the control's rows: no step changes the weights
+        if args.control or study.control:  # the estimator only labels the control's rows: no step changes the weights
             specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
                                       runs_root)
         specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs

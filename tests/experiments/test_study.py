@@ -168,6 +168,14 @@ def test_dry_run_plans_without_running(tmp_path):
     for seed in (0, 1):
         assert f"{tmp_path / 'c' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4' / 'no-update'}/seed_{seed}" \
             in res.stdout
+    # a study can ask for the control itself; its overrides reach every run but the control's lr stays 0
+    res = _study(["cpu-lr3e-5", "--seeds", "0", "--dry-run", "--out", str(tmp_path / "l"),
+                  "--init-from", str(tmp_path / "ws" / "final")])
+    assert res.returncode == 0 and "# 5 runs:" in res.stdout, res.stderr
+    cmds = [ln for ln in res.stdout.splitlines() if "experiments.train" in ln]
+    assert len(cmds) == 5 and all("trainer.lr=3e-5" in ln for ln in cmds)
+    assert sum("variant=no-update" in ln and ln.index("trainer.lr=0") > ln.index("trainer.lr=3e-5")
+               for ln in cmds) == 1
     res = _study(["--list"])
     assert res.returncode == 0 and "cpu-alfworld" in res.stdout
 
