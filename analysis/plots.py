@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .runs import Run, series  # noqa: E402
+from .runs import CONTROL_METHOD, Run, series  # noqa: E402
 from .stats import curve_band, interp_curves  # noqa: E402
 
 __all__ = ["plot_curves", "plot_diagnostics", "METHOD_ORDER", "method_color"]
@@ -19,18 +19,15 @@ _COLORS = {"grpo": "#7f7f7f", "rloo": "#bcbd22", "gigpo": "#1f77b4", "hgpo": "#9
            "bipace_v": "#ff7f0e", "bipace_q": "#d62728"}
 
 
-_CONTROL = "no-update"  # analysis.report.CONTROL_METHOD: black, first
-
-
 def method_color(method: str, i: int = 0) -> str:
-    if method == _CONTROL:
+    if method == CONTROL_METHOD:  # black, first
         return "#000000"
     base = method.split("-")[0]
     return _COLORS.get(base, plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10])
 
 
 def method_sort_key(method: str) -> tuple[int, str]:
-    if method == _CONTROL:
+    if method == CONTROL_METHOD:  # black, first
         return (-1, method)
     base = method.split("-")[0]
     return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), method)

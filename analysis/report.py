@@ -14,14 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from .plots import method_sort_key, plot_curves, plot_diagnostics
-from .runs import Run, series
+from .runs import CONTROL_METHOD, Run, series
 from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci
 
 __all__ = ["build_report", "eval_keys", "run_scores", "control_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
-
-#: the method name of the no-update control (``python -m experiments.study <study> --control``): the warm start
-#: played on the same goal draws as every method of its seed, no weight ever changed
-CONTROL_METHOD = "no-update"
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 _SPLIT_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/success_rate$")

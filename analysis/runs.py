@@ -13,7 +13,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Run", "find_runs", "read_jsonl", "series"]
+__all__ = ["Run", "find_runs", "read_jsonl", "series", "CONTROL_METHOD"]
+
+#: method folder of the no-update control (``python -m experiments.study <study> --control``): the warm start played
+#: on the same goal draws as every method of its seed, no weight ever changed; the report reads methods against it
+CONTROL_METHOD = "no-update"
 
 _SEED = re.compile(r"^seed_(\d+)$")
 

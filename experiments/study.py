@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.runs import CONTROL_METHOD
 from experiments import sweep as sweep_mod
 
 __all__ = ["Study", "STUDIES", "main", "warmstart_overrides", "find_warmstart", "warmstart_command",
@@ -85,7 +86,6 @@ ALFWORLD_WARMSTART = ("--history-length", "2", "--expert-episodes", "200", "--da
 #: the no-update control (``--control``): per seed, one run whose optimizer steps are zero (AdamW with lr 0 leaves
 #: every weight as it is, weight decay included), so it plays the warm start on exactly the goal draws and evaluation
 #: tasks that every method of that seed sees; its training-rollout success is the line RL is read against
-CONTROL_METHOD = "no-update"
 CONTROL_OVERRIDES = ("trainer.lr=0", f"variant={CONTROL_METHOD}")
 
 STUDIES: dict[str, Study] = {
