@@ -36,7 +36,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from analysis.runs import CONTROL_METHOD
@@ -88,6 +88,21 @@ ALFWORLD_WARMSTART = ("--history-length", "2", "--expert-episodes", "200", "--da
 #: tasks that every method of that seed sees; its training-rollout success is the line RL is read against
 CONTROL_OVERRIDES = ("trainer.lr=0", f"variant={CONTROL_METHOD}")
 
+_CPU_STUDY = Study(
+    name="cpu",
+    title="CPU study: TextCraft, tiny SFT warm start, 3 seeds",
+    preset="configs/cpu/textcraft_tiny_sft.yaml",
+    out="results/cpu-study",
+    estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
+    seeds=[0, 1, 2],
+    warmstart_env="textcraft",
+    # the committed study (results/cpu-study) ran from row 13 of results/warmstart/README.md, the default
+    # warm start of its day; pinned so that resuming or extending it uses the same start [choice]
+    warmstart_args=list(ROW13_WARMSTART),
+    description="the CPU study of issue 7, from the row-13 warm start (`--warmstart-args ''` for the "
+                "current defaults)",
+)
+
 STUDIES: dict[str, Study] = {
     s.name: s
     for s in (
@@ -102,29 +117,12 @@ STUDIES: dict[str, Study] = {
             minutes_per_run=None,
             description="the main job (`make demo`): one seed, four estimators from the same warm start",
         ),
-        Study(
-            name="cpu",
-            title="CPU study: TextCraft, tiny SFT warm start, 3 seeds",
-            preset="configs/cpu/textcraft_tiny_sft.yaml",
-            out="results/cpu-study",
-            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
-            seeds=[0, 1, 2],
-            warmstart_env="textcraft",
-            # the committed study (results/cpu-study) ran from row 13 of results/warmstart/README.md, the default
-            # warm start of its day; pinned so that resuming or extending it uses the same start [choice]
-            warmstart_args=list(ROW13_WARMSTART),
-            description="the CPU study of issue 7, from the row-13 warm start (`--warmstart-args ''` for the "
-                        "current defaults)",
-        ),
-        Study(
+        _CPU_STUDY,
+        replace(  # the same study at a third of the step size, with the control
+            _CPU_STUDY,
             name="cpu-lr3e-5",
             title="CPU study at lr 3e-5: TextCraft, tiny SFT warm start, 3 seeds, with the no-update control",
-            preset="configs/cpu/textcraft_tiny_sft.yaml",
             out="results/cpu-study-lr3e-5",
-            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
-            seeds=[0, 1, 2],
-            warmstart_env="textcraft",
-            warmstart_args=list(ROW13_WARMSTART),
             overrides=["trainer.lr=3e-5"],
             control=True,
             description="the CPU study again at a third of the step size, 8 iterations, read against the "
