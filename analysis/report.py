@@ -171,23 +171,7 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
     Only the iterations that every seed of a method has are used (a study still running has ragged seeds).
     The control's own level is the first row. Empty string when there is no control or no other method with a
     control of the same seed."""
-    ctrl = {r.seed: dict(zip(*series(r.metrics, key))) for r in by_method.get(control, [])}
-    if not ctrl:
-        return ""
-    rows: dict[str, dict[int, dict[int, float]]] = {}
-    for m, runs in by_method.items():
-        if m == control:
-            continue
-        per_seed = {}
-        for r in runs:
-            if r.seed not in ctrl:
-                continue
-            xs, ys = series(r.metrics, key)
-            d = {x: y - ctrl[r.seed][x] for x, y in zip(xs, ys) if x in ctrl[r.seed]}
-            if d:
-                per_seed[r.seed] = d
-        if per_seed:
-            rows[m] = per_seed
+    ctrl, rows = _control_differences(by_method, control, key)
     if not rows:
         return ""
     # a rectangle per method: the iterations every one of its seeds has (seeds of a study still running differ)
@@ -221,23 +205,32 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
     return "\n".join(lines)
 
 
-def control_difference_runs(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD,
-                            key: str = "rollout/success_rate") -> dict[str, list[Run]]:
-    """Each non-control run as a run whose only metric ``vs_control`` is its ``key`` minus the control of its seed at
-    the same iteration (for the difference curves); methods without a control of any seed are left out."""
+def _control_differences(by_method: dict[str, list[Run]], control: str, key: str):
+    """(control's ``key`` per seed {iteration: value}, {method: {seed: {iteration: value - control's}}}) over the
+    iterations both have; runs without a control of their seed are left out."""
     ctrl = {r.seed: dict(zip(*series(r.metrics, key))) for r in by_method.get(control, [])}
-    out: dict[str, list[Run]] = {}
+    rows: dict[str, dict[int, dict[int, float]]] = {}
     for m, runs in by_method.items():
         if m == control:
             continue
         for r in runs:
-            c = ctrl.get(r.seed)
-            if not c:
-                continue
-            rows = [{"iteration": x, "vs_control": y - c[x]} for x, y in zip(*series(r.metrics, key)) if x in c]
-            if rows:
-                out.setdefault(m, []).append(Run(r.env, r.model, m, r.seed, r.path, metrics=rows))
-    return out
+            c = ctrl.get(r.seed, {})
+            d = {x: y - c[x] for x, y in zip(*series(r.metrics, key)) if x in c}
+            if d:
+                rows.setdefault(m, {})[r.seed] = d
+    return ctrl, rows
+
+
+def control_difference_runs(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD,
+                            key: str = "rollout/success_rate") -> dict[str, list[Run]]:
+    """Each non-control run as a run whose only metric ``vs_control`` is its ``key`` minus the control of its seed at
+    the same iteration (for the difference curves); methods without a control of any seed are left out."""
+    _, rows = _control_differences(by_method, control, key)
+    first = {(r.method, r.seed): r for runs in by_method.values() for r in runs}
+    return {m: [Run(first[(m, seed)].env, first[(m, seed)].model, m, seed, first[(m, seed)].path,
+                    metrics=[{"iteration": x, "vs_control": v} for x, v in sorted(d.items())])
+                for seed, d in per_seed.items()]
+            for m, per_seed in rows.items()}
 
 
 def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRESHOLDS, baseline: str = "gigpo",
