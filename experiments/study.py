@@ -32,6 +32,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -257,6 +258,17 @@ def missing_warmstart_message(env: str) -> str:
             "model as it is: a random tiny model learns nothing, pipeline checks only)")
 
 
+def _drop_repeated_cache_hit(log_path: Path, start: int) -> None:
+    """Undo the bytes a warm-start call appended to ``log_path`` from offset ``start`` when they are a cache-hit
+    report already in the log (a study called again finds the same cached model): the log keeps the build and one
+    report per distinct cache entry instead of a copy per call (the call's own timing is ignored)."""
+    data = log_path.read_bytes()
+    new, before = (re.sub(rb"this call [0-9.]+ s", b"", part) for part in (data[start:], data[:start]))
+    if new.startswith(b"[warmstart] cache hit") and new in before:
+        with log_path.open("r+b") as log:
+            log.truncate(start)
+
+
 def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
     """Run (or find cached) the warm start of ``env`` (``warmstart_command``); its output goes to the terminal and
     ``log_path``. Returns the final model folder; raises ``RuntimeError`` with the fix when it cannot."""
@@ -268,6 +280,7 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
     print(f"[study] warm start: {shown} (cached after the first run)", flush=True)
     with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc, \
             log_path.open("ab") as log:
+        start = log.tell()
         buf = b""
         for chunk in iter(lambda: proc.stdout.read1(4096), b""):
             sys.stdout.buffer.write(chunk)
@@ -275,6 +288,7 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
             log.write(chunk)
             buf = (buf + chunk)[-8192:]
         rc = proc.wait()
+    _drop_repeated_cache_hit(log_path, start)
     tail = buf.decode("utf-8", "replace").replace("\r", "\n").splitlines()[-20:]
     if rc != 0:
         raise RuntimeError(f"`{shown}` failed with exit status {rc}: see {log_path} (its last lines are above)")

@@ -248,3 +248,32 @@ def test_the_alfworld_study_is_pinned_to_the_warm_start_it_ran_from():
     from trainer.warmstart import cache_key
 
     assert cache_key(cfg) == "fbcaf8988205"  # results/cpu-study-alfworld, row A1 of results/warmstart/README.md
+
+
+def test_repeated_cache_hits_are_logged_once(tmp_path, monkeypatch, capfd):
+    """A study called again finds the cached warm start: its report goes to the terminal every time but into the
+    study's warmstart.log once (it used to grow by a copy per call); a build and a different entry are kept."""
+    final = _fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
+    report = ("[warmstart] cache hit: {f}\nmodel: {f}\nbuilt in 26.0 min wall; this call {t} s\n")
+    calls = iter(["0.0", "0.1", "12.5", "0.0"])
+
+    def command(env, extra=None, text=None):
+        out = text or report.format(f=final, t=next(calls))
+        return [sys.executable, "-c", f"import sys; sys.stdout.write({out!r})"]
+
+    monkeypatch.setattr(study, "warmstart_command", command)
+    log = tmp_path / "study" / "warmstart.log"
+    for _ in range(3):
+        assert study.run_warmstart("textcraft", [], log) == final
+    assert log.read_text().count("[warmstart] cache hit") == 1
+    assert capfd.readouterr().out.count("[warmstart] cache hit") == 3
+    # a build is logged in full; a cache hit on another entry is new text and is kept too
+    monkeypatch.setattr(study, "warmstart_command", lambda env, extra=None: command(
+        env, text=f"epoch 1/2 loss 3.1\nsaved {final}\n"))
+    assert study.run_warmstart("textcraft", [], log) == final
+    other = _fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-def", {})
+    monkeypatch.setattr(study, "warmstart_command", lambda env, extra=None: command(
+        env, text=report.format(f=other, t="0.0")))
+    assert study.run_warmstart("textcraft", [], log) == other
+    text = log.read_text()
+    assert "epoch 1/2 loss 3.1" in text and text.count("[warmstart] cache hit") == 2
