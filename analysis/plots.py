@@ -95,7 +95,8 @@ def plot_diagnostics(runs_by_method: dict[str, list[Run]], title: str, out: Path
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("training iteration")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:  # a panel no method logs (e.g. GRPO only) gets no empty legend
+            ax.legend(fontsize=6)
     if not drawn:
         plt.close(fig)
         return False

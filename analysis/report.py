@@ -15,7 +15,7 @@ import numpy as np
 
 from .plots import method_sort_key, plot_curves, plot_diagnostics
 from .runs import CONTROL_METHOD, Run, series
-from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci
+from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci, within_slope_ci
 
 __all__ = ["build_report", "eval_keys", "run_scores", "control_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
 
@@ -169,8 +169,11 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
     difference per block of ``block`` iterations (over seeds and the block's iterations, in points), then over all
     iterations with a 95% bootstrap interval that resamples iterations within each seed (the seeds are the strata).
     Only the iterations that every seed of a method has are used (a study still running has ragged seeds).
-    The control's own level is the first row. Empty string when there is no control or no other method with a
-    control of the same seed."""
+    The last column asks whether the gap has settled: the slope of the difference over the second half of those
+    iterations, in points per ``block`` iterations, fitted with an intercept per seed, with a 95% interval that
+    resamples iterations within each seed (``analysis.stats.within_slope_ci``); an interval around 0 means the
+    difference no longer moves measurably. The control's own level is the first row. Empty string when there is
+    no control or no other method with a control of the same seed."""
     ctrl, rows = _control_differences(by_method, control, key)
     if not rows:
         return ""
@@ -188,20 +191,24 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
             out.append(f"{100 * np.mean(vals):+.1f}" if vals else "–")
         return out
 
-    lines = ["| method | seeds | " + " | ".join(f"it {lo}-{hi}" for lo, hi in blocks) + " | all [95% CI] |",
-             "|---|---|" + "---|" * (len(blocks) + 1)]
+    lines = ["| method | seeds | " + " | ".join(f"it {lo}-{hi}" for lo, hi in blocks)
+             + f" | all [95% CI] | trend, 2nd half (pts / {block} its) [95% CI] |",
+             "|---|---|" + "---|" * (len(blocks) + 2)]
     its = [x for x in level_its if first <= x <= last]
     lv = [ctrl[s][x] for s in ctrl for x in its]
     lines.append(f"| {control} (level, %) | {len(ctrl)} | "
-                 + " | ".join(b.lstrip("+") for b in block_means(ctrl, its)) + f" | {100 * np.mean(lv):.1f} |")
+                 + " | ".join(b.lstrip("+") for b in block_means(ctrl, its)) + f" | {100 * np.mean(lv):.1f} | – |")
     for m in sorted(rows, key=method_sort_key):
         per_seed, its = rows[m], common[m]
         if not its:
             continue
         mat = np.array([[d[x] for x in its] for d in per_seed.values()]).T  # (iterations x seeds)
         mean, lo, hi = stratified_bootstrap_ci(mat, lambda a: float(a.mean()))
+        half = len(its) // 2
+        slope = [round(100 * block * v, 1) + 0.0 for v in within_slope_ci(its[half:], mat[half:])]  # no "-0.0"
+        trend = "–" if not np.isfinite(slope[0]) else f"{slope[0]:+.1f} [{slope[1]:+.1f}, {slope[2]:+.1f}]"
         lines.append(f"| {m} | {len(per_seed)} | " + " | ".join(block_means(per_seed, its))
-                     + f" | {100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] |")
+                     + f" | {100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | {trend} |")
     return "\n".join(lines)
 
 
@@ -286,8 +293,10 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
                    *([f"![training success minus the control]({png.name})", ""] if plotted else []),
                    f"Each method's training-rollout success minus that of `{CONTROL_METHOD}` (the warm start, never "
                    "updated) on the same seed's goal draws, per block of iterations; `all`: over every iteration, "
-                   "95% bootstrap interval resampling iterations within each seed. The first row is the control's "
-                   "own success rate.", "", ctl, ""]
+                   "95% bootstrap interval resampling iterations within each seed; `trend`: slope of the "
+                   "difference over the second half of the iterations (points per block, an intercept per seed, "
+                   "same resampling) — an interval around 0 says the gap has stopped moving. The first row is the "
+                   "control's own success rate.", "", ctl, ""]
             tables += [ctl, ""]
         eff_train = efficiency_table(by_method, "rollout/success_rate", "metrics", thresholds, baseline)
         if eff_train:

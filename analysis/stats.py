@@ -14,6 +14,7 @@ __all__ = [
     "iqm",
     "mean_ci",
     "stratified_bootstrap_ci",
+    "within_slope_ci",
     "probability_of_improvement",
     "poi_ci",
     "steps_to_threshold",
@@ -51,6 +52,39 @@ def stratified_bootstrap_ci(
     boot = np.take_along_axis(scores[None].repeat(reps, 0), idx, axis=1)
     vals = np.array([stat(b) for b in boot])
     return point, float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))
+
+
+def within_slope_ci(
+    x: Sequence[float], y: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float, float]:
+    """(slope, low, high): the least-squares slope of ``y`` on ``x`` with an intercept per column (the pooled
+    within-seed slope), and its percentile CI resampling the (x, y) points with replacement inside each column.
+    x: (points,), y: (points x seeds). A resample that draws a single x in every column has no slope and is
+    dropped; with fewer than two distinct x the result is NaN."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim == 1:
+        y = y[:, None]
+    if y.shape[0] != x.size:
+        raise ValueError(f"within_slope_ci: {x.size} x values for {y.shape[0]} rows of y")
+
+    def slope(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:  # xs, ys: (..., points, seeds)
+        dx = xs - xs.mean(axis=-2, keepdims=True)
+        dy = ys - ys.mean(axis=-2, keepdims=True)
+        sxx = (dx * dx).sum(axis=(-2, -1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(sxx > 0, (dx * dy).sum(axis=(-2, -1)) / sxx, np.nan)
+
+    xs = np.broadcast_to(x[:, None], y.shape)
+    point = float(slope(xs, y))
+    if not np.isfinite(point):
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(reps, *y.shape))
+    boot = slope(np.take_along_axis(np.broadcast_to(xs, idx.shape), idx, axis=1),
+                 np.take_along_axis(np.broadcast_to(y, idx.shape), idx, axis=1))
+    boot = boot[np.isfinite(boot)]
+    return point, float(np.quantile(boot, alpha / 2)), float(np.quantile(boot, 1 - alpha / 2))
 
 
 def mean_ci(values: Sequence[float], reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float, float]:

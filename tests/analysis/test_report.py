@@ -146,18 +146,23 @@ def test_control_table_reads_each_method_against_the_no_update_run_of_its_seed(t
     png = out / "curves_textcraft_tiny_train_vs_control.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and f"]({png.name})" in summary
     # blocks of 4: iterations 1-4 and 5-6; the lift is +10 / +30 points, mean +20 in every block
-    assert "| method | seeds | it 1-4 | it 5-6 | all [95% CI] |" in summary
+    assert "| method | seeds | it 1-4 | it 5-6 | all [95% CI] | trend, 2nd half (pts / 4 its) [95% CI] |" in summary
     assert "| gigpo | 2 | +20.0 | +20.0 | +20.0 [" in summary
+    # a constant lift per seed has no trend; hgpo falls 5 points per iteration below the control (-20 per block of
+    # 4), fitted on the second half of its 3 common iterations (2 and 3), exactly, so its interval is a point
+    assert summary.count("+0.0 [+0.0, +0.0] |") == 1
+    assert "| -20.0 [-20.0, -20.0] |" in summary
     # the control's own level: mean over both seeds of iterations 1-4 and 5-6
     lv14 = 100 * (sum(level[0][:4]) + sum(level[1][:4])) / 8
     lv56 = 100 * (sum(level[0][4:]) + sum(level[1][4:])) / 4
-    assert f"| no-update (level, %) | 2 | {lv14:.1f} | {lv56:.1f} |" in summary
+    assert f"| no-update (level, %) | 2 | {lv14:.1f} | {lv56:.1f} | {100 * (sum(level[0]) + sum(level[1])) / 12:.1f} | – |" in summary
     assert f"| hgpo | 2 | {-100 * 0.05 * 2:+.1f} | – | {-100 * 0.05 * 2:+.1f} [" in summary
     assert "| grpo |" not in summary.split("against the no-update control")[1].split("###")[0]
     # the interval resamples iterations within each seed: a constant lift per seed gives an interval inside
     # [+10, +30] that contains +20
     line = next(ln for ln in summary.splitlines() if ln.startswith("| gigpo | 2 | +20.0"))
-    lo, hi = (float(x) for x in line.rsplit("[", 1)[1].rstrip(" |]").split(", "))
+    all_cell = line.split(" | ")[4]  # method, seeds, it 1-4, it 5-6, all, trend
+    lo, hi = (float(x) for x in all_cell.split("[", 1)[1].rstrip("]").split(", "))
     assert 10.0 <= lo <= 20.0 <= hi <= 30.0
 
 

@@ -12,6 +12,7 @@ from analysis.stats import (
     probability_of_improvement,
     steps_to_threshold,
     stratified_bootstrap_ci,
+    within_slope_ci,
 )
 
 
@@ -48,6 +49,24 @@ def test_bootstrap_ci_contains_point_and_shrinks():
     assert h2 - l2 < h1 - l1
     const = np.full((4, 3), 0.7)
     assert stratified_bootstrap_ci(const, iqm) == pytest.approx((0.7, 0.7, 0.7))
+
+
+def test_within_slope_by_hand():
+    x = [1, 2, 3]
+    # seed 1: slope 1 (sxx 2, sxy 2); seed 2: dx -1,0,1 and dy -1,-1,2 (sxy 3): pooled (2 + 3) / (2 + 2)
+    y = np.array([[0.0, 5.0], [1.0, 5.0], [2.0, 8.0]])
+    slope, lo, hi = within_slope_ci(x, y)
+    assert slope == pytest.approx(1.25) and lo <= 1.25 <= hi and hi - lo > 0.1
+    # an exact line with a different offset per seed: every resample with two distinct x gives the slope
+    line = 2.0 * np.array(x, dtype=float)[:, None] + np.array([[0.0, 10.0, -3.0]])
+    assert within_slope_ci(x, line) == pytest.approx((2.0, 2.0, 2.0))
+    # one column: the ordinary least-squares slope
+    rng = np.random.default_rng(1)
+    xs, ys = np.arange(8.0), rng.normal(size=8)
+    assert within_slope_ci(xs, ys)[0] == pytest.approx(np.polyfit(xs, ys, 1)[0])
+    assert np.isnan(within_slope_ci([4, 4], np.ones((2, 2)))[0])
+    with pytest.raises(ValueError, match="3 x values for 2 rows"):
+        within_slope_ci([1, 2, 3], np.ones((2, 2)))
 
 
 def test_curves_and_thresholds():
