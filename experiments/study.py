@@ -357,19 +357,29 @@ def _load_timings(runs_root: Path) -> dict[str, dict]:
 
 
 def _estimate(study: Study, specs, timings: dict[str, dict], jobs: int) -> str:
-    """Up-front time estimate: measured CPU minutes per run (this study's earlier runs, else the study's figure)
-    spread over ``jobs`` cores of an otherwise idle machine."""
+    """Up-front time estimate spread over ``jobs`` cores of an otherwise idle machine: the iterations left times
+    the CPU time per iteration measured on this study's earlier runs (``sweep.jsonl`` over the iterations their
+    folders have saved, so a lengthened study is estimated too), else the study's figure per run."""
     todo = [s for s in specs if s.status != "finished"]
     if not todo:
         return "nothing left to run"
-    done = [t["cpu_s"] / 60 for t in timings.values() if t.get("last_exit") == 0 and t["attempts"] == 1]
-    per_run = sum(done) / len(done) if done else study.minutes_per_run
-    if per_run is None:
-        return f"{len(todo)} runs to do (no measured time per run yet)"
     lanes = min(jobs, len(todo), os.cpu_count() or 1)
-    minutes = per_run * len(todo) / max(1, lanes)
-    return (f"{len(todo)} runs to do, ~{per_run:.1f} CPU min each: ~{minutes:.0f} min on an idle "
-            f"{os.cpu_count()}-core machine with {lanes} at a time (more while others use the cores)")
+    where = f"on an idle {os.cpu_count()}-core machine with {lanes} at a time (more while others use the cores)"
+    by_label = {s.label: s for s in specs}
+    cpu_s = done_its = 0.0
+    for label, t in timings.items():
+        s = by_label.get(label)
+        if s is not None and t.get("last_exit") == 0 and s.iterations_done > 0:
+            cpu_s, done_its = cpu_s + t["cpu_s"], done_its + s.iterations_done
+    left = sum(max(0, s.iterations - s.iterations_done) for s in todo)
+    if done_its:
+        per_it = cpu_s / 60 / done_its
+        return (f"{len(todo)} runs to do, {left} iterations left at ~{per_it:.2f} CPU min each (measured): "
+                f"~{per_it * left / max(1, lanes):.0f} min {where}")
+    if study.minutes_per_run is None:
+        return f"{len(todo)} runs to do (no measured time per run yet)"
+    return (f"{len(todo)} runs to do, ~{study.minutes_per_run:.1f} CPU min each: "
+            f"~{study.minutes_per_run * len(todo) / max(1, lanes):.0f} min {where}")
 
 
 def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict) -> Path:

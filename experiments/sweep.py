@@ -89,6 +89,7 @@ class RunSpec:
     run_dir: Path
     status: str = "new"  # new | resume | finished
     detail: str = ""
+    iterations_done: int = 0  # saved in the run folder (set by ``plan``)
 
     @property
     def label(self) -> str:
@@ -231,6 +232,7 @@ def plan(specs: list[RunSpec]) -> list[RunSpec]:
             conflicts.append(f"{s.label}: {e}")
             continue
         st = folder.status()
+        s.iterations_done = int(st.iterations_done or 0)
         if folder.is_finished():
             s.status, s.detail = "finished", f"{st.iterations_done} iterations"
         elif st.status is not None or folder.checkpoints.exists():

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,33 @@ def test_repeated_cache_hits_are_logged_once(tmp_path, monkeypatch, capfd):
     assert study.run_warmstart("textcraft", [], log) == other
     text = log.read_text()
     assert "epoch 1/2 loss 3.1" in text and text.count("[warmstart] cache hit") == 2
+
+
+def test_the_estimate_counts_the_iterations_left_at_the_measured_rate(monkeypatch):
+    """Lengthening a study (every run already has an attempt) is estimated from CPU time per saved iteration."""
+    from experiments.sweep import RunSpec
+
+    monkeypatch.setattr(study.os, "cpu_count", lambda: 2)
+    cpu = study.STUDIES["cpu"]
+
+    def spec(method, done, status, its=20):
+        return RunSpec("c.yaml", [], "textcraft", "tiny", method, method, 0, its, Path("r") / method,
+                       status=status, iterations_done=done)
+
+    specs = [spec("grpo", 16, "resume"), spec("gigpo", 16, "resume"), spec("rloo", 20, "finished"),
+             spec("hgpo", 0, "new")]
+    timings = {  # 16 iterations in 960 CPU s (two attempts) and 16 in 1000: 1960 s / 32 its = 1.02 CPU min each
+        "textcraft/tiny/grpo/seed_0": {"attempts": 2, "cpu_s": 960.0, "last_exit": 0},
+        "textcraft/tiny/gigpo/seed_0": {"attempts": 2, "cpu_s": 1000.0, "last_exit": 0},
+        # an attempt that failed, and a run of another study: neither is a measurement
+        "textcraft/tiny/hgpo/seed_0": {"attempts": 1, "cpu_s": 50.0, "last_exit": 1},
+        "textcraft/tiny/other/seed_0": {"attempts": 1, "cpu_s": 9999.0, "last_exit": 0},
+    }
+    msg = study._estimate(cpu, specs, timings, jobs=2)
+    # left: 4 + 4 + 20 iterations = 28 at 1960 / 60 / 32 CPU min, 2 at a time
+    assert msg.startswith("3 runs to do, 28 iterations left at ~1.02 CPU min each (measured): ~14 min")
+    assert "2-core machine with 2 at a time" in msg
+    assert study._estimate(cpu, specs, {}, jobs=2) == "3 runs to do (no measured time per run yet)"
+    assert study._estimate(replace(cpu, minutes_per_run=10.0), specs, {}, jobs=1).startswith(
+        "3 runs to do, ~10.0 CPU min each: ~30 min")
+    assert study._estimate(cpu, [spec("rloo", 20, "finished")], timings, jobs=2) == "nothing left to run"

@@ -108,6 +108,7 @@ def test_plan_skips_finished_runs_and_resumes_the_others(tmp_path):
     _fixture_run(specs[2], "finished", 1)          # finished a shorter run: extended, i.e. resumed
     sweep.plan(specs)
     assert [s.status for s in specs] == ["finished", "resume", "resume", "new"]
+    assert [s.iterations_done for s in specs] == [2, 1, 1, 0]  # what the study's time estimate counts from
     # the dry run says so, and shows the commands of the runs to do only
     res = _sweep(["--config", SMOKE, "--estimators", "grpo,gigpo,bipace_q,rloo", "--runs-root", str(root),
                   "--dry-run", *FAST])
