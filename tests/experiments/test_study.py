@@ -174,7 +174,7 @@ def test_dry_run_plans_without_running(tmp_path):
                   "--init-from", str(tmp_path / "ws" / "final")])
     assert res.returncode == 0 and "# 5 runs:" in res.stdout, res.stderr
     cmds = [ln for ln in res.stdout.splitlines() if "experiments.train" in ln]
-    assert len(cmds) == 5 and all("trainer.lr=3e-5" in ln for ln in cmds)
+    assert len(cmds) == 5 and all("trainer.lr=3e-5 trainer.iterations=20" in ln for ln in cmds)
     assert sum("variant=no-update" in ln and ln.index("trainer.lr=0") > ln.index("trainer.lr=3e-5")
                for ln in cmds) == 1
     res = _study(["--list"])
