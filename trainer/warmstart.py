@@ -209,8 +209,25 @@ class WarmStartConfig:
                 d.pop(k)
         if not self.rename_copies:  # added later: off keeps the keys of entries built before it existed
             d.pop("rename_copies")
+        data = self.data_from_environment()
+        if data is not None:  # added later: absent for the generated default, so earlier entries keep their keys
+            d["data"] = data
         d["format"] = 1
         return d
+
+    def data_from_environment(self) -> str | None:
+        """The data folder the env will read that its kwargs do not name: ``$ALFWORLD_DATA`` (or downloaded
+        games) for ALFWorld, ``$WEBSHOP_DATA`` for WebShop; None for the generated default sets. Part of the cache
+        key, so that pointing ALFWORLD_DATA at a bigger set trains a new warm start instead of finding the old one."""
+        kw = self.resolved_env_kwargs
+        if self.env_short == "alfworld" and not kw.get("data_path"):
+            from envs.alfworld.data import chosen_data_root
+
+            root = chosen_data_root()
+            return str(root) if root is not None else None
+        if self.env_short == "webshop" and not kw.get("data_dir") and os.environ.get("WEBSHOP_DATA"):
+            return str(Path(os.environ["WEBSHOP_DATA"]).expanduser().resolve())
+        return None
 
 
 def _model_identity(name: str) -> dict[str, Any]:

@@ -39,6 +39,7 @@ __all__ = [
     "ensure_default_data",
     "scan_split",
     "fill_instructions",
+    "chosen_data_root",
 ]
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
@@ -121,6 +122,16 @@ def ensure_default_data(progress: bool = True) -> Path:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return root
+
+
+def chosen_data_root() -> Path | None:
+    """The games folder the user chose outside the env's options — ``$ALFWORLD_DATA`` as set before ``import
+    alfworld``, else the ``alfworld-download`` default when it holds games — or None when envs play the generated
+    default set. Cache keys of anything trained on ALFWorld games (the SFT warm start) include it."""
+    user = _USER_ALFWORLD_DATA
+    if user and Path(user).expanduser() != _ALFWORLD_DEFAULT:
+        return Path(user).expanduser().resolve()
+    return _ALFWORLD_DEFAULT if _has_games(_ALFWORLD_DEFAULT) else None
 
 
 def resolve_data_root(data_path: str | os.PathLike | None = None, generate: bool = True) -> tuple[Path, str]:

@@ -379,3 +379,39 @@ def test_warm_start_trains_on_the_expert_rows_and_their_renamed_copies(tmp_path)
     n_expert = len(sft.load_rows(folder / "data" / "expert.jsonl"))
     assert load_result(folder)["rounds"][0]["rows"] == 3 * n_expert
     assert load_result(folder)["settings"]["rename_copies"] == 2
+
+
+def test_the_warm_start_key_follows_the_data_folder_chosen_outside_the_env_options(tmp_path, monkeypatch):
+    """ALFWORLD_DATA / downloaded games / WEBSHOP_DATA change what the warm start trains on, so they change its cache
+    key (a bigger generated set used to find the warm start of the small default one); the generated default
+    sets keep the keys of the entries built before the data folder was part of the key."""
+    from envs.alfworld import data as alf_data
+    from trainer.warmstart import WarmStartConfig, cache_key
+
+    monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", None)
+    monkeypatch.setattr(alf_data, "_ALFWORLD_DEFAULT", tmp_path / "no-download")
+    monkeypatch.delenv("WEBSHOP_DATA", raising=False)
+    a1 = WarmStartConfig(env="alfworld", history_length=2, expert_episodes=200, dagger_episodes=100)
+    assert "data" not in a1.key_dict() and cache_key(a1) == "fbcaf8988205"  # row A1, the ALFWorld study's start
+    big, other = tmp_path / "gen300", tmp_path / "gen600"
+    monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", str(big))
+    assert a1.key_dict()["data"] == str(big.resolve()) and cache_key(a1) != "fbcaf8988205"
+    key_big = cache_key(a1)
+    monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", str(other))
+    assert cache_key(a1) not in (key_big, "fbcaf8988205")
+    # data_path in the env options is in the key already (env_kwargs) and wins over ALFWORLD_DATA
+    named = WarmStartConfig(env="alfworld", env_kwargs={"data_path": str(big)})
+    assert "data" not in named.key_dict() and named.key_dict()["env_kwargs"] == {"data_path": str(big)}
+    # games downloaded by alfworld-download into the default folder are a choice too
+    monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", None)
+    game = tmp_path / "download" / "json_2.1.1" / "train" / "task" / "trial"
+    game.mkdir(parents=True)
+    (game / "game.tw-pddl").write_text("{}")
+    monkeypatch.setattr(alf_data, "_ALFWORLD_DEFAULT", tmp_path / "download")
+    assert a1.key_dict()["data"] == str(tmp_path / "download")
+    # WebShop: $WEBSHOP_DATA; TextCraft reads no data folder
+    ws = WarmStartConfig(env="webshop")
+    plain = cache_key(ws)
+    monkeypatch.setenv("WEBSHOP_DATA", str(tmp_path / "catalogue"))
+    assert ws.key_dict()["data"] == str((tmp_path / "catalogue").resolve()) and cache_key(ws) != plain
+    assert cache_key(WarmStartConfig(env="textcraft")) == "ee351835b46a"
