@@ -17,7 +17,7 @@ from .plots import method_sort_key, plot_curves, plot_diagnostics
 from .runs import CONTROL_METHOD, Run, series
 from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci, within_slope_ci
 
-__all__ = ["build_report", "eval_keys", "run_scores", "control_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
+__all__ = ["build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 _SPLIT_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/success_rate$")
@@ -238,6 +238,41 @@ def control_difference_runs(by_method: dict[str, list[Run]], control: str = CONT
                     metrics=[{"iteration": x, "vs_control": v} for x, v in sorted(d.items())])
                 for seed, d in per_seed.items()]
             for m, per_seed in rows.items()}
+
+
+def _mean_metric(run: Run, key: str) -> float | None:
+    _, ys = series(run.metrics, key)
+    return sum(ys) / len(ys) if ys else None
+
+
+def reference_table(yours: list[Run], reference: list[Run], tol: float = 1e-9) -> str:
+    """Markdown table of each of ``yours`` beside the run of the same (env, model, method, seed) in ``reference``
+    (a committed study): final evaluation success per split and mean training-rollout success over the
+    iterations both have, in %; the last column says whether every number is equal (CPU runs with one seed are
+    deterministic, so a difference means another machine's arithmetic, another warm start or other code).
+    Empty string when no run has a counterpart."""
+    ref = {(r.env, r.model, r.method, r.seed): r for r in reference}
+    pairs = [(y, ref[(y.env, y.model, y.method, y.seed)]) for y in yours if (y.env, y.model, y.method, y.seed) in ref]
+    if not pairs:
+        return ""
+    splits, _ = eval_keys([r for pair in pairs for r in pair])
+    head = ["method", "seed", "iterations (yours / ref.)", "training success, mean"] + [_short(k) for k in splits]
+    lines = ["| " + " | ".join(head + ["equal?"]) + " |", "|" + "---|" * (len(head) + 1)]
+
+    def pct(v):
+        return "–" if v is None else f"{100 * v:.1f}"
+
+    for y, r in pairs:
+        n = min(len(series(y.metrics, "rollout/success_rate")[0]), len(series(r.metrics, "rollout/success_rate")[0]))
+        cut_y = Run(y.env, y.model, y.method, y.seed, y.path, y.metrics[:n], y.evals, y.info)
+        cut_r = Run(r.env, r.model, r.method, r.seed, r.path, r.metrics[:n], r.evals, r.info)
+        vals = [(_mean_metric(cut_y, "rollout/success_rate"), _mean_metric(cut_r, "rollout/success_rate"))]
+        vals += [(run_scores(y, k), run_scores(r, k)) for k in splits]
+        its = tuple(int(run.metrics[-1].get("iteration", 0)) if run.metrics else 0 for run in (y, r))
+        equal = its[0] == its[1] and all(a is not None and b is not None and abs(a - b) <= tol for a, b in vals)
+        cells = [y.method, str(y.seed), f"{its[0]} / {its[1]}"] + [f"{pct(a)} / {pct(b)}" for a, b in vals]
+        lines.append("| " + " | ".join(cells + ["yes" if equal else "no"]) + " |")
+    return "\n".join(lines)
 
 
 def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRESHOLDS, baseline: str = "gigpo",

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from analysis.runs import CONTROL_METHOD
+from envs.paths import portable_path, portable_text
 from experiments import sweep as sweep_mod
 
 __all__ = ["Study", "STUDIES", "main", "warmstart_overrides", "find_warmstart", "warmstart_command",
@@ -72,6 +73,10 @@ class Study:
     description: str = ""
     control: bool = False
     """also run the no-update control per seed (as ``--control``)."""
+    reference: str | None = None
+    """a committed study folder whose runs this study's report sets beside the user's own (same method and
+    seed), when ``out`` is another folder: the demo writes to the git-ignored ``runs/demo`` and compares with
+    ``results/demo``."""
     warmstart_args: list[str] = field(default_factory=list)
     """options of ``python -m experiments.warmstart`` for this study's warm start ([] = its defaults, the best
     measured TextCraft setting: results/warmstart/README.md row 15); ``--warmstart-args`` replaces them."""
@@ -111,7 +116,9 @@ STUDIES: dict[str, Study] = {
             name="demo",
             title="Demo: TextCraft depth-2, tiny SFT warm start, GRPO / GiGPO / BiPACE_V / BiPACE_Q (seed 0)",
             preset="configs/cpu/textcraft_demo.yaml",
-            out="results/demo",
+            # the user's runs go to a git-ignored folder, never into the committed reference run [choice]
+            out="runs/demo",
+            reference="results/demo",
             estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
             seeds=[0],
             warmstart_env="textcraft",
@@ -270,6 +277,18 @@ def _drop_repeated_cache_hit(log_path: Path, start: int) -> None:
             log.truncate(start)
 
 
+def _portable_log(log_path: Path, start: int) -> None:
+    """Rewrite the bytes appended from offset ``start`` with portable paths (``envs.paths.portable_text``): study
+    folders are committed, and a log must not name this machine's folders."""
+    data = log_path.read_bytes()
+    new = portable_text(data[start:].decode("utf-8", "replace")).encode()
+    if new != data[start:]:
+        with log_path.open("r+b") as log:
+            log.seek(start)
+            log.write(new)
+            log.truncate()
+
+
 def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
     """Run (or find cached) the warm start of ``env`` (``warmstart_command``); its output goes to the terminal and
     ``log_path``. Returns the final model folder; raises ``RuntimeError`` with the fix when it cannot."""
@@ -289,6 +308,7 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
             log.write(chunk)
             buf = (buf + chunk)[-8192:]
         rc = proc.wait()
+    _portable_log(log_path, start)
     _drop_repeated_cache_hit(log_path, start)
     tail = buf.decode("utf-8", "replace").replace("\r", "\n").splitlines()[-20:]
     if rc != 0:
@@ -312,7 +332,7 @@ def warmstart_overrides(folder: Path, preset_model_path: str, preset_history: in
     really trained.
     """
     folder = Path(folder)
-    ov = ["sft.enabled=true", f"sft.init_from={folder}"]
+    ov = ["sft.enabled=true", f"sft.init_from={portable_path(folder)}"]
     info = {}
     for cand in (folder / "warmstart.json", folder.parent / "final" / "warmstart.json"):
         if cand.is_file():
@@ -397,9 +417,10 @@ def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict) -
         old = {}
     timings = _load_timings(runs_root)
     runs = {k: {**v, **timings.get(k, {})} for k, v in (old.get("runs") or {}).items()}
-    runs.update({s.label: {"status": s.status, "run_dir": str(s.run_dir), **timings.get(s.label, {})} for s in specs})
+    runs.update({s.label: {"status": s.status, "run_dir": portable_path(Path(s.run_dir).resolve()),
+                           **timings.get(s.label, {})} for s in specs})
     commands = list(old.get("commands") or ([old["command"]] if old.get("command") else []))
-    command = " ".join(["python", "-m", "experiments.study", *sys.argv[1:]])
+    command = portable_text(" ".join(["python", "-m", "experiments.study", *sys.argv[1:]]))
     rec = {
         "study": study.name, "title": study.title, "preset": study.preset,
         "estimators": sorted({s.estimator for s in specs} | set(old.get("estimators") or [])),
@@ -414,6 +435,29 @@ def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict) -
     tmp.write_text(json.dumps(rec, indent=1) + "\n")
     tmp.replace(p)
     return p
+
+
+def add_reference_section(out: Path, reference: Path) -> str | None:
+    """Append to ``<out>/summary.md`` a table of this study's runs beside the committed ones under ``reference``
+    (``analysis.report.reference_table``); returns the table, or None when there is nothing to compare with."""
+    from analysis.report import reference_table
+    from analysis.runs import find_runs
+
+    if Path(out).resolve() == Path(reference).resolve() or not (reference / "runs").is_dir():
+        return None
+    table = reference_table(find_runs(out / "runs"), find_runs(reference / "runs"))
+    if not table:
+        return None
+    summary = out / "summary.md"
+    text = summary.read_text() if summary.is_file() else ""
+    section = (f"## Your runs beside the committed reference (`{portable_path(reference.resolve())}`)\n\n"
+               "Cells: yours / the reference's, success rate in %. Training success is the mean over the iterations "
+               "both runs have. With the same seed on a CPU the runs are deterministic: `no` in the last column "
+               "means another machine's floating-point arithmetic, another warm start or changed code (see "
+               f"`{portable_path(reference.resolve())}/README.md`).\n\n{table}\n")
+    summary.write_text(text.rstrip("\n") + "\n\n" + section)
+    print(f"[study] your runs beside the reference ({reference}):\n{table}", flush=True)
+    return table
 
 
 # ------------------------------------------------------------------------------------------------ command line
@@ -548,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
                                       tee=False, progress=True, deadline=deadline)
         rc = sweep_mod.report_summary(summary, f"{PROG} {study.name}")
         specs = sweep_mod.plan(specs)
-        write_record(study, out, runs_root, specs, {"warmstart": str(ws_folder) if ws_folder else None,
+        write_record(study, out, runs_root, specs, {"warmstart": portable_path(ws_folder) if ws_folder else None,
                                                     "wall_s_this_call": round(time.time() - t_start, 1)})
         if rc != 0 or any(s.status != "finished" for s in specs):
             print(f"[study] not every run has finished: rerun `{PROG} {study.name}` to go on (the report is written "
@@ -563,10 +607,12 @@ def main(argv: list[str] | None = None) -> int:
     rargs = ["--runs", str(runs_root), "--out", str(out), "--title", study.title, "--baseline", study.baseline]
     print(f"[study] report: python -m experiments.report {shlex.join(rargs)}", flush=True)
     rc = report.main(rargs)
-    extra = {"warmstart": str(ws_folder) if ws_folder else None}
+    extra = {"warmstart": portable_path(ws_folder) if ws_folder else None}
     if not args.report_only:
         extra["wall_s_this_call"] = round(time.time() - t_start, 1)
     write_record(study, out, runs_root, specs, extra)
+    if rc == 0 and study.reference:
+        add_reference_section(out, Path(study.reference))
     if rc == 0:
         print(f"[study] done in {(time.time() - t_start) / 60:.1f} min: {out / 'summary.md'}")
     return rc

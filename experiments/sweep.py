@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.paths import portable_text
+
 __all__ = ["RunSpec", "GRID_SHORT_NAMES", "parse_grid", "variant_name", "expand", "plan", "run_sweep", "main"]
 
 PROG = "python -m experiments.sweep"
@@ -401,7 +403,8 @@ def run_sweep(specs: list[RunSpec], *, launcher: list[str], jobs: int = 1, runs_
                      "status_before": a.spec.status, "jobs": jobs, "omp_threads": a.threads,
                      "load_avg_start": round(a.load_start, 2), "load_avg_end": round(os.getloadavg()[0], 2),
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(a.started)),
-                     "host": socket.gethostname(), "command": shlex.join(a.spec.command(launcher))}
+                     "host": socket.gethostname(),
+                     "command": portable_text(shlex.join(a.spec.command(launcher)))}
                 summary["timings"].append(t)
                 with record.open("a") as f:
                     f.write(json.dumps(t) + "\n")

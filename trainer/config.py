@@ -529,7 +529,9 @@ class RunConfig:
                            ("sft.init_from", self.sft.init_from)):
             if value is None or value.startswith("tiny:") or value in MODEL_ALIASES:
                 continue
-            p = Path(value).expanduser()
+            from envs.paths import resolve_path
+
+            p = resolve_path(value)
             if not (p / "config.json").exists() and not (p / "tokenizer.json").exists():
                 _fail(
                     f"{key}={value!r} is not a Hugging Face model folder (no config.json/tokenizer.json there): "
@@ -710,7 +712,22 @@ def config_from_dict(data: dict) -> RunConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"a run config must be a mapping of sections, got {type(data).__name__}")
-    return _build(RunConfig, data)
+    cfg = _build(RunConfig, data)
+    _portable_paths(cfg)
+    return cfg
+
+
+def _portable_paths(cfg: RunConfig) -> None:
+    """Model folders are kept in their portable form (``envs.paths.portable_path``: ``$BIPACE_CACHE/...`` or
+    repo-relative), so that a saved ``config.yaml`` reads the same, and compares equal, in every clone; readers
+    resolve them with ``envs.paths.resolve_path``."""
+    from envs.paths import portable_path
+
+    for section, key in (("model", "path"), ("model", "tokenizer"), ("sft", "init_from")):
+        obj = getattr(cfg, section)
+        value = getattr(obj, key)
+        if isinstance(value, str) and value:
+            setattr(obj, key, portable_path(value))
 
 
 def _set_dotted(data: dict, key: str, raw: str) -> None:

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from envs.paths import portable_path, resolve_path
+
 from .config import ConfigError, RunConfig
 from .run_folder import RunFolder
 
@@ -220,7 +222,7 @@ class Trainer:
             for s in self.eval_splits
         }
         self.model_dir = resolve_model_folder(cfg.sft.init_from or cfg.model.path)
-        self.tokenizer = load_tokenizer(cfg.model.tokenizer or self.model_dir)
+        self.tokenizer = load_tokenizer(resolve_path(cfg.model.tokenizer) if cfg.model.tokenizer else self.model_dir)
         self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
 
         # vLLM in-process seeds the global RNGs when it starts: build it before seeding (agents/README.md)
@@ -272,7 +274,7 @@ class Trainer:
                                    progress_file=self.progress_file)
         self.eval_log = JsonlSink(self.folder.eval_path, self.start_iteration) if self.rank == 0 else None
         log.info("set-up took %.1f s: model %s, %d rank(s), %d groups x %d trajectories per rank, estimator %s",
-                 time.perf_counter() - t0, self.model_dir, self.world_size, self.groups_local, cfg.env.group_size,
+                 time.perf_counter() - t0, portable_path(self.model_dir), self.world_size, self.groups_local, cfg.env.group_size,
                  cfg.estimator.name)
 
     def _make_rollout_engine(self, device: str, dtype: str):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from pathlib import Path
 from typing import get_type_hints
 
@@ -110,4 +109,6 @@ def resolve_model_folder(path: str) -> Path:
         out = default_smollm2_dir()
         with _file_lock(out.parent / f".{out.name}.lock"):
             return check_model_dir(convert_smollm2())
-    return check_model_dir(os.path.expanduser(path))
+    from envs.paths import resolve_path
+
+    return check_model_dir(resolve_path(path))

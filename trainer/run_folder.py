@@ -32,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from envs.paths import portable_text
+
 from .config import ConfigError, RunConfig, config_to_dict, save_config
 
 __all__ = ["RunFolder", "RunStatus", "RESUMABLE_CHANGES", "git_commit", "config_differences"]
@@ -183,7 +185,7 @@ class RunFolder:
             "iterations_total": int(self.cfg.trainer.iterations),
             "world_size": int(world_size),
             "host": socket.gethostname(),
-            "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+            "command": portable_text(" ".join(["python", *sys.argv])),
             "updated": now,
         })
         info.setdefault("started", now)

@@ -141,7 +141,8 @@ class WarmStartConfig:
     progress: bool = field(default=True, metadata={"key": False})
     """Progress bars (not part of the cache key)."""
     threads: int = field(default=0, metadata={"key": False})
-    """torch intra-op threads; 0 = torch's default (not part of the cache key)."""
+    """torch intra-op threads; 0 = the cores no other process is using when the build starts (``trainer/threads.py``;
+    not part of the cache key: the thread count changes the time, not the weights, on the tiny models)."""
     cache_root: str | None = field(default=None, metadata={"key": False})
     """Parent folder of the cache entries; null = ``envs.paths.cache_dir("warmstart")``."""
 
@@ -349,13 +350,13 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     if (folder / "DONE").is_file():
         _log(f"cache hit: {folder / 'final'}", cfg)
         return folder / "final"
-    import torch
+    from .threads import configure_threads
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = configure_threads(cfg.threads)  # 0: the cores free now (trainer/threads.py)
     folder.mkdir(parents=True, exist_ok=True)
     _atomic_json(folder / "config.json", {"key": cache_key(cfg), "settings": cfg.key_dict()})
-    _log(f"building {folder}", cfg)
+    _log(f"building {folder} ({threads} torch thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')})",
+         cfg)
     t_start, c_start = time.time(), time.process_time()
     timings: dict[str, float] = _read_json(folder / "timings.json") or {}
 

@@ -115,7 +115,11 @@ def ensure_default_data(progress: bool = True) -> Path:
             generate_games(GeneratorConfig(out=tmp, num_train=DEFAULT_COUNTS["train"],
                                            num_valid_seen=DEFAULT_COUNTS["valid_seen"],
                                            num_valid_unseen=DEFAULT_COUNTS["valid_unseen"],
-                                           seed=DEFAULT_SEED, progress=progress))
+                                           seed=DEFAULT_SEED, progress=progress,
+                                           # in this process: a worker pool would re-run a user's script that
+                                           # has no `if __name__ == "__main__":` guard, and those copies would
+                                           # wait forever on the lock this process holds [choice; ~1 min]
+                                           workers=1))
             if root.exists():
                 shutil.rmtree(root)
             os.replace(tmp, root)
