@@ -55,7 +55,8 @@ test: setup setup-vllm
 	$(PY) -m pytest -q
 	$(VLLM_TEST)
 
-# The main job: set up, then the CPU demo (warm start once, four estimators, report in results/demo/).
+# The main job: set up, then the CPU demo (warm start once, four estimators; your runs and report in runs/demo/,
+# set beside the committed reference run results/demo/).
 # Not part of `make test`.
 demo: setup
 	$(PY) -m experiments.demo

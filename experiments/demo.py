@@ -6,8 +6,9 @@
 TextCraft depth-2 goals with a tiny model: the SFT warm start (``python -m experiments.warmstart --env textcraft``,
 built once and cached: the first run adds it, ~22 minutes measured on 2 idle cores), then GRPO, GiGPO, BiPACE_V and
 BiPACE_Q from that warm start with seed 0 (``configs/cpu/textcraft_demo.yaml``), evaluated on depth-2 and depth-3
-goals, and the report (curves, tables, diagnostics) in ``results/demo/summary.md``. Interrupt it at any time and
-run it again: it goes on where it stopped. Every option of ``experiments.study`` works here too.
+goals, and the report (curves, tables, diagnostics) in ``runs/demo/summary.md`` (git-ignored), which ends with your
+runs beside the committed reference run ``results/demo/``. Interrupt it at any time and run it again: it goes on
+where it stopped. Every option of ``experiments.study`` works here too.
 """
 from __future__ import annotations
 

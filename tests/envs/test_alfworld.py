@@ -183,16 +183,36 @@ def test_gymnasium_make_and_checker(alfworld_data):
     check_env(env.unwrapped)
 
 
+_UNGUARDED_SCRIPT = """
+import gymnasium as gym
+import envs  # registers the ids
+env = gym.make("ALFWorld-v0")
+obs, info = env.reset(seed=0)
+print("SOURCE", env.unwrapped.data_source, [env.unwrapped.num_tasks(s) for s in env.unwrapped.splits])
+print("TASK" if "Your task is to:" in obs else "NO TASK")
+"""
+
+
 @pytest.mark.slow
-def test_default_data_is_generated_on_first_use(tmp_path, monkeypatch):
-    """gymnasium.make("ALFWorld-v0") with no data anywhere: the default set is generated, then played."""
-    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", None)
-    monkeypatch.setattr(alf_data, "_ALFWORLD_DEFAULT", tmp_path / "no_download")
-    env = gym.make("ALFWorld-v0")
-    obs, info = env.reset(seed=0)
-    assert "Your task is to:" in obs and env.unwrapped.data_source == "generated default"
-    assert [env.unwrapped.num_tasks(s) for s in env.unwrapped.splits] == list(alf_data.DEFAULT_COUNTS.values())
+def test_default_data_is_generated_on_first_use_even_from_a_script_without_main_guard(tmp_path):
+    """gymnasium.make("ALFWorld-v0") with no data anywhere, at the top level of a script with no
+    `if __name__ == "__main__":` guard: the default set is generated (in this process: spawn workers would re-run
+    the script and wait forever on the lock the parent holds), then played. A hang fails on the timeout."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    script = tmp_path / "my_script.py"
+    script.write_text(_UNGUARDED_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}
+    env.update(BIPACE_CACHE=str(tmp_path / "cache"), HOME=str(tmp_path / "home"), PYTHONPATH=str(repo),
+               OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = list(alf_data.DEFAULT_COUNTS.values())
+    assert f"SOURCE generated default {counts}" in done.stdout and "TASK" in done.stdout.split("SOURCE")[1], done.stdout
 
 
 def test_generator_command_line(tmp_path):

@@ -37,7 +37,9 @@ def test_every_study_names_an_existing_preset_and_loads():
             assert cfg.env_name == s.warmstart_env
     demo = study.STUDIES["demo"]
     assert demo.estimators == ["grpo", "gigpo", "bipace_v", "bipace_q"] and demo.seeds == [0]
-    assert demo.out == "results/demo" and study.STUDIES["cpu"].out == "results/cpu-study"
+    # the user's demo goes to a git-ignored folder and is read against the committed one
+    assert demo.out == "runs/demo" and demo.reference == "results/demo"
+    assert study.STUDIES["cpu"].out == "results/cpu-study"
     assert study.STUDIES["cpu"].seeds == [0, 1, 2]
 
 
@@ -139,7 +141,8 @@ def test_a_missing_warm_start_stops_the_study_naming_the_command(tmp_path, monke
     final = _fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
     assert study.main(["demo", "--out", str(tmp_path / "demo"), "--dry-run"]) == 0
     out = capfd.readouterr().out
-    assert f"warm start: cached: {final}" in out and f"sft.init_from={final}" in out
+    # recorded portably: the run folders read the same in any clone and under any $BIPACE_CACHE
+    assert f"warm start: cached: {final}" in out and "sft.init_from=$BIPACE_CACHE/warmstart/textcraft-tiny-abc/final" in out
     assert "env.kwargs.show_inventory=true" in out
     # --no-warmstart: RL from the preset's model, so the preset's sft.enabled is switched off
     assert study.main(["demo", "--out", str(tmp_path / "demo"), "--no-warmstart", "--dry-run"]) == 0
