@@ -27,7 +27,7 @@ STALE = [
 ]
 #: docs/<page>.md (from the repo root, or ../docs/ from a file's folder), with an optional #anchor or , "Heading"
 DOC_REF = re.compile(
-    r'(?<![\w./-])(?P<path>(?:\.\./)*docs/[\w./-]*?\.md)(?:#(?P<anchor>[\w-]+)|,\s*"(?P<heading>[^"\n]{1,80})")?'
+    r'(?<![\w./-])(?P<path>(?:\.\./)*docs/[\w./-]*?\.md)(?:#(?P<anchor>[\w-]+)|`?,\s*"(?P<heading>[^"\n]{1,80})")?'
 )
 MD_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 
@@ -157,3 +157,4 @@ def test_the_checks_flag_what_they_should():
     assert broken_doc_references("x.md", "[a](docs/no-such-page.md)") != []
     assert broken_doc_references("x.py", 'docs/method.md, "Diagnostics" and docs/cpu.md#tokenizer-trap') == []
     assert len(broken_doc_references("x.py", 'docs/method.md, "No such section"; docs/cpu.md#nope')) == 2
+    assert len(broken_doc_references("x.md", '`docs/method.md`, "No such section"')) == 1
