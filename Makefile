@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# vLLM's CPU build pins its own setuptools/transformers, so it gets its own venv (platform.md).
+# vLLM's CPU build pins its own setuptools/transformers, so it gets its own venv (docs/cpu.md, "vLLM on CPU").
 VENV_VLLM := .venv-vllm
 VPY := $(VENV_VLLM)/bin/python
 VSTAMP := $(VENV_VLLM)/.installed

@@ -23,7 +23,7 @@ class RolloutBatch:
     response_ids       : list of N LongTensor (T_r,)  generated token ids (EOS/stop included, no padding)
     group_id, traj_id, step : LongTensor (N,)         prompt group, trajectory (unique within group), turn
     reward             : FloatTensor (N,)             env reward of the step (10 on success, else 0)
-    valid              : BoolTensor (N,)              response projected to a valid action (protocol.md)
+    valid              : BoolTensor (N,)              response projected to a valid action (docs/protocol.md)
     done               : BoolTensor (N,)              the episode ended at this step (terminated or truncated)
     won                : BoolTensor (N,)              the trajectory was won (same value on all its rows)
     response_truncated : BoolTensor (N,)              generation hit max tokens (counted as invalid)

@@ -1,4 +1,4 @@
-"""Projection of a model response onto an environment action (protocol.md, "Agent loop").
+"""Projection of a model response onto an environment action (docs/protocol.md, "Agent loop").
 
     action = lower(response)[first "<action>" + 8 : first "</action>" after it].strip()
     valid  = "<think>" and "</think>" and "<action>" ... "</action>" all present          [GiGPO]

@@ -1,4 +1,4 @@
-"""Prompt builders: how a model sees one step of an environment (protocol.md, "Agent loop").
+"""Prompt builders: how a model sees one step of an environment (docs/protocol.md, "Agent loop").
 
 One user message per step, no system prompt, for the tokenizer's chat template (generation prompt
 appended by the caller). The message holds, in order [protocol; wording ours]:

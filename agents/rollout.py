@@ -3,7 +3,7 @@
 Symbols: P prompt groups, G trajectories (copies) per group, N step rows, T_p prompt tokens, T_r response
 tokens. Env slot ``s`` of the pool holds group ``s // G``, copy ``s % G`` (``envs.pool.EnvPool.reset``).
 
-One turn, for the set L of LIVE envs only (finished episodes never generate again) [protocol.md]::
+One turn, for the set L of LIVE envs only (finished episodes never generate again) [docs/protocol.md]::
 
     messages_s = builder.messages(transcript_s)                  s in L, one user message (agents.prompts)
     prompt_s   = chat_template(messages_s, generation prompt)    token ids, <= max_prompt_tokens (hard cut)

@@ -5,7 +5,7 @@ partition than GiGPO's exact anchor observations: fewer singletons (34.2% -> 17.
 10, 50.3% -> 22.4% on TextCraft, Qwen2.5-7B). This module measures, for one batch of step rows and the hidden
 states of one or more layers, over a grid of epsilon:
 
-* the grouping statistics of method.md's diagnostics: singleton rate, number of groups, mean / P90 / max size;
+* the grouping statistics of docs/method.md, "Diagnostics": singleton rate, number of groups, mean / P90 / max size;
 * the PACE row mix the grouping would give (PACE formula / leave-one-out fallback / singleton; multi-key
   clusters; keys per cluster) with the action key of ``EstimatorConfig.pace_key``;
 * purity against the true state (``StepBatch.state_key``; per prompt group, as every grouping is), over
@@ -60,7 +60,7 @@ __all__ = [
     "plot_geometry",
 ]
 
-#: Singleton rates the paper reports (Qwen2.5-7B; method.md, "Diagnostics"), as fractions.
+#: Singleton rates the paper reports (Qwen2.5-7B; docs/method.md, "Diagnostics"), as fractions.
 PAPER: dict[str, dict[str, float]] = {
     "alfworld": {"anchor": 0.342, "hidden": 0.173, "iteration": 10, "epsilon": 0.10, "layer": -8},
     "textcraft": {"anchor": 0.503, "hidden": 0.224, "iteration": -1, "epsilon": 0.10, "layer": -8},

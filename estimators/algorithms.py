@@ -1,5 +1,5 @@
 """The registered estimators. Every one has the signature ``fn(batch, cfg) -> EstimatorResult`` and
-computes ``A_i = A^ep_i + w A^S_i`` (w = ``cfg.step_weight``); the formulas are those of method.md.
+computes ``A_i = A^ep_i + w A^S_i`` (w = ``cfg.step_weight``); the formulas are those of docs/method.md.
 
 Common quantities [GiGPO]:
     S_i = sum_{j in tau(i)} r_j - lambda (1 - v_i)            episode score (penalty of row i only)
@@ -171,7 +171,7 @@ def rloo(batch: StepBatch, cfg: EstimatorConfig) -> EstimatorResult:
 
 
 def pace_metrics(pace, clusters: torch.Tensor, parsed: torch.Tensor) -> dict[str, float]:
-    """PACE row mix (method.md's diagnostics), names under ``group/pace_*``."""
+    """PACE row mix (docs/method.md, "Diagnostics"), names under ``group/pace_*``."""
     n = float(clusters.numel())
     sizes = torch.bincount(clusters)
     multi = sizes > 1

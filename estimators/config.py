@@ -1,7 +1,8 @@
 """EstimatorConfig: every switch of every estimator, with its unit, default and source.
 
 Tags: [paper] BiPACE (arXiv 2606.25556); [GiGPO] the official GiGPO code (arXiv 2505.10978);
-[HGPO] arXiv 2602.22817; [choice] this repo's resolution where the paper is silent (method.md).
+[HGPO] arXiv 2602.22817; [choice] this repo's resolution where the paper is silent
+(docs/method.md, "Choices where the sources are silent").
 """
 from __future__ import annotations
 

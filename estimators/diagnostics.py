@@ -1,4 +1,4 @@
-"""Diagnostics every run logs (method.md), computed on every batch whatever the estimator.
+"""Diagnostics every run logs (docs/method.md, "Diagnostics"), computed on every batch whatever the estimator.
 
 Metric names (all floats; the x-axis is the training iteration):
 
@@ -80,7 +80,7 @@ def _adv_stats(name: str, x: torch.Tensor) -> dict[str, float]:
 
 
 def batch_diagnostics(batch: StepBatch, cfg, result) -> dict[str, float]:
-    """All diagnostics of method.md for one batch (see the module docstring for the names)."""
+    """All diagnostics of docs/method.md for one batch (see the module docstring for the names)."""
     from .algorithms import clusters_for, pace_metrics, step_returns
     from .grouping import anchor_groups
     from .pace import pace_step_advantages

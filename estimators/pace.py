@@ -1,6 +1,7 @@
 """PACE: action-conditioned step baselines inside each state cluster [paper].
 
-For a cluster C and a row i in C with step return R_i and action key k_i (method.md):
+For a cluster C and a row i in C with step return R_i and action key k_i (docs/method.md,
+"PACE: action-conditioned baselines"):
 
 * |C| = 1 (singleton):                         A^S_i = 0
 * Q-style (``pace: q``) [paper]:                A^S_i = Q(k_i) - V,  V = mean_{j in C} R_j,

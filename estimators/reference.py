@@ -1,4 +1,4 @@
-"""Plain-loop reference implementations of every estimator, written straight from method.md.
+"""Plain-loop reference implementations of every estimator, written straight from docs/method.md.
 
 They loop over rows with Python floats and dicts, share no code with the vectorised estimators
 (except the action-tag parser, whose behaviour is tested on its own), and exist for two reasons:

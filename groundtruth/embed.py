@@ -18,7 +18,7 @@ direction b mimics the anisotropy of LM hidden states, whose cosine distances ar
 
 ``LMEmbedder``: the hidden state of SmolLM2-135M-Instruct at a late layer (default −8) at the last token of
 the chat-formatted observation (the token after which generation would start), as BiGPO's ``h_i``
-(method.md). Strings repeat, so vectors are cached in memory and on disk
+(docs/method.md, "Hidden state"). Strings repeat, so vectors are cached in memory and on disk
 (``cache_dir("groundtruth", "lm_hidden")``).
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ S = states, A = actions, K = most outcomes of any (state, action), F = features.
 Reward of the MDP used by dynamic programming [choice]: ``r = env_reward − penalty[a]``. The malformed
 action (a response without ``<action>`` tags, ``valid = False`` in the ``StepBatch``) costs the invalid-action
 penalty λ = 0.1 at its own step [GiGPO], so that its true value includes the penalty the estimators
-charge. The estimators subtract λ from the row's own return only (method.md) while the MDP's value also
+charge. The estimators subtract λ from the row's own return only (docs/method.md) while the MDP's value also
 discounts future penalties into earlier steps; with λ = 0.1 against a success reward of 10 the difference
 is small and is named in the README.
 """

@@ -12,7 +12,7 @@ time-dependent) with r = env_reward − penalty (``TabularMDP.reward``)::
     V_t(s)  = Σ_a π(a|s) Q_t(s,a)          A_t(s,a) = Q_t(s,a) − V_t(s)
 
 The per-row ground truth of an estimator is ``A_{t(i)}(s_i, a_i)``: the advantage of the discounted
-return-to-go inside the episode, which is what the step return ``R_t = r_t + γ R_{t+1}`` of method.md
+return-to-go inside the episode, which is what the step return ``R_t = r_t + γ R_{t+1}`` of docs/method.md
 estimates (truncation at H included).
 
 Occupancy: ``d_t(s)`` = P(s_t = s and the episode is still running at step t) under ρ and π.

@@ -159,7 +159,7 @@ def hidden_state_module(model: nn.Module, index: int) -> tuple[nn.Module, str]:
     ``hidden_states`` has L + 1 entries for an L-layer model: entry 0 is the embedding output, entry j (1 <= j < L)
     the output of decoder layer j - 1, and entry L the output of the final norm applied to layer L - 1's output
     (transformers overwrites the last entry with ``last_hidden_state``). A negative ``index`` counts from the end:
-    -1 -> final norm, -(L+1) -> embeddings [choice, method.md].
+    -1 -> final norm, -(L+1) -> embeddings [choice, docs/method.md, "Hidden state"].
     """
     lm = causal_lm_of(model)
     num_layers = _num_layers(lm)

@@ -2,7 +2,7 @@
 
 Every field carries one docstring with its unit, default and source tag:
 [GiGPO] the reference training stack (verl-agent scripts, ``docs/protocol.md``); [paper] BiPACE
-(arXiv 2606.25556); [platform] measured on this project's machines (``docs/platform.md``);
+(arXiv 2606.25556); [platform] measured on a CPU machine (``docs/cpu.md``);
 [choice] this repo's resolution where the sources are silent.
 
 Loading::

@@ -1,6 +1,6 @@
 """Metric logging: one interface, sinks JSONL (always), TensorBoard, W&B, and a progress bar.
 
-Metric names live in one namespace (house style), the x-axis is the training iteration:
+Metric names live in one namespace (docs/conventions.md, "Metric namespace"), the x-axis is the training iteration:
 
 ==========================  ==================================================================
 ``rollout/...``             success rate, episode length, valid-action rate, response tokens

@@ -17,7 +17,7 @@ One iteration ``k`` (1-based; iteration 0 is the state before any update)::
     every trainer.save_every iterations (and at the last one): checkpoint
 
 The estimator is looked up by name in the registry (``estimators.compute_advantages``); this module never
-branches on it [house style 1]. The hidden state BiGPO needs comes from the old-log-prob forward (a hook at
+branches on it [docs/conventions.md]. The hidden state BiGPO needs comes from the old-log-prob forward (a hook at
 ``model.hidden_layer``), not a second pass [paper: the 11.3% cost is avoidable]. It is captured for every
 estimator, because the diagnostics (hidden-state singleton rate, PACE mix) are logged whatever the estimator.
 

@@ -1,6 +1,6 @@
 """One folder per run: what it holds, its status, and whether a new invocation may continue it.
 
-Layout (read by ``analysis.runs``; house style item 5)::
+Layout (read by ``analysis.runs``; docs/conventions.md, "Run folders")::
 
     <run>/                         results/runs/<env>/<model>/<method>/seed_<k>/ or output_dir
       config.yaml                  the resolved config (every key, reloadable with trainer.config.load_config)

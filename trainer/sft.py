@@ -2,7 +2,7 @@
 
 Symbols: N step rows, T tokens (prompt + response, padded), T_r response tokens (padded), D hidden size.
 
-Everything here uses the RL prompt format unchanged (protocol.md, ``agents.prompts``): one user message per step
+Everything here uses the RL prompt format unchanged (docs/protocol.md, ``agents.prompts``): one user message per step
 built by the env's ``PromptBuilder`` from a ``Transcript``, the tokenizer's chat template with the generation
 prompt appended; the response is ``<think>RATIONALE</think><action>EXPERT ACTION</action>`` followed by the EOS
 token. Pieces:
@@ -84,7 +84,7 @@ RATIONALE_STYLES = ("trace", "goal", "none")
 
 # =============================================================================================== responses
 def format_response(think: str, action: str) -> str:
-    """The protocol's response text: ``<think>{think}</think><action>{action}</action>`` (protocol.md)."""
+    """The protocol's response text: ``<think>{think}</think><action>{action}</action>`` (docs/protocol.md)."""
     return f"<think>{think}</think><action>{action}</action>"
 
 

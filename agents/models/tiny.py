@@ -7,7 +7,7 @@ same token ids. Command: ``python -m agents.models build-tiny --out DIR [--layer
 Tokenizer [choice]: byte-level BPE trained with ``tokenizers`` using *Qwen2's own* pre-tokenizer
 (NFC normaliser, Qwen's split regex, byte-level without prefix space). ``AutoTokenizer`` on a folder
 whose config says ``qwen2`` rebuilds Qwen2's pre-tokenizer around the saved vocab and merges
-(platform.md, "tokenizer trap"); training with the same pipeline makes the two identical, so
+(docs/cpu.md, "Tokenizer trap"); training with the same pipeline makes the two identical, so
 ``AutoTokenizer`` (vLLM's loader), ``PreTrainedTokenizerFast`` and the raw ``tokenizers.Tokenizer``
 give the same ids (tested). Special tokens ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>``
 (EOS) as in Qwen2.5-Instruct; the protocol tags ``<think>``, ``</think>``, ``<action>``, ``</action>``
@@ -46,7 +46,7 @@ QWEN2_SPLIT_REGEX = (
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 PROTOCOL_TAGS = ("<think>", "</think>", "<action>", "</action>")
 
-# Qwen-style roles, no default system prompt (protocol.md: one user message per step, no system prompt).
+# Qwen-style roles, no default system prompt (docs/protocol.md: one user message per step, no system prompt).
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' -}}"
@@ -57,7 +57,7 @@ CHAT_TEMPLATE = (
 
 @dataclass
 class TinyModelConfig:
-    """Shape of a tiny Qwen2 model. Defaults: the 3.4M-parameter model of platform.md's SFT check."""
+    """Shape of a tiny Qwen2 model. Defaults: the 3.4M-parameter model of docs/cpu.md's SFT check."""
 
     layers: int = 4
     """transformer layers (``hidden_states`` has layers + 1 entries; BiPACE's layer -8 needs >= 8)"""
@@ -195,7 +195,7 @@ def build_tiny_model(out_dir: str | os.PathLike, cfg: TinyModelConfig | None = N
     vocab = tok.get_vocab_size(with_added_tokens=True)
     ids = {t: tok.token_to_id(t) for t in (*SPECIAL_TOKENS, *PROTOCOL_TAGS)}
 
-    # A fresh Qwen2Config (editing an existing config's dict trips the layer_types check; platform.md).
+    # A fresh Qwen2Config (editing an existing config's dict trips the layer_types check; docs/cpu.md).
     config = Qwen2Config(
         vocab_size=vocab,
         hidden_size=cfg.hidden,

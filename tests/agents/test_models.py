@@ -69,7 +69,7 @@ def _texts():
 
 def test_tiny_tokenizer_same_ids_in_auto_and_fast_tokenizer(tiny_dir):
     """AutoTokenizer (vLLM's loader; Qwen2Tokenizer for a qwen2 config) and PreTrainedTokenizerFast
-    (the trained pipeline as saved) must give identical ids (platform.md's tokenizer trap)."""
+    (the trained pipeline as saved) must give identical ids (docs/cpu.md, "Tokenizer trap")."""
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 

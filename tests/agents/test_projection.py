@@ -1,4 +1,4 @@
-"""Projection of responses to actions (protocol.md): examples and hypothesis properties."""
+"""Projection of responses to actions (docs/protocol.md, "Agent loop"): examples and hypothesis properties."""
 from __future__ import annotations
 
 from hypothesis import given, settings

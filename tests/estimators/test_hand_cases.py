@@ -1,4 +1,4 @@
-"""Hand-computed advantages for every estimator (method.md formulas worked out on paper)."""
+"""Hand-computed advantages for every estimator (docs/method.md formulas worked out on paper)."""
 from __future__ import annotations
 
 import math

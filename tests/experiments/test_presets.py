@@ -32,7 +32,7 @@ def test_every_preset_loads_with_every_estimator(path):
 
 @pytest.mark.parametrize("path", PAPER + CPU, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_value_of_a_preset_is_commented_or_obvious(path):
-    """Numbers in presets carry a comment naming where they come from (house style: sources beside values)."""
+    """Numbers in presets carry a comment naming where they come from (docs/conventions.md: sources beside values)."""
     uncommented = []
     for line in path.read_text().splitlines():
         body = line.split("#", 1)[0]

@@ -37,7 +37,7 @@ def test_two_processes_match_one(tmp_path, stage):
     assert ja["world"] == 1 and jb["world"] == 2
     assert ja["resumed_equal"] and jb["resumed_equal"]  # multi-rank checkpoint resumes bitwise
     diff = max(float((a[k] - b[k]).abs().max()) for k in a if k.startswith("param."))
-    assert diff < 1e-6, diff  # platform.md: 3e-7 after 10 steps
+    assert diff < 1e-6, diff  # docs/cpu.md, "DeepSpeed on CPU": 3e-7 after 10 steps
     assert torch.allclose(a["hidden"], b["hidden"], rtol=1e-4, atol=1e-4)  # |h| ~ 5: float noise
     for ma, mb in zip(ja["metrics"], jb["metrics"]):  # metrics are reduced over ranks
         assert ma["loss/optimizer_steps"] == mb["loss/optimizer_steps"] == 2.0

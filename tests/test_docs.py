@@ -1,0 +1,160 @@
+"""The repo is self-contained: every documentation page that a file points to is in ``docs/``.
+
+Two checks over every git-tracked text file (this file excepted, since it spells the patterns out):
+
+* no pointer to notes that are not in the repo: a ``shared/docs`` path, a bare ``method.md`` /
+  ``protocol.md`` / ``platform.md`` / ``architecture.md`` / ``house-style.md`` that is not a ``docs/`` path, or
+  the phrase "house style" (the old name of ``docs/conventions.md``);
+* every ``docs/<page>.md`` mentioned exists, and so does the section named with it, either as
+  ``docs/<page>.md#anchor`` or as ``docs/<page>.md, "Heading"``; relative Markdown links to ``.md`` files resolve.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import cache, lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SELF = Path(__file__).resolve().relative_to(REPO).as_posix()
+
+#: note names that once lived outside the repo; only their docs/ pages count as references
+_NOTE = r"(?:method|protocol|platform|architecture|house-style)\.md"
+STALE = [
+    (re.compile(r"shared/docs"), "a path to notes outside the repo"),
+    (re.compile(r"(?<![\w./-])" + _NOTE), "a bare note name (write docs/<page>.md)"),
+    (re.compile(r"house[\s_-]+style", re.IGNORECASE), "the old name of docs/conventions.md"),
+]
+#: docs/<page>.md (from the repo root, or ../docs/ from a file's folder), with an optional #anchor or , "Heading"
+DOC_REF = re.compile(
+    r'(?<![\w./-])(?P<path>(?:\.\./)*docs/[\w./-]*?\.md)(?:#(?P<anchor>[\w-]+)|`?,\s*"(?P<heading>[^"\n]{1,80})")?'
+)
+MD_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+@lru_cache(maxsize=1)
+def tracked_text_files() -> tuple[tuple[str, str], ...]:
+    """(path relative to the repo, text) of every tracked file that decodes as UTF-8 text."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+        names = sorted(n for n in out.decode().split("\0") if n)
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file outside hidden folders
+        names = sorted(p.relative_to(REPO).as_posix() for p in REPO.rglob("*")
+                       if p.is_file() and not any(s.startswith(".") or s == "__pycache__"
+                                                  for s in p.relative_to(REPO).parts))
+    files = []
+    for name in names:
+        path = REPO / name
+        if name == SELF or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue  # binary
+        try:
+            files.append((name, data.decode("utf-8")))
+        except UnicodeDecodeError:
+            continue
+    return tuple(files)
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    s = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return s.replace(" ", "-")
+
+
+def _plain(heading: str) -> str:
+    return " ".join(heading.replace("`", "").replace("*", "").split()).lower()
+
+
+@cache
+def headings(path: Path) -> tuple[str, ...]:
+    """The Markdown headings of ``path`` (outside code fences), as written."""
+    out, fenced = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)):
+            out.append(m.group(1))
+    return tuple(out)
+
+
+def _section_problem(target: Path, anchor: str | None, heading: str | None) -> str | None:
+    if anchor is None and heading is None:
+        return None
+    found = headings(target)
+    if anchor is not None and anchor.lower() not in {_slug(h) for h in found}:
+        return f"has no section with anchor #{anchor}"
+    if heading is not None and _plain(heading) not in {_plain(h) for h in found}:
+        return f'has no section "{heading}"'
+    return None
+
+
+def stale_references(name: str, text: str) -> list[str]:
+    """'file:line: what' for each pointer to notes outside the repo."""
+    problems = []
+    for pattern, what in STALE:
+        for m in pattern.finditer(text):
+            if what.startswith("a bare") and name.startswith("docs/") and (REPO / "docs" / m.group(0)).is_file():
+                continue  # a relative link between pages of docs/
+            problems.append(f"{name}:{_line(text, m.start())}: {m.group(0)!r} is {what}")
+    return problems
+
+
+def broken_doc_references(name: str, text: str) -> list[str]:
+    """'file:line: what' for each docs/ path, section or relative .md link that does not exist."""
+    problems = []
+    for m in DOC_REF.finditer(text):
+        ref = m.group("path")
+        target = ((REPO / name).parent if ref.startswith("../") else REPO) / ref
+        if not target.is_file():
+            problems.append(f"{name}:{_line(text, m.start())}: {ref} does not exist")
+        elif why := _section_problem(target, m.group("anchor"), m.group("heading")):
+            problems.append(f"{name}:{_line(text, m.start())}: {ref} {why}")
+    if name.endswith(".md"):
+        for m in MD_LINK.finditer(text):
+            tgt = m.group("target")
+            if re.match(r"[a-zA-Z][\w+.-]*:", tgt) or tgt.startswith(("/", "#")):
+                continue  # URLs, absolute paths, in-page anchors
+            path, _, anchor = tgt.partition("#")
+            if not path.endswith(".md"):
+                continue
+            target = (REPO / name).parent / path
+            if not target.is_file():
+                problems.append(f"{name}:{_line(text, m.start())}: link {tgt} does not resolve")
+            elif why := _section_problem(target, anchor or None, None):
+                problems.append(f"{name}:{_line(text, m.start())}: link {tgt} {why}")
+    return problems
+
+
+def test_the_scan_sees_the_repo():
+    names = {n for n, _ in tracked_text_files()}
+    assert len(names) > 100 and {"README.md", "estimators/algorithms.py", "configs/README.md"} <= names
+
+
+def test_no_pointer_to_notes_outside_the_repo():
+    problems = [p for name, text in tracked_text_files() for p in stale_references(name, text)]
+    assert not problems, f"{len(problems)} stale reference(s):\n" + "\n".join(problems)
+
+
+def test_every_docs_page_and_section_named_exists():
+    assert (REPO / "docs" / "README.md").is_file(), "docs/README.md (the index of docs/) is missing"
+    problems = [p for name, text in tracked_text_files() for p in broken_doc_references(name, text)]
+    assert not problems, f"{len(problems)} broken docs reference(s):\n" + "\n".join(problems)
+
+
+def test_the_checks_flag_what_they_should():
+    bad = ("see method.md\n(docs: protocol.md)\n/work/shared/docs/platform.md\nthe House style\n"
+           "house\nstyle\n")
+    assert len(stale_references("x.py", bad)) == 5
+    good = "docs/method.md, docs/cpu.md and ../docs/protocol.md; estimators/README.md\n"
+    assert stale_references("x.py", good) == []
+    assert broken_doc_references("x.py", "docs/no-such-page.md") == ["x.py:1: docs/no-such-page.md does not exist"]
+    assert broken_doc_references("x.md", "[a](docs/no-such-page.md)") != []
+    assert broken_doc_references("x.py", 'docs/method.md, "Diagnostics" and docs/cpu.md#tokenizer-trap') == []
+    assert len(broken_doc_references("x.py", 'docs/method.md, "No such section"; docs/cpu.md#nope')) == 2
+    assert len(broken_doc_references("x.md", '`docs/method.md`, "No such section"')) == 1
