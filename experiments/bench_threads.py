@@ -6,8 +6,9 @@ tokens, forward + backward + AdamW) timed per setting, idle and beside one busy 
 
 Each cell is a fresh subprocess (OpenMP reads its settings when torch loads) that runs ``--warmup`` steps, then
 times ``--steps``; "busy" = a second process spinning on one core for the whole cell. The settings: a fixed thread
-count with the OpenMP default wait policy, the same with ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep instead of
-spinning while they wait), and ``auto`` (``trainer.threads.choose_threads``: the cores not busy right now).
+count with OpenMP's defaults (waiting threads spin), with ``OMP_WAIT_POLICY=PASSIVE`` (they sleep) or a shorter
+spin (``GOMP_SPINCOUNT``), one thread, and ``auto`` (``trainer.threads.configure_threads(0)``: the cores no other
+process is using when it starts).
 """
 from __future__ import annotations
 
@@ -42,23 +43,25 @@ for _ in range(int(sys.argv[3])):
     step()
 print(json.dumps({"threads": n, "s_per_step": (time.perf_counter() - t0) / int(sys.argv[3]),
                   "cpu_s_per_step": (time.process_time() - c0) / int(sys.argv[3]),
-                  "wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)")}))
+                  }))
 """
 
 _SPIN = "import time\nt = time.time() + 3600\nwhile time.time() < t:\n    pass\n"
 
-SETTINGS = [  # (label, threads argument: 0 = auto, wait policy or None)
-    ("2 threads, default wait", 2, None),
-    ("2 threads, OMP_WAIT_POLICY=PASSIVE", 2, "PASSIVE"),
-    ("1 thread", 1, None),
-    ("auto (free cores), PASSIVE", 0, "PASSIVE"),
+SETTINGS = [  # (label, threads argument: 0 = auto, OpenMP variables)
+    ("2 threads, OpenMP defaults (spin)", 2, {}),
+    ("2 threads, OMP_WAIT_POLICY=PASSIVE", 2, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    ("2 threads, GOMP_SPINCOUNT=10000", 2, {"GOMP_SPINCOUNT": "10000"}),
+    ("1 thread", 1, {}),
+    ("auto (free cores), OpenMP defaults", 0, {}),
+    ("auto (free cores), PASSIVE", 0, {"OMP_WAIT_POLICY": "PASSIVE"}),
 ]
+_OMP_VARS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")
 
 
-def run_cell(threads: int, policy: str | None, busy: bool, warmup: int, steps: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "BIPACE_THREADS")}
-    if policy:
-        env["OMP_WAIT_POLICY"] = policy
+def run_cell(threads: int, omp: dict, busy: bool, warmup: int, steps: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _OMP_VARS}
+    env.update(omp)
     spinner = subprocess.Popen([sys.executable, "-c", _SPIN]) if busy else None
     try:
         if spinner:
@@ -82,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     base = None
-    for label, threads, policy in SETTINGS:
+    for label, threads, omp in SETTINGS:
         for busy in (False, True):
-            r = run_cell(threads, policy, busy, args.warmup, args.steps)
+            r = run_cell(threads, omp, busy, args.warmup, args.steps)
             base = base or r["s_per_step"]
             rows.append(f"| {label} | {'busy' if busy else 'idle'} | {r['threads']} | {r['s_per_step']:.3f} | "
                         f"{r['cpu_s_per_step']:.3f} | {r['s_per_step'] / base:.2f}x |")
