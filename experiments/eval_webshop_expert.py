@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.paths import portable_text
 from envs.webshop import WebShopEnv
 from envs.webshop.policies import expert_policy, first_result_policy, run_episode
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "# WebShop reference policies",
         "",
         "Command: `" + " ".join(["python -m experiments.eval_webshop_expert", *(argv or [])]) + "`",
-        f"Catalogue: {env.catalogue.source} ({len(env.catalogue.products)} products, {env.catalogue.num_goals} "
+        f"Catalogue: {portable_text(str(env.catalogue.source))} ({len(env.catalogue.products)} products, {env.catalogue.num_goals} "
         f"synthetic goals); split `{args.split}`, {len(tasks)} tasks; noun extractor `{env.nouns.planned_backend()}`; "
         f"horizon {env.max_steps}.",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}.",

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from envs.paths import portable_path
+
 PROG = "python -m experiments.geometry"
 
 __all__ = ["main", "build_parser"]
@@ -180,7 +182,7 @@ def collect_rollouts(args, layers: list[int]):
         pool.close()
     steps = batch.to_step_batch(hidden=hidden[layers[0]])
     meta = {
-        "source": "collected", "model": args.model, "model_folder": str(folder), "env": args.env, "split": split,
+        "source": "collected", "model": args.model, "model_folder": portable_path(folder), "env": args.env, "split": split,
         "groups": p, "group_size": g, "max_steps": horizon, "seed": args.seed,
         "tasks": [list(t.task_id) + [t.seed] for t in tasks],
         "sampling": {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
