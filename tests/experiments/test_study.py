@@ -188,6 +188,7 @@ def test_dry_run_plans_without_running(tmp_path):
 def test_demo_pipeline_end_to_end_on_the_smoke_model(tmp_path):
     """The demo's chain (runs from one model folder, two at a time, then the report) with the tiny smoke model in
     place of the SFT warm start and the runs shrunk to seconds."""
+    from envs.paths import portable_path
     from trainer.models import resolve_model_folder
 
     model = resolve_model_folder(TINY)
@@ -199,7 +200,7 @@ def test_demo_pipeline_end_to_end_on_the_smoke_model(tmp_path):
     assert sorted(p.name for p in runs.iterdir()) == ["bipace_q", "grpo"]
     for m in ("grpo", "bipace_q"):
         cfg = (runs / m / "seed_0" / "config.yaml").read_text()
-        assert f"init_from: {model}" in cfg
+        assert f"init_from: {portable_path(model)}" in cfg and "init_from: $BIPACE_CACHE/" in cfg  # portable
     # the report: summary, tables and figures
     summary = (out / "summary.md").read_text()
     assert "grpo" in summary and "bipace_q" in summary
