@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
         raise
     finally:
         trainer.close()
+        if trainer.world_size > 1:
+            from trainer.engine import shutdown_distributed
+
+            shutdown_distributed()
 
 
 if __name__ == "__main__":

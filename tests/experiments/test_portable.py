@@ -152,7 +152,7 @@ def test_demo_report_sets_the_users_runs_beside_the_reference(clone_elsewhere):
     'user's' runs are the committed ones copied over, so every row must read equal."""
     repo, env = clone_elsewhere
     shutil.copytree(repo / "results" / "demo" / "runs", repo / "runs" / "demo" / "runs")
-    r = _run(repo, env, "python -m experiments.study demo")  # every run finished: nothing to train, only the report
+    r = _run(repo, env, "python -m experiments.demo")  # every run finished: nothing to train, only the report
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     summary = (repo / "runs" / "demo" / "summary.md").read_text()
     assert "Your runs beside the committed reference (`results/demo`)" in summary
@@ -160,6 +160,7 @@ def test_demo_report_sets_the_users_runs_beside_the_reference(clone_elsewhere):
     rows = [line for line in table.splitlines() if line.startswith("| ") and "method" not in line]
     assert len(rows) == 4 and all(line.rstrip(" |").endswith("yes") for line in rows), table
     record = json.loads((repo / "runs" / "demo" / "study.json").read_text())
+    assert record["command"] == "python -m experiments.study demo"
     assert str(repo) not in json.dumps(record) and str(env["BIPACE_CACHE"]) not in json.dumps(record)
     # the committed reference is untouched, and git ignores the user's folder
     assert subprocess.run(["git", "check-ignore", "-q", "runs/demo/summary.md"], cwd=REPO).returncode == 0

@@ -98,5 +98,4 @@ def test_named_files_exist():
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_unfilled_placeholders(doc):
-    # `TBD-LEAD`: the README's timing cells that the lead measures and fills last (issue 16); drop the exception then
-    assert not re.search(r"\b(TODO|TBD(?!-LEAD)|DEMO_MINUTES|DEMO_SECTION|STUDY_SECTION)\b", doc.read_text())
+    assert not re.search(r"\b(TODO|TBD|DEMO_MINUTES|DEMO_SECTION|STUDY_SECTION)\b", doc.read_text())

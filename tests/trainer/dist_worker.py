@@ -23,7 +23,7 @@ from safetensors.torch import save_file  # noqa: E402
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2  # noqa: E402
 from trainer.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from trainer.config import ModelConfig, TrainerConfig  # noqa: E402
-from trainer.engine import ActorEngine  # noqa: E402
+from trainer.engine import ActorEngine, shutdown_distributed  # noqa: E402
 
 
 def build(stage: int) -> ActorEngine:
@@ -77,6 +77,7 @@ def main(out: str, stage: int) -> None:
         save_file({**{f"param.{k}": v.contiguous() for k, v in params.items()}, "hidden": hid}, out)
         with open(out + ".json", "w") as f:
             json.dump({"metrics": metrics, "resumed_equal": resumed_equal, "world": world}, f)
+    shutdown_distributed()  # as experiments.train does: no rank may abort at exit with the group still up
 
 
 if __name__ == "__main__":
