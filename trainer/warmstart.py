@@ -44,7 +44,8 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 
 @dataclass
 class WarmStartConfig:
-    """Settings of one warm start. Every field except ``progress``/``threads``/``cache_root`` enters the key.
+    """Settings of one warm start. Every field except ``progress``/``cache_root`` enters the key (``threads`` only
+    when not 1).
 
     The defaults are the best measured TextCraft setting (``results/warmstart/README.md``, row 15): a 4-layer tiny
     model, recipe-trace targets, next-token prediction on prompt tokens at weight 0.3, 3 passes over 800 expert
@@ -140,9 +141,13 @@ class WarmStartConfig:
     """DeepSpeed ZeRO stage of the SFT engine."""
     progress: bool = field(default=True, metadata={"key": False})
     """Progress bars (not part of the cache key)."""
-    threads: int = field(default=0, metadata={"key": False})
-    """torch intra-op threads; 0 = the cores no other process is using when the build starts (``trainer/threads.py``;
-    not part of the cache key: the thread count changes the time, not the weights, on the tiny models)."""
+    threads: int = 1
+    """torch intra-op threads [choice: 1]. More threads change the order of floating-point sums and, over a warm
+    start's thousands of steps, the weights: on 2026-12-01 the default TextCraft warm start built with 2 threads won
+    3/20 held-out goals greedily, built with 1 thread 5/20, with different weights (results/LOG.md). So the count is
+    fixed by default and part of the cache key when not 1 (entries built before keep their keys); one thread is
+    also immune to another busy process (results/benchmarks/threads.md). 0 = the cores free when the build starts
+    (``trainer/threads.py``): faster on an idle machine, but the result then depends on the load."""
     cache_root: str | None = field(default=None, metadata={"key": False})
     """Parent folder of the cache entries; null = ``envs.paths.cache_dir("warmstart")``."""
 
@@ -210,6 +215,8 @@ class WarmStartConfig:
                 d.pop(k)
         if not self.rename_copies:  # added later: off keeps the keys of entries built before it existed
             d.pop("rename_copies")
+        if self.threads == 1:  # added later: the default keeps the keys of entries built before (with 1 thread)
+            d.pop("threads")
         data = self.data_from_environment()
         if data is not None:  # added later: absent for the generated default, so earlier entries keep their keys
             d["data"] = data
@@ -352,7 +359,7 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
         return folder / "final"
     from .threads import configure_threads
 
-    threads = configure_threads(cfg.threads)  # 0: the cores free now (trainer/threads.py)
+    threads = configure_threads(cfg.threads)  # 0: the cores free now (trainer/threads.py), else exactly cfg.threads
     folder.mkdir(parents=True, exist_ok=True)
     _atomic_json(folder / "config.json", {"key": cache_key(cfg), "settings": cfg.key_dict()})
     _log(f"building {folder} ({threads} torch thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')})",

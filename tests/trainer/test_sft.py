@@ -366,6 +366,18 @@ def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
     assert cache_key(WarmStartConfig(rename_copies=2)) != cache_key(WarmStartConfig())
 
 
+def test_the_thread_count_is_fixed_by_default_and_keyed_otherwise():
+    """More threads change the weights (results/LOG.md, 2026-12-01): the default is 1 and keeps the old keys; any
+    other count, auto (0) included, is another cache entry."""
+    from trainer.warmstart import WarmStartConfig, cache_key
+
+    default = WarmStartConfig(env="textcraft")
+    assert default.threads == 1 and "threads" not in default.key_dict()
+    assert cache_key(WarmStartConfig(env="textcraft", threads=1)) == cache_key(default) == "ee351835b46a"
+    keys = {cache_key(WarmStartConfig(env="textcraft", threads=n)) for n in (0, 2, 4)}
+    assert len(keys) == 3 and cache_key(default) not in keys
+
+
 def test_warm_start_trains_on_the_expert_rows_and_their_renamed_copies(tmp_path):
     from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
 
