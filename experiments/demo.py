@@ -4,7 +4,7 @@
     python -m experiments.demo --dry-run       # the plan and the commands only
 
 TextCraft depth-2 goals with a tiny model: the SFT warm start (``python -m experiments.warmstart --env textcraft``,
-built once and cached: the first run adds it, 15.6 minutes measured on 2 idle cores on 2026-12-01), then GRPO, GiGPO, BiPACE_V and
+built once and cached: the first run adds it, ~24 minutes on one core, measured on 2026-12-01), then GRPO, GiGPO, BiPACE_V and
 BiPACE_Q from that warm start with seed 0 (``configs/cpu/textcraft_demo.yaml``), evaluated on depth-2 and depth-3
 goals, and the report (curves, tables, diagnostics) in ``runs/demo/summary.md`` (git-ignored), which ends with your
 runs beside the committed reference run ``results/demo/``. Interrupt it at any time and run it again: it goes on

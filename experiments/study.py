@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             if cached is None:
                 print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
-                      "once (15.6 minutes measured on 2 idle cores, longer on a busy machine), then the runs start. "
+                      "once (~24 minutes on one core, measured on 2026-12-01), then the runs start. "
                       "Later runs reuse it.", flush=True)
             try:
                 ws_folder = run_warmstart(study.warmstart_env, ws_extra, out / "warmstart.log")
