@@ -240,8 +240,9 @@ def control_difference_runs(by_method: dict[str, list[Run]], control: str = CONT
             for m, per_seed in rows.items()}
 
 
-def _mean_metric(run: Run, key: str) -> float | None:
-    _, ys = series(run.metrics, key)
+def _mean_first(run: Run, key: str, n: int) -> float | None:
+    """Mean of ``key`` over the first ``n`` metrics rows that have it."""
+    ys = series(run.metrics, key)[1][:n]
     return sum(ys) / len(ys) if ys else None
 
 
@@ -263,10 +264,9 @@ def reference_table(yours: list[Run], reference: list[Run], tol: float = 1e-9) -
         return "–" if v is None else f"{100 * v:.1f}"
 
     for y, r in pairs:
-        n = min(len(series(y.metrics, "rollout/success_rate")[0]), len(series(r.metrics, "rollout/success_rate")[0]))
-        cut_y = Run(y.env, y.model, y.method, y.seed, y.path, y.metrics[:n], y.evals, y.info)
-        cut_r = Run(r.env, r.model, r.method, r.seed, r.path, r.metrics[:n], r.evals, r.info)
-        vals = [(_mean_metric(cut_y, "rollout/success_rate"), _mean_metric(cut_r, "rollout/success_rate"))]
+        key = "rollout/success_rate"
+        n = min(len(series(y.metrics, key)[1]), len(series(r.metrics, key)[1]))
+        vals = [(_mean_first(y, key, n), _mean_first(r, key, n))]
         vals += [(run_scores(y, k), run_scores(r, k)) for k in splits]
         its = tuple(int(run.metrics[-1].get("iteration", 0)) if run.metrics else 0 for run in (y, r))
         equal = its[0] == its[1] and all(a is not None and b is not None and abs(a - b) <= tol for a, b in vals)

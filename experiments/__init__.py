@@ -1,4 +1,2 @@
 """Entry points (``python -m experiments.<name>``): training, sweeps, studies, the demo, reports, benchmarks."""
-from trainer.threads import use_passive_wait
-
-use_passive_wait()  # before any entry point loads torch (trainer/threads.py)
+import trainer  # noqa: F401  (its import sets OMP_WAIT_POLICY before any entry point loads torch: trainer/threads.py)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from envs.paths import CACHE_VAR, portable_path, portable_text, resolve_path
-from tests.experiments.helpers import REPO, child_env
+from tests.experiments.helpers import REPO, child_env, fake_warmstart
 
 # absolute paths of a machine (home, scratch, work or mount folders); system tools such as /usr/bin/time are not
 _MACHINE_PATH = re.compile(r"(?<![\w.$~/<>-])/(?:work|tmp|home|root|Users|mnt|scratch|data|srv|opt)/[\w.-]")
@@ -85,22 +85,13 @@ def _copy_checkout(dest: Path) -> None:
             shutil.copy2(src, dest / f)
 
 
-_STAND_IN = r"""
+_CACHE_ENTRY = r"""
 import json, sys
-from pathlib import Path
 from experiments.warmstart import _parser, config_from_args
 from trainer.warmstart import cache_folder
 cfg = config_from_args(_parser().parse_args(["--env", sys.argv[1], *sys.argv[2:]]))
-final = cache_folder(cfg) / "final"
-final.mkdir(parents=True)
-(final / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_hidden_layers": cfg.tiny_layers,
-                                               "hidden_size": cfg.tiny_hidden, "num_attention_heads": cfg.tiny_heads}))
-(final / "model.safetensors").write_bytes(b"")  # a stand-in: dry runs and reports never load it
-(final / "warmstart.json").write_text(json.dumps({
-    "env_kwargs": cfg.resolved_env_kwargs, "settings": cfg.key_dict(), "eval": {}, "eval_split": "eval_depth2",
-    "this_call": {"wall_s": 0.0, "cpu_s": 0.0, "load_avg_1m": 0.0}}))
-(final.parent / "DONE").write_text("stand-in\n")
-print(final)
+print(json.dumps({"folder": str(cache_folder(cfg)), "env_kwargs": cfg.resolved_env_kwargs, "settings": cfg.key_dict(),
+                  "shape": [cfg.tiny_layers, cfg.tiny_hidden, cfg.tiny_heads]}))
 """
 
 
@@ -114,10 +105,14 @@ def clone_elsewhere(tmp_path_factory):
     env = {**child_env(), "BIPACE_CACHE": str(cache), "PYTHONPATH": str(repo)}
     from experiments.study import STUDIES
 
-    for study in ("demo", "cpu"):
+    for study in ("demo", "cpu"):  # the cache entries this copy computes for them, filled with stand-ins
         s = STUDIES[study]
-        subprocess.run([sys.executable, "-c", _STAND_IN, s.warmstart_env, *s.warmstart_args], cwd=repo, env=env,
-                       check=True, capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-c", _CACHE_ENTRY, s.warmstart_env, *s.warmstart_args], cwd=repo,
+                             env=env, check=True, capture_output=True, text=True, timeout=120).stdout
+        e = json.loads(out.strip().splitlines()[-1])
+        layers, hidden, heads = e["shape"]
+        folder = Path(e["folder"])
+        fake_warmstart(folder.parent, folder.name, e["env_kwargs"], layers, hidden, heads, settings=e["settings"])
     return repo, env
 
 
@@ -166,3 +161,23 @@ def test_demo_report_sets_the_users_runs_beside_the_reference(clone_elsewhere):
     assert subprocess.run(["git", "check-ignore", "-q", "runs/demo/summary.md"], cwd=REPO).returncode == 0
     assert os.path.getsize(repo / "results" / "demo" / "summary.md") == os.path.getsize(REPO / "results" / "demo" /
                                                                                         "summary.md")
+
+
+def test_reference_table_marks_a_difference_and_skips_runs_without_a_counterpart(tmp_path):
+    from analysis.report import reference_table
+    from analysis.runs import Run
+
+    def run(method, succ, final):
+        metrics = [{"iteration": i, "rollout/success_rate": s} for i, s in enumerate(succ, 1)]
+        evals = [{"iteration": len(succ), "eval/textcraft/eval_depth2/success_rate": final}]
+        return Run("textcraft", "tiny", method, 0, tmp_path, metrics, evals, {})
+
+    ref = [run("grpo", [0.5, 0.25], 0.5), run("gigpo", [0.5, 0.5], 0.25)]
+    yours = [run("grpo", [0.5, 0.25], 0.5), run("gigpo", [0.5, 0.5, 1.0], 0.5), run("rloo", [1.0], 1.0)]
+    rows = {line.split(" | ")[0].strip("| "): line for line in reference_table(yours, ref).splitlines()[2:]}
+    assert set(rows) == {"grpo", "gigpo"}  # rloo has no committed counterpart
+    assert rows["grpo"].endswith("| yes |") and "37.5 / 37.5" in rows["grpo"]
+    # training success over the iterations both have (2), eval differs, iterations differ: not equal
+    assert rows["gigpo"].endswith("| no |") and "3 / 2" in rows["gigpo"] and "50.0 / 50.0" in rows["gigpo"]
+    assert "50.0 / 25.0" in rows["gigpo"]
+    assert reference_table(yours, []) == ""

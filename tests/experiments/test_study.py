@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments import study
-from tests.experiments.helpers import run_module
+from tests.experiments.helpers import fake_warmstart, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = "tiny:layers=2,hidden=64,heads=2"
@@ -43,26 +43,15 @@ def test_every_study_names_an_existing_preset_and_loads():
     assert study.STUDIES["cpu"].seeds == [0, 1, 2]
 
 
-def _fake_warmstart(root: Path, name: str, env_kwargs: dict, layers=4, hidden=128, heads=4, settings=None) -> Path:
-    final = root / name / "final"
-    final.mkdir(parents=True)
-    (final / "config.json").write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": hidden,
-                                                   "num_attention_heads": heads}))
-    (final / "model.safetensors").write_bytes(b"x")
-    (final / "warmstart.json").write_text(json.dumps({"env_kwargs": env_kwargs, "settings": settings or {}}))
-    (root / name / "DONE").write_text("done\n")
-    return final
-
-
 def test_warmstart_overrides_carry_env_options_and_the_model_shape(tmp_path):
-    final = _fake_warmstart(tmp_path, "textcraft-tiny-abc", {"show_inventory": True})
+    final = fake_warmstart(tmp_path, "textcraft-tiny-abc", {"show_inventory": True})
     ov = study.warmstart_overrides(final, "tiny:layers=4,hidden=128,heads=4")
     assert ov == ["sft.enabled=true", f"sft.init_from={final}", "env.kwargs.show_inventory=true"]
-    other = _fake_warmstart(tmp_path, "textcraft-tiny-def", {}, layers=2, hidden=64, heads=2)
+    other = fake_warmstart(tmp_path, "textcraft-tiny-def", {}, layers=2, hidden=64, heads=2)
     ov = study.warmstart_overrides(other, "tiny:layers=4,hidden=128,heads=4")
     assert ov[-1] == "model.path=tiny:layers=2,hidden=64,heads=2"
     # the warm start's prompt history reaches the rollout; its horizon does not (RL's is the preset's env.max_steps)
-    third = _fake_warmstart(tmp_path, "textcraft-tiny-ghi", {"show_inventory": True, "max_steps": 15},
+    third = fake_warmstart(tmp_path, "textcraft-tiny-ghi", {"show_inventory": True, "max_steps": 15},
                             settings={"history_length": 0})
     ov3 = study.warmstart_overrides(third, "tiny:layers=4,hidden=128,heads=4", preset_history=2)
     assert ov3 == ["sft.enabled=true", f"sft.init_from={third}", "env.kwargs.show_inventory=true",
@@ -79,10 +68,10 @@ def test_warmstart_overrides_carry_env_options_and_the_model_shape(tmp_path):
 def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("BIPACE_CACHE", str(tmp_path))
     assert study.find_warmstart("textcraft") is None
-    a = _fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-aaa", {})
+    a = fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-aaa", {})
     os.utime(tmp_path / "warmstart" / "textcraft-tiny-aaa" / "DONE", (1, 1))
-    b = _fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-bbb", {})
-    _fake_warmstart(tmp_path / "warmstart", "alfworld-tiny-ccc", {})
+    b = fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-bbb", {})
+    fake_warmstart(tmp_path / "warmstart", "alfworld-tiny-ccc", {})
     unfinished = tmp_path / "warmstart" / "textcraft-tiny-zzz" / "final"
     unfinished.mkdir(parents=True)
     assert study.find_warmstart("textcraft") == b  # the newest finished entry
@@ -97,7 +86,7 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     cfg = study._config_for("textcraft", extra)
     assert cfg.rename_copies == 3 and cfg.rationale == "none"
     own = cache_folder(cfg)
-    mine = _fake_warmstart(own.parent, own.name, {})
+    mine = fake_warmstart(own.parent, own.name, {})
     assert study.find_warmstart("textcraft", extra=extra) == mine
     assert study._config_for("textcraft", ["--rationale", "long"]) is None  # a bad setting: no entry
 
@@ -138,7 +127,7 @@ def test_a_missing_warm_start_stops_the_study_naming_the_command(tmp_path, monke
     assert study.main(["demo", "--out", str(tmp_path / "demo"), "--dry-run"]) == 0
     assert "`python -m experiments.warmstart --env textcraft` makes it" in capfd.readouterr().out
     # a cached warm start is used without the command; its env options travel with it
-    final = _fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
+    final = fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
     assert study.main(["demo", "--out", str(tmp_path / "demo"), "--dry-run"]) == 0
     out = capfd.readouterr().out
     # recorded portably: the run folders read the same in any clone and under any $BIPACE_CACHE
@@ -152,7 +141,7 @@ def test_a_missing_warm_start_stops_the_study_naming_the_command(tmp_path, monke
 
 def test_dry_run_plans_without_running(tmp_path):
     res = _study(["demo", "--out", str(tmp_path / "demo"), "--init-from",
-                  str(_fake_warmstart(tmp_path, "ws", {"show_inventory": True})), "--dry-run"])
+                  str(fake_warmstart(tmp_path, "ws", {"show_inventory": True})), "--dry-run"])
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "# 4 runs: 0 finished (skipped), 0 to resume, 4 new" in out
@@ -258,7 +247,7 @@ def test_the_alfworld_study_is_pinned_to_the_warm_start_it_ran_from():
 def test_repeated_cache_hits_are_logged_once(tmp_path, monkeypatch, capfd):
     """A study called again finds the cached warm start: its report goes to the terminal every time but into the
     study's warmstart.log once (it used to grow by a copy per call); a build and a different entry are kept."""
-    final = _fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
+    final = fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
     report = ("[warmstart] cache hit: {f}\nmodel: {f}\nbuilt in 26.0 min wall; this call {t} s\n")
     calls = iter(["0.0", "0.1", "12.5", "0.0"])
 
@@ -276,7 +265,7 @@ def test_repeated_cache_hits_are_logged_once(tmp_path, monkeypatch, capfd):
     monkeypatch.setattr(study, "warmstart_command", lambda env, extra=None: command(
         env, text=f"epoch 1/2 loss 3.1\nsaved {final}\n"))
     assert study.run_warmstart("textcraft", [], log) == final
-    other = _fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-def", {})
+    other = fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-def", {})
     monkeypatch.setattr(study, "warmstart_command", lambda env, extra=None: command(
         env, text=report.format(f=other, t="0.0")))
     assert study.run_warmstart("textcraft", [], log) == other
