@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Task", "TaskSampler", "eval_tasks", "StepResult", "EnvPool", "make_env"]
+__all__ = ["Task", "TaskSampler", "training_pool", "eval_tasks", "StepResult", "EnvPool", "make_env"]
 
 
 # ====================================================================== tasks
@@ -70,25 +70,40 @@ def _derived_seed(*keys: int) -> int:
 
 
 class TaskSampler:
-    """Seeded, reproducible draws of training tasks from one split.
+    """Seeded, reproducible draws of training tasks from one split, or from a fixed pool of its tasks.
 
-    Tasks are drawn without replacement within an epoch (a seeded permutation of the split), so every
-    task is seen once per epoch [choice; the reference draws with replacement]. A batch of ``n <=
-    num_tasks`` tasks holds distinct tasks even across an epoch boundary. Each draw also gets its own
-    env seed (``Task.seed``), a function of ``(seed, draw number)``.
+    ``pool`` (optional): the task indices training may draw, e.g. ``training_pool(num_tasks, K, seed)``; null =
+    the whole split. ``replacement=False`` (default): tasks are drawn without replacement within an epoch (a seeded
+    permutation of the pool), so every task is seen once per epoch [choice; the reference draws with replacement]
+    and a batch of ``n <= len(pool)`` tasks holds distinct tasks even across an epoch boundary.
+    ``replacement=True``: each task of a batch is drawn uniformly from the pool, independently (repeats allowed).
+    Each draw also gets its own env seed (``Task.seed``), a function of ``(seed, draw number)``, so a goal drawn
+    again is played in a fresh env episode.
     """
 
-    def __init__(self, split: str, num_tasks: int, seed: int = 0):
+    def __init__(self, split: str, num_tasks: int, seed: int = 0, pool: Sequence[int] | None = None,
+                 replacement: bool = False):
         if not isinstance(num_tasks, (int, np.integer)) or num_tasks < 1:
             raise ValueError(f"TaskSampler: split {split!r} has num_tasks={num_tasks!r}; need at least 1 task")
         self.split, self.num_tasks, self.seed = str(split), int(num_tasks), int(seed)
+        if pool is None:
+            self.pool = list(range(self.num_tasks))
+        else:
+            self.pool = [int(k) for k in pool]
+            bad = [k for k in self.pool if not 0 <= k < self.num_tasks]
+            if not self.pool or bad or len(set(self.pool)) != len(self.pool):
+                raise ValueError(
+                    f"TaskSampler: pool {list(pool)!r} must be distinct task indices of split {split!r} "
+                    f"(0..{self.num_tasks - 1}); bad: {bad or 'duplicates or empty'}")
+        self.replacement = bool(replacement)
         self._epoch = 0
         self._order = self._permutation(0)
         self._pos = 0
         self._draws = 0
 
     def _permutation(self, epoch: int) -> list[int]:
-        return np.random.default_rng([self.seed & 0xFFFFFFFF, epoch]).permutation(self.num_tasks).tolist()
+        perm = np.random.default_rng([self.seed & 0xFFFFFFFF, epoch]).permutation(len(self.pool)).tolist()
+        return [self.pool[i] for i in perm]
 
     @property
     def epoch(self) -> int:
@@ -99,12 +114,15 @@ class TaskSampler:
         if n < 0:
             raise ValueError(f"TaskSampler.sample: n={n} must be >= 0")
         picked: list[int] = []
+        if self.replacement:
+            rng = np.random.default_rng([self.seed & 0xFFFFFFFF, 2, self._draws])
+            picked = [self.pool[int(i)] for i in rng.integers(0, len(self.pool), size=n)]
         while len(picked) < n:
             if self._pos >= len(self._order):
                 self._epoch += 1
                 order = self._permutation(self._epoch)
                 taken = set(picked)
-                if len(taken) < self.num_tasks:  # keep the batch distinct: repeats go to the epoch's end
+                if len(taken) < len(self.pool):  # keep the batch distinct: repeats go to the epoch's end
                     order = [k for k in order if k not in taken] + [k for k in order if k in taken]
                 self._order, self._pos = order, 0
             picked.append(self._order[self._pos])
@@ -116,7 +134,7 @@ class TaskSampler:
         return tasks
 
     def state_dict(self) -> dict:
-        return {
+        state = {
             "split": self.split,
             "num_tasks": self.num_tasks,
             "seed": self.seed,
@@ -125,6 +143,9 @@ class TaskSampler:
             "pos": self._pos,
             "draws": self._draws,
         }
+        if self.pool != list(range(self.num_tasks)) or self.replacement:
+            state["pool"], state["replacement"] = list(self.pool), self.replacement
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         for key in ("split", "num_tasks", "seed"):
@@ -133,11 +154,29 @@ class TaskSampler:
                     f"TaskSampler.load_state_dict: checkpoint has {key}={state.get(key)!r} but this sampler has "
                     f"{getattr(self, key)!r} (the split's task list changed or a different run's state was given)"
                 )
+        pool = [int(k) for k in state.get("pool", range(self.num_tasks))]
+        if pool != self.pool or bool(state.get("replacement", False)) != self.replacement:
+            raise ValueError(
+                f"TaskSampler.load_state_dict: checkpoint's training pool {pool if len(pool) <= 20 else '...'} / "
+                f"replacement={state.get('replacement', False)} differ from this run's "
+                f"({self.pool if len(self.pool) <= 20 else '...'} / {self.replacement}): env.train_pool or "
+                "env.train_sampling changed since the checkpoint; restore them or start a new run folder")
         order = [int(k) for k in state["order"]]
-        if sorted(order) != list(range(self.num_tasks)):
-            raise ValueError("TaskSampler.load_state_dict: 'order' is not a permutation of the split's tasks")
+        if sorted(order) != sorted(self.pool):
+            raise ValueError("TaskSampler.load_state_dict: 'order' is not a permutation of the training pool")
         self._epoch, self._order = int(state["epoch"]), order
         self._pos, self._draws = int(state["pos"]), int(state["draws"])
+
+
+def training_pool(num_tasks: int, size: int, seed: int = 0) -> list[int]:
+    """A fixed seeded subset of ``size`` task indices (sorted) out of ``num_tasks``: the same for every run seed,
+    so the runs of a study train on the same goals. ``size >= num_tasks`` gives every task."""
+    if size < 1:
+        raise ValueError(f"training_pool: size={size} must be >= 1")
+    if size >= num_tasks:
+        return list(range(num_tasks))
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 3])
+    return sorted(int(k) for k in rng.choice(num_tasks, size=size, replace=False))
 
 
 def eval_tasks(split: str, num_tasks: int, max_tasks: int | None = None, seed: int = 0) -> list[Task]:

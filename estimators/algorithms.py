@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .batch import StepBatch
-from .cluster import greedy_cosine_clusters
+from .cluster import center_by_group, greedy_cosine_clusters
 from .config import EstimatorConfig
 from .grouping import anchor_groups, history_groups
 from .ops import action_keys, dense_ids, discounted_returns, episode_scores, group_normalize
@@ -36,9 +36,16 @@ def step_returns(batch: StepBatch, cfg: EstimatorConfig) -> torch.Tensor:
 
 
 def clusters_for(batch: StepBatch, cfg: EstimatorConfig) -> torch.Tensor:
-    """LongTensor (N,): BiGPO hidden-state clusters of ``batch`` with ``cfg``'s epsilon/centroid/backend."""
+    """LongTensor (N,): BiGPO hidden-state clusters of ``batch`` with ``cfg``'s epsilon/centroid/backend (and the
+    prompt group's mean state subtracted first when ``center_states``)."""
+    if cfg.epsilon_is_auto:
+        raise ValueError(
+            "EstimatorConfig.epsilon='auto' must be resolved to a number before clustering: the trainer does it on "
+            "the first training batch (estimators.calibrate.choose_epsilon); outside the trainer give a number"
+        )
+    hidden = center_by_group(batch.hidden, batch.group_id) if cfg.center_states else batch.hidden
     return greedy_cosine_clusters(
-        batch.hidden, batch.group_id, batch.traj_id, batch.step, cfg.epsilon, cfg.centroid, cfg.cluster_backend
+        hidden, batch.group_id, batch.traj_id, batch.step, cfg.epsilon, cfg.centroid, cfg.cluster_backend
     ).cluster_id
 
 

@@ -1,34 +1,60 @@
-"""Epsilon calibration scan [paper: a one-time scan on the first training step, then frozen].
+"""Epsilon calibration [paper: a one-time scan on the first training step, then frozen].
 
-The paper chose epsilon (0.05 for Qwen2.5-1.5B, 0.10 for 7B) with a scan whose criterion is unpublished,
-so this tool prints, for a batch with hidden states, the singleton rate, cluster count and mean/P90
-cluster size of the greedy clustering for each epsilon of a grid, beside the exact-anchor figures
-(GiGPO's grouping); where the batch has ``state_key``, also pair precision/recall against the true
-state. The user picks epsilon; runs use a fixed epsilon by default.
+The paper chose epsilon (0.05 for Qwen2.5-1.5B, 0.10 for 7B) with a scan whose criterion is unpublished.
+``scan_epsilon`` lists, for a batch with hidden states, the singleton rate, cluster count and mean/P90 cluster
+size of the greedy clustering for each epsilon of a grid, beside the exact-anchor figures (GiGPO's grouping), the
+share of same-anchor pairs the clusters keep together (``anchor_recall``) and, where the batch has
+``state_key``, pair precision/recall against the true state.
 
-    python -m estimators.calibrate --batch first_batch.pt            # a StepBatch saved by the trainer
+``choose_epsilon`` is what ``estimator.epsilon: auto`` runs on the first training batch (the trainer freezes the
+result for the run and saves the scan as ``epsilon.json`` in the run folder). Rules (``epsilon_criterion``):
+
+* ``anchor_recall`` (default): the smallest epsilon of ``AUTO_GRID`` whose clusters keep at least
+  ``epsilon_target`` (0.9) of the pairs of rows with the same exact observation in one cluster. Rows that
+  GiGPO already groups stay grouped, and clusters grow no further than that needs: a scale-free rule, because the
+  distances of the same-observation pairs set it (1e-4-scale for a tiny model, 1e-2-scale for a 7B one).
+* ``singleton_match``: the smallest epsilon whose cluster singleton rate is at most the anchors'.
+
+Without two rows of one observation in any prompt group (every anchor a singleton) neither rule has a reference:
+both fall back to the smallest epsilon whose singleton rate is at most ``FALLBACK_SINGLETON_RATE`` (0.2, about
+the rates the paper reports for its clusters). Why anchor_recall is the default, measured: ``docs/method.md``,
+"epsilon: auto".
+
+    python -m estimators.calibrate --batch first_batch.pt            # a StepBatch file (StepBatch.save)
     python -m estimators.calibrate --synthetic --hidden-size 1536    # a synthetic demo batch
+    python -m estimators.calibrate --synthetic --auto                # and the epsilon each rule picks
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from .batch import StepBatch
-from .cluster import greedy_cosine_clusters
+from .cluster import center_by_group, greedy_cosine_clusters
 from .diagnostics import grouping_stats, pair_purity
 from .grouping import anchor_groups
 from .ops import dense_ids, factorize
 
-__all__ = ["DEFAULT_GRID", "scan_epsilon", "format_scan"]
+__all__ = ["DEFAULT_GRID", "AUTO_GRID", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon",
+           "format_scan"]
 
 DEFAULT_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)
+#: epsilon: auto scans 0 and 10 log-spaced values per decade from 1e-5 to 0.5 (1e-5, 1.26e-5, ..., 0.398, 0.5)
+AUTO_GRID = (0.0,) + tuple(float(f"{10 ** (-5 + k / 10):.3g}") for k in range(47)) + (0.5,)
+#: the singleton rate the fallback rule aims at (the paper's clusters leave ~17-22% of rows alone)
+FALLBACK_SINGLETON_RATE = 0.2
 
 
-def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None) -> dict:
+def _pairs(ids: torch.Tensor) -> float:
+    c = torch.bincount(ids).double()
+    return float((c * (c - 1) / 2).sum())
+
+
+def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, anchors: torch.Tensor) -> dict:
     st = grouping_stats(gid, kind)
     prefix = "anchor" if kind == "anchor" else "cluster"
     row = {
@@ -38,31 +64,102 @@ def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None) 
         "size_mean": st[f"group/{prefix}_size_mean"],
         "size_p90": st[f"group/{prefix}_size_p90"],
     }
+    same_anchor = _pairs(anchors)
+    row["anchor_recall"] = _pairs(dense_ids(gid, anchors)) / same_anchor if same_anchor else float("nan")
     if states is not None:
         pur = pair_purity(gid, states)
         row["precision"], row["recall"] = pur if pur is not None else (float("nan"), float("nan"))
+        p, r = row["precision"], row["recall"]
+        row["f1"] = 2 * p * r / (p + r) if p + r > 0 else float("nan")
     return row
 
 
 def scan_epsilon(
-    batch: StepBatch, grid: Sequence[float] = DEFAULT_GRID, centroid: str = "mean", backend: str = "torch"
+    batch: StepBatch, grid: Sequence[float] = DEFAULT_GRID, centroid: str = "mean", backend: str = "torch",
+    center: bool = False,
 ) -> list[dict]:
-    """One dict per grouping: the exact anchors first, then each epsilon of ``grid``."""
+    """One dict per grouping: the exact anchors first (``epsilon`` None), then each epsilon of ``grid``.
+
+    Keys: grouping, epsilon, singleton_rate, groups, size_mean, size_p90, anchor_recall (share of same-anchor
+    pairs in one group; NaN without such pairs) and, with ``state_key``, precision, recall, f1 against the true
+    state. ``center``: cluster the states minus their prompt group's mean (``center_states``)."""
     batch.validate(need_hidden=True)
     if any(e < 0 for e in grid):
         raise ValueError(f"epsilon grid {list(grid)} holds a negative value")
     states = None
     if batch.state_key is not None:
         states = dense_ids(batch.group_id, factorize([repr(s) for s in batch.state_key], device=batch.device))
-    rows = [_row("exact anchor obs", anchor_groups(batch.group_id, batch.anchor_obs), "anchor", states)]
+    anchors = anchor_groups(batch.group_id, batch.anchor_obs)
+    rows = [{**_row("exact anchor obs", anchors, "anchor", states, anchors), "epsilon": None}]
+    hidden = center_by_group(batch.hidden, batch.group_id) if center else batch.hidden
     for eps in grid:
-        cl = greedy_cosine_clusters(batch.hidden, batch.group_id, batch.traj_id, batch.step, eps, centroid, backend)
-        rows.append(_row(f"hidden eps={eps:g}", cl.cluster_id, "cluster", states))
+        cl = greedy_cosine_clusters(hidden, batch.group_id, batch.traj_id, batch.step, eps, centroid, backend)
+        rows.append({**_row(f"hidden eps={eps:g}", cl.cluster_id, "cluster", states, anchors), "epsilon": float(eps)})
     return rows
 
 
+@dataclass
+class Calibration:
+    """What ``choose_epsilon`` found: the epsilon, the rule that picked it, why, and the scan behind it."""
+
+    epsilon: float
+    criterion: str
+    rule: str
+    reason: str
+    scan: list[dict]
+    center: bool = False
+
+    def to_dict(self) -> dict:
+        return {"epsilon": self.epsilon, "criterion": self.criterion, "rule": self.rule, "reason": self.reason,
+                "center_states": self.center, "grid": [r["epsilon"] for r in self.scan[1:]], "scan": self.scan}
+
+
+def _smallest(rows: list[dict], ok) -> dict | None:
+    for r in rows:
+        if ok(r):
+            return r
+    return None
+
+
+def choose_epsilon(
+    batch: StepBatch, criterion: str = "anchor_recall", target: float = 0.9, grid: Sequence[float] = AUTO_GRID,
+    centroid: str = "mean", backend: str = "torch", center: bool = False,
+) -> Calibration:
+    """The epsilon ``estimator.epsilon: auto`` freezes for a run (rules: the module docstring)."""
+    if criterion not in ("anchor_recall", "singleton_match"):
+        raise ValueError(f"epsilon_criterion={criterion!r} is not one of ['anchor_recall', 'singleton_match']")
+    grid = sorted(float(e) for e in grid)
+    scan = scan_epsilon(batch, grid, centroid, backend, center)
+    anchor, rows = scan[0], scan[1:]
+    has_pairs = anchor["anchor_recall"] == anchor["anchor_recall"]  # not NaN: two rows share an observation
+    if has_pairs and criterion == "anchor_recall":
+        hit = _smallest(rows, lambda r: r["anchor_recall"] >= target - 1e-12)
+        if hit is not None:
+            return Calibration(hit["epsilon"], criterion, "anchor_recall",
+                               f"smallest epsilon keeping >= {target:g} of the same-observation pairs together "
+                               f"({hit['anchor_recall']:.3f}; singleton rate {hit['singleton_rate']:.3f} vs the "
+                               f"anchors' {anchor['singleton_rate']:.3f})", scan, center)
+        best = max(r["anchor_recall"] for r in rows)
+        hit = _smallest(rows, lambda r: r["anchor_recall"] >= best - 1e-12)
+        return Calibration(hit["epsilon"], criterion, "anchor_recall_max",
+                           f"no epsilon of the grid keeps {target:g} of the same-observation pairs together; the "
+                           f"smallest with the most ({best:.3f})", scan, center)
+    if has_pairs:  # singleton_match
+        hit = _smallest(rows, lambda r: r["singleton_rate"] <= anchor["singleton_rate"] + 1e-12)
+        if hit is not None:
+            return Calibration(hit["epsilon"], criterion, "singleton_match",
+                               f"smallest epsilon whose singleton rate ({hit['singleton_rate']:.3f}) is at most the "
+                               f"anchors' ({anchor['singleton_rate']:.3f})", scan, center)
+    hit = _smallest(rows, lambda r: r["singleton_rate"] <= FALLBACK_SINGLETON_RATE + 1e-12) or rows[-1]
+    why = "no two rows of a prompt group share an observation" if not has_pairs else "no epsilon matches the anchors"
+    return Calibration(hit["epsilon"], criterion, "fallback_singleton_rate",
+                       f"{why}: smallest epsilon whose singleton rate ({hit['singleton_rate']:.3f}) is at most "
+                       f"{FALLBACK_SINGLETON_RATE:g}", scan, center)
+
+
 def format_scan(rows: list[dict]) -> str:
-    cols = [c for c in ("grouping", "singleton_rate", "groups", "size_mean", "size_p90", "precision", "recall") if c in rows[0]]
+    cols = [c for c in ("grouping", "singleton_rate", "groups", "size_mean", "size_p90", "anchor_recall", "precision",
+                        "recall", "f1") if c in rows[0]]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
@@ -84,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hidden-size", type=int, default=256, help="synthetic batch only")
     ap.add_argument("--noise", type=float, default=0.3, help="synthetic batch only: hidden-state noise")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--center", action="store_true", help="subtract each prompt group's mean state first")
+    ap.add_argument("--auto", action="store_true", help="also print the epsilon each epsilon: auto rule picks")
     args = ap.parse_args(argv)
     try:
         grid = [float(x) for x in args.grid.split(",") if x.strip()]
@@ -97,7 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch = synthetic_batch(groups=16, group_size=8, max_steps=30, hidden_size=args.hidden_size, noise=args.noise,
                                 states_per_group=20, obs_variants=3, seed=args.seed)
     print(batch.summary())
-    print(format_scan(scan_epsilon(batch, grid, args.centroid, args.backend)))
+    print(format_scan(scan_epsilon(batch, grid, args.centroid, args.backend, args.center)))
+    if args.auto:
+        for crit in ("anchor_recall", "singleton_match"):
+            cal = choose_epsilon(batch, crit, centroid=args.centroid, backend=args.backend, center=args.center)
+            print(f"{crit}: epsilon = {cal.epsilon:g} ({cal.rule}: {cal.reason})")
     return 0
 
 

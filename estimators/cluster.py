@@ -25,7 +25,7 @@ import torch
 
 from .ops import canonical_order, dense_ids
 
-__all__ = ["ClusterResult", "greedy_cosine_clusters", "gram_blocks"]
+__all__ = ["ClusterResult", "greedy_cosine_clusters", "gram_blocks", "center_by_group"]
 
 JOIN_TOL = 1e-6
 
@@ -37,6 +37,26 @@ class ClusterResult:
 
     cluster_id: torch.Tensor
     sizes: torch.Tensor
+
+
+def center_by_group(hidden: torch.Tensor, group_id: torch.Tensor) -> torch.Tensor:
+    """(N, D) float32: each row minus the mean hidden state of its prompt group (``center_states``).
+
+    The last-token states of a small model share one dominant direction (every pair of a group lies within cosine
+    distance ~0.01-0.03); subtracting the group's mean removes it, so the cosine compares what differs between
+    rows. A row equal to its group's mean (e.g. every row of a group of identical states, or a one-row group) would
+    become the zero vector, which clusters with nothing: it is given the group's mean instead, so such rows still
+    cluster with each other (the centred rows sum to 0, so the mean lies at cosine ~0 from them on average)."""
+    gid = dense_ids(group_id)
+    h = hidden.double()
+    k = int(gid.max()) + 1
+    sums = torch.zeros(k, h.shape[1], dtype=torch.float64, device=h.device).index_add_(0, gid, h)
+    counts = torch.bincount(gid, minlength=k).double().clamp_min(1)
+    mean = (sums / counts[:, None])[gid]  # (N, D)
+    out = h - mean
+    at_mean = torch.linalg.vector_norm(out, dim=1) <= 1e-6 * torch.linalg.vector_norm(h, dim=1)
+    out[at_mean] = mean[at_mean]
+    return out.float()
 
 
 def _inverse_norms(hidden: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-__all__ = ["EstimatorConfig", "NORM_MODES", "CENTROIDS", "CLUSTER_BACKENDS", "PACE_KEYS", "PACE_FALLBACKS", "PACE_NORMS"]
+__all__ = ["EstimatorConfig", "NORM_MODES", "CENTROIDS", "CLUSTER_BACKENDS", "PACE_KEYS", "PACE_FALLBACKS", "PACE_NORMS", "EPSILON_CRITERIA"]
 
 NORM_MODES = ("mean_std_norm", "mean_norm")
 CENTROIDS = ("mean", "seed")
@@ -17,6 +17,7 @@ CLUSTER_BACKENDS = ("torch", "faiss")
 PACE_KEYS = ("action_tag", "first_tokens")
 PACE_FALLBACKS = ("either", "unique_key", "single_key", "none")
 PACE_NORMS = ("none", "cluster_std")
+EPSILON_CRITERIA = ("anchor_recall", "singleton_match")
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -39,9 +40,20 @@ class EstimatorConfig:
     GiGPO scripts: mean_std_norm for ALFWorld/TextCraft, mean_norm for WebShop."""
     step_weight: float = 1.0
     """w (GiGPO's omega): A = A^ep + w A^S [GiGPO; choice w = 1 for PACE]."""
-    epsilon: float = 0.05
+    epsilon: float | str = 0.05
     """Cosine-distance threshold of the greedy clustering: 0.05 for Qwen2.5-1.5B, 0.10 for 7B [paper].
-    epsilon = 0 groups only (numerically) equal vectors (1e-6 tolerance)."""
+    epsilon = 0 groups only (numerically) equal vectors (1e-6 tolerance). ``auto``: the trainer scans the first
+    training batch, picks epsilon by ``epsilon_criterion`` and freezes it for the run (``estimators.calibrate``,
+    saved as ``epsilon.json`` in the run folder) [paper: a scan on the first step; its criterion is unpublished]."""
+    epsilon_criterion: str = "anchor_recall"
+    """Rule of ``epsilon: auto`` (``estimators.calibrate.choose_epsilon``): anchor_recall = the smallest epsilon
+    whose clusters keep ``epsilon_target`` of the pairs of rows with the same exact observation (GiGPO's anchors)
+    together; singleton_match = the smallest epsilon whose cluster singleton rate is at most the anchors' [choice]."""
+    epsilon_target: float = 0.9
+    """anchor_recall's target share of same-anchor pairs [choice]."""
+    center_states: bool = False
+    """Subtract each prompt group's mean hidden state before the cosine (spreads the distances of anisotropic
+    states, whose rows all lie within ~0.01-0.03 of each other in small models) [choice; off = the paper]."""
     centroid: str = "mean"
     """Cluster centroid: normalised mean of members, updated at each join (mean) or the seed row (seed) [choice]."""
     cluster_backend: str = "torch"
@@ -72,7 +84,22 @@ class EstimatorConfig:
                 f"EstimatorConfig.name={self.name!r} is not a registered estimator; choose one of "
                 f"{sorted(ESTIMATORS)} or register a new one with @register_estimator"
             )
-        for f in ("gamma", "invalid_penalty", "step_weight", "epsilon", "hgpo_alpha"):
+        if isinstance(self.epsilon, str) and self.epsilon != "auto":
+            raise ValueError(f"EstimatorConfig.epsilon={self.epsilon!r} must be a number in [0, 2] or 'auto'")
+        if self.epsilon != "auto":
+            self._check_number("epsilon")
+            if not 0.0 <= self.epsilon <= 2.0:
+                raise ValueError(
+                    f"EstimatorConfig.epsilon={self.epsilon} must lie in [0, 2] (a cosine distance) or be 'auto'; "
+                    "the paper uses 0.05 (1.5B) and 0.10 (7B)"
+                )
+        _choice("epsilon_criterion", self.epsilon_criterion, EPSILON_CRITERIA)
+        self._check_number("epsilon_target")
+        if not 0.0 < self.epsilon_target <= 1.0:
+            raise ValueError(f"EstimatorConfig.epsilon_target={self.epsilon_target} must lie in (0, 1] (a share of pairs)")
+        if not isinstance(self.center_states, bool):
+            raise ValueError(f"EstimatorConfig.center_states={self.center_states!r} must be true or false")
+        for f in ("gamma", "invalid_penalty", "step_weight", "hgpo_alpha"):
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
                 raise ValueError(f"EstimatorConfig.{f}={v!r} must be a finite number")
@@ -80,11 +107,6 @@ class EstimatorConfig:
             raise ValueError(f"EstimatorConfig.gamma={self.gamma} must lie in [0, 1]")
         if self.invalid_penalty < 0:
             raise ValueError(f"EstimatorConfig.invalid_penalty={self.invalid_penalty} must be >= 0")
-        if not 0.0 <= self.epsilon <= 2.0:
-            raise ValueError(
-                f"EstimatorConfig.epsilon={self.epsilon} must lie in [0, 2] (a cosine distance); "
-                "the paper uses 0.05 (1.5B) and 0.10 (7B)"
-            )
         _choice("norm_mode", self.norm_mode, NORM_MODES)
         _choice("centroid", self.centroid, CENTROIDS)
         _choice("cluster_backend", self.cluster_backend, CLUSTER_BACKENDS)
@@ -95,6 +117,15 @@ class EstimatorConfig:
             raise ValueError(f"EstimatorConfig.pace_key_tokens={self.pace_key_tokens!r} must be an int >= 1")
         if not isinstance(self.hgpo_levels, int) or self.hgpo_levels < 0:
             raise ValueError(f"EstimatorConfig.hgpo_levels={self.hgpo_levels!r} must be an int >= 0")
+
+    def _check_number(self, f: str) -> None:
+        v = getattr(self, f)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise ValueError(f"EstimatorConfig.{f}={v!r} must be a finite number")
+
+    @property
+    def epsilon_is_auto(self) -> bool:
+        return self.epsilon == "auto"
 
     def to_dict(self) -> dict:
         return asdict(self)

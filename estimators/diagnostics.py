@@ -21,7 +21,7 @@ Cluster purity against the true state, when the batch has ``state_key`` (pairs i
     group/purity_precision_{anchor,cluster}   same-group pairs that are truly the same state
     group/purity_recall_{anchor,cluster}      truly-same pairs that share a group
 Advantages (``adv/``), per term t in {total, episode, step}:
-    adv/{t}_mean, adv/{t}_std, adv/{t}_zero_frac (fraction exactly 0), adv/{t}_absmax
+    adv/{t}_mean, adv/{t}_std, adv/{t}_zero_frac (fraction with |A| <= 1e-9), adv/{t}_absmax
 
 (*) only when the batch carries hidden states; clusters use the config's epsilon, centroid and backend,
 and are reused from the estimator when it clustered already.
@@ -33,7 +33,10 @@ import torch
 from .batch import StepBatch
 from .ops import action_keys, dense_ids, factorize
 
-__all__ = ["batch_diagnostics", "grouping_stats", "pair_purity"]
+__all__ = ["batch_diagnostics", "grouping_stats", "pair_purity", "ZERO_TOL"]
+
+#: |A| at or below this counts as a zero advantage (a rounding residue of a sum is ~1e-16 times the values)
+ZERO_TOL = 1e-9
 
 
 def grouping_stats(gid: torch.Tensor, kind: str) -> dict[str, float]:
@@ -74,7 +77,7 @@ def _adv_stats(name: str, x: torch.Tensor) -> dict[str, float]:
     return {
         f"adv/{name}_mean": float(x.mean()),
         f"adv/{name}_std": float(x.std(unbiased=False)),
-        f"adv/{name}_zero_frac": float((x == 0).double().mean()),
+        f"adv/{name}_zero_frac": float((x.abs() <= ZERO_TOL).double().mean()),
         f"adv/{name}_absmax": float(x.abs().max()),
     }
 

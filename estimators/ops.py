@@ -97,6 +97,11 @@ def group_normalize(
     count = torch.bincount(gid, minlength=k).double()  # (K,)
     mean = torch.zeros(k, dtype=torch.float64, device=x.device).index_add_(0, gid, x) / count
     dev = x - mean[gid]
+    # a group of equal values deviates by exactly 0 (the summed mean can be off by an ulp, which
+    # (x - mean) / (std + 1e-6) would blow up to ~1e-11 instead of 0)
+    lo = torch.full((k,), float("inf"), dtype=torch.float64, device=x.device).scatter_reduce_(0, gid, x, "amin")
+    hi = torch.full((k,), float("-inf"), dtype=torch.float64, device=x.device).scatter_reduce_(0, gid, x, "amax")
+    dev = torch.where((lo == hi)[gid], torch.zeros_like(dev), dev)
     if mode == "mean_norm":
         out = dev
     elif mode == "mean_std_norm":

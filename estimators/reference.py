@@ -90,6 +90,14 @@ def reference_clusters(batch: StepBatch, cfg: EstimatorConfig) -> list[int]:
     """Greedy single pass per prompt group in (trajectory, step) order, one row at a time."""
     g, t, s, _, _ = _rows(batch)
     h = batch.hidden.double()
+    if cfg.center_states:  # minus the mean state of the row's prompt group, one group at a time
+        h = h.clone()
+        for grp in set(g):
+            idx = [i for i in range(len(g)) if g[i] == grp]
+            m = h[idx].mean(dim=0)
+            for i in idx:
+                c = h[i] - m
+                h[i] = c if float(c.norm()) > 1e-6 * float(h[i].norm()) else m  # a row at the mean keeps the mean
     norms = h.norm(dim=1)
     phi = [(h[i] / norms[i]) if norms[i] > 0 else torch.zeros_like(h[i]) for i in range(len(g))]
     label = [-1] * len(g)

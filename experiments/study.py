@@ -125,6 +125,18 @@ STUDIES: dict[str, Study] = {
             minutes_per_run=None,
             description="the main job (`make demo`): one seed, four estimators from the same warm start",
         ),
+        Study(
+            name="learning",
+            title="Learning study: TextCraft, 2 repeated training goals, tiny SFT warm start, 3 seeds + control",
+            preset="configs/cpu/textcraft_learning.yaml",
+            out="results/learning",
+            estimators=["grpo", "gigpo", "bipace_q"],
+            seeds=[0, 1, 2],
+            warmstart_env="textcraft",
+            control=True,
+            description="does RL improve the policy on the goals it trains on? (issue 17: every method must end "
+                        ">= 25 points above the no-update control of its seed)",
+        ),
         _CPU_STUDY,
         replace(  # the same study at a third of the step size, with the control
             _CPU_STUDY,
@@ -577,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.control or study.control:  # the estimator only labels the control's rows: no step changes the weights
             specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
                                       runs_root)
+            # seed by seed, each seed's control beside its methods: a study stopped part-way has whole seeds to read
+            specs.sort(key=lambda sp: sp.seed)
         specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs
     except sweep_mod.SweepError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 KNOWN_ENV_IDS = ("TextCraft-v0", "ALFWorld-v0", "WebShop-v0")
+TRAIN_SAMPLING = ("epoch", "replacement")
 MODEL_ALIASES = ("smollm2",)
 METRIC_NAMESPACES = ("rollout/", "adv/", "group/", "loss/", "perf/", "eval/")
 
@@ -104,6 +105,16 @@ class EnvConfig:
     num_workers: int = 0
     """Worker processes of the environment pool; 0 = step all envs in the main process (best for TextCraft,
     whose steps cost less than a worker round trip; ALFWorld gains from 2) [choice]."""
+    train_pool: int | list[int] | None = None
+    """Training goals that repeat: null = draw from the whole train split (each goal about once per epoch: with 233
+    TextCraft goals a short CPU run never trains twice on one goal); an int K = a fixed seeded subset of K goals
+    (``envs.pool.training_pool``, seed ``train_pool_seed``, the same for every run seed); a list = those task
+    indices of the train split. Evaluation splits are unchanged [choice]."""
+    train_pool_seed: int = 0
+    """Seed of the K-goal subset of ``train_pool`` (independent of the run seed) [choice]."""
+    train_sampling: str = "epoch"
+    """How a training batch draws from the pool: epoch = without replacement within a seeded permutation (every
+    goal once per epoch); replacement = independently and uniformly (repeats allowed) [choice]."""
 
     def validate(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -120,6 +131,22 @@ class EnvConfig:
         _num("env", "group_size", self.group_size, lo=2, integer=True,
              fix="group baselines need at least 2 trajectories per task (the reference uses 8)")
         _num("env", "num_workers", self.num_workers, lo=0, integer=True)
+        pool = self.train_pool
+        if pool is not None:
+            if isinstance(pool, bool) or not isinstance(pool, (int, list)):
+                _fail(f"env.train_pool={pool!r} must be null, an int K (a seeded subset of K goals) or a list of "
+                      "task indices of the train split")
+            if isinstance(pool, int) and pool < 1:
+                _fail(f"env.train_pool={pool} must be >= 1 (the number of training goals), or null for the whole split")
+            if isinstance(pool, list):
+                if not pool or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in pool):
+                    _fail(f"env.train_pool={pool!r} must list task indices (ints >= 0) of the train split")
+                if len(set(pool)) != len(pool):
+                    _fail(f"env.train_pool={pool!r} lists a task twice: give each goal once "
+                          "(env.train_sampling=replacement draws with repeats)")
+        _num("env", "train_pool_seed", self.train_pool_seed, lo=0, integer=True)
+        if self.train_sampling not in TRAIN_SAMPLING:
+            _fail(f"env.train_sampling={self.train_sampling!r} is not one of {list(TRAIN_SAMPLING)}")
 
 
 def _registered_env_ids() -> set[str]:

@@ -40,6 +40,7 @@ and its share of every evaluation list; the loss already uses global denominator
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -161,6 +162,7 @@ class Trainer:
         self.start_iteration = 0
         self.saved_iteration = 0  # iteration of the newest checkpoint (where a restart would resume)
         self.evals_done: list[int] = []
+        self.epsilon: float | None = None  # estimator.epsilon=auto: the value frozen at the first training step
 
     # =========================================================================================== set-up
     def setup(self) -> None:
@@ -168,7 +170,7 @@ class Trainer:
         from agents.engines import SamplingConfig
         from agents.models import load_model, load_tokenizer
         from agents.prompts import PromptConfig
-        from envs.pool import EnvPool, TaskSampler
+        from envs.pool import EnvPool, TaskSampler, training_pool
 
         from .checkpoint import load_checkpoint
         from .engine import ActorEngine, init_distributed, resolve_device, resolve_precision
@@ -216,7 +218,20 @@ class Trainer:
                 f"eval.episodes_per_task={cfg.eval.episodes_per_task} exceeds the {self.pool.num_envs} environments "
                 "of this rank's pool (env.groups / ranks x env.group_size), because the episodes of a task run "
                 "side by side: lower it or raise env.group_size")
-        self.sampler = TaskSampler(self.train_split, self.pool.num_tasks(self.train_split), seed=cfg.seed)
+        n_train = self.pool.num_tasks(self.train_split)
+        self.train_pool = None
+        if isinstance(cfg.env.train_pool, int):
+            self.train_pool = training_pool(n_train, cfg.env.train_pool, cfg.env.train_pool_seed)
+        elif cfg.env.train_pool is not None:
+            self.train_pool = list(cfg.env.train_pool)
+            if max(self.train_pool) >= n_train:
+                raise ConfigError(f"env.train_pool={cfg.env.train_pool}: split {self.train_split!r} has {n_train} "
+                                  f"tasks (indices 0..{n_train - 1})")
+        self.sampler = TaskSampler(self.train_split, n_train, seed=cfg.seed, pool=self.train_pool,
+                                   replacement=cfg.env.train_sampling == "replacement")
+        if self.train_pool is not None:
+            log.info("training pool: %d of the %d %s tasks, drawn by %s: %s", len(self.train_pool), n_train,
+                     self.train_split, cfg.env.train_sampling, self.train_pool)
         self.eval_tasks = {
             s: eval_task_list(s, self.pool.num_tasks(s), cfg.eval.max_tasks_per_split, cfg.eval.seed)
             for s in self.eval_splits
@@ -258,6 +273,15 @@ class Trainer:
         if resumed is not None:
             self.start_iteration = self.saved_iteration = resumed.iteration
             self.evals_done = [int(i) for i in resumed.extra.get("evals_done", [])]
+            if cfg.estimator.epsilon_is_auto:
+                saved = resumed.extra.get("epsilon")
+                if saved is None:
+                    saved = (self.folder.read_epsilon() or {}).get("epsilon")
+                if saved is not None:
+                    self.epsilon = float(saved)
+                    log.info("epsilon: auto, kept from the first step: %g", self.epsilon)
+                else:
+                    log.warning("epsilon: auto, but the checkpoint holds no calibrated epsilon: the next batch sets it")
             msg = f"resumed from {resumed.path.name} (iteration {resumed.iteration})"
             if resumed.fell_back:
                 msg += f", an older checkpoint because the latest one was unusable: {self._latest_problem()}"
@@ -350,7 +374,7 @@ class Trainer:
                                                hidden_layer=None, pad_id=self.pad_id)
         return old, ref
 
-    def advantages(self, batch, hidden: torch.Tensor | None):
+    def advantages(self, batch, hidden: torch.Tensor | None, iteration: int = 1):
         """``estimators.compute_advantages`` on the step batch (the estimator is ``cfg.estimator.name``).
 
         Rows whose hidden state holds NaN/Inf cannot be clustered: they get a finite placeholder for the
@@ -366,15 +390,57 @@ class Trainer:
                 hidden = hidden.clone()
                 hidden[bad] = 1.0
                 log.warning("non-finite hidden states in rows %s", torch.nonzero(bad).flatten().tolist()[:20])
+        step_batch = batch.to_step_batch(hidden=hidden)
+        if self.cfg.estimator.epsilon_is_auto and self.epsilon is None:
+            self._calibrate_epsilon(step_batch, iteration)
         try:
-            result = compute_advantages(batch.to_step_batch(hidden=hidden), self.cfg.estimator)
+            result = compute_advantages(step_batch, self.estimator_cfg)
         except FloatingPointError as e:
             raise TrainingFailed(f"estimator {self.cfg.estimator.name!r} produced NaN/Inf advantages: {e}") from e
         adv = result.advantages.float()
+        if self.epsilon is not None:
+            result.metrics["group/epsilon"] = float(self.epsilon)
         if bool(bad.any()):
             adv = adv.clone()
             adv[bad] = float("nan")
         return adv, result
+
+    @property
+    def estimator_cfg(self):
+        """The estimator settings the run uses: ``cfg.estimator`` with ``epsilon: auto`` replaced by the frozen value."""
+        if not self.cfg.estimator.epsilon_is_auto:
+            return self.cfg.estimator
+        if self.epsilon is None:
+            raise TrainingFailed("estimator.epsilon=auto has not been calibrated yet (a bug: the first batch does it)")
+        return dataclasses.replace(self.cfg.estimator, epsilon=float(self.epsilon))
+
+    def _calibrate_epsilon(self, step_batch, iteration: int) -> None:
+        """``estimator.epsilon: auto``: scan this batch, freeze the epsilon for the run, save the scan (rank 0's
+        batch decides on every rank)."""
+        from estimators.calibrate import choose_epsilon, format_scan
+
+        est = self.cfg.estimator
+        if step_batch.hidden is None:
+            raise TrainingFailed("estimator.epsilon=auto needs the actor's hidden states, and this batch has none")
+        t = time.perf_counter()
+        cal = choose_epsilon(step_batch, est.epsilon_criterion, est.epsilon_target, centroid=est.centroid,
+                             backend=est.cluster_backend, center=est.center_states)
+        eps = cal.epsilon
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            box = [eps]
+            dist.broadcast_object_list(box, src=0)
+            eps = float(box[0])
+        self.epsilon = float(eps)
+        record = {"iteration": int(iteration), "rows": len(step_batch), "prompt_groups": int(step_batch.num_groups),
+                  "seconds": round(time.perf_counter() - t, 3), **cal.to_dict(), "epsilon": self.epsilon}
+        head = (f"epsilon: auto, frozen at iteration {iteration}: epsilon = {self.epsilon:g} ({cal.rule}: "
+                f"{cal.reason}); {len(step_batch)} rows, {step_batch.num_groups} prompt groups"
+                + (", states centred by group" if cal.center else ""))
+        self.folder.write_epsilon(record, f"# {head}\n\n{format_scan(cal.scan)}")
+        log.info(head)
+        self._say(head)
 
     def update(self, batch, adv: torch.Tensor, old, ref) -> dict[str, float]:
         """One PPO pass over the batch (DeepSpeed); ``loss/...`` metrics. Raises ``NonFiniteError`` (engine)."""
@@ -476,6 +542,7 @@ class Trainer:
                         generators=self._generators(), keep_last=self.cfg.trainer.keep_last,
                         tokenizer=self.tokenizer,
                         extra={"evals_done": list(self.evals_done), "eval_seed": self.cfg.eval.seed,
+                               "epsilon": self.epsilon,
                                "eval_tasks": {s: len(t) for s, t in self.eval_tasks.items()}})
         self.saved_iteration = iteration
 
@@ -488,7 +555,7 @@ class Trainer:
         with timer("logprobs"):
             old, ref = self.logprobs(batch)
         with timer("advantages"):
-            adv, result = self.advantages(batch, old.hidden)
+            adv, result = self.advantages(batch, old.hidden, iteration)
         with timer("update"):
             m_loss = self.update(batch, adv, old, ref)
         with timer("weight_sync"):

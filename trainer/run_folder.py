@@ -8,6 +8,8 @@ Layout (read by ``analysis.runs``; docs/conventions.md, "Run folders")::
       metrics.jsonl                one line per iteration (and one for the evaluation before training)
       eval.jsonl                   one line per evaluation: iteration + eval/<env>/<split>/... keys
       train.log                    warnings and progress messages (skipped steps, checkpoint fall-backs, errors)
+      epsilon.json                 with estimator.epsilon=auto: the epsilon frozen at the first step and its scan
+      epsilon_scan.md              the same scan as a table
       checkpoints/                 trainer.checkpoint layout (iter_XXXXXXXX/, latest)
       tb/, wandb/                  TensorBoard events, W&B offline run (when enabled)
 
@@ -108,6 +110,27 @@ class RunFolder:
         return self.path / "checkpoints"
 
     @property
+    def epsilon_path(self) -> Path:
+        return self.path / "epsilon.json"
+
+    def read_epsilon(self) -> dict | None:
+        """The calibration record of ``estimator.epsilon: auto`` (``epsilon.json``), or None."""
+        try:
+            return json.loads(self.epsilon_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def write_epsilon(self, record: dict, table: str) -> None:
+        """Write ``epsilon.json`` (atomically) and ``epsilon_scan.md`` (rank 0)."""
+        if self.rank != 0:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.epsilon_path.with_name(f"epsilon.json.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(record, indent=1, allow_nan=True) + "\n")
+        os.replace(tmp, self.epsilon_path)
+        (self.path / "epsilon_scan.md").write_text(table + "\n")
+
+    @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.jsonl"
 
@@ -152,7 +175,7 @@ class RunFolder:
         """``trainer.resume=false``: remove the previous run's logs and checkpoints (rank 0)."""
         if self.rank != 0 or not self.path.exists():
             return
-        for name in ("metrics.jsonl", "eval.jsonl", "run.json", "train.log"):
+        for name in ("metrics.jsonl", "eval.jsonl", "run.json", "train.log", "epsilon.json", "epsilon_scan.md"):
             (self.path / name).unlink(missing_ok=True)
         for name in ("checkpoints", "tb", "wandb"):
             shutil.rmtree(self.path / name, ignore_errors=True)
