@@ -39,7 +39,7 @@ from .diagnostics import grouping_stats, pair_purity
 from .grouping import anchor_groups
 from .ops import dense_ids, factorize
 
-__all__ = ["DEFAULT_GRID", "AUTO_GRID", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon",
+__all__ = ["DEFAULT_GRID", "AUTO_GRID", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon", "pick_from_scan",
            "format_scan"]
 
 DEFAULT_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)
@@ -128,9 +128,15 @@ def choose_epsilon(
     """The epsilon ``estimator.epsilon: auto`` freezes for a run (rules: the module docstring)."""
     if criterion not in ("anchor_recall", "singleton_match"):
         raise ValueError(f"epsilon_criterion={criterion!r} is not one of ['anchor_recall', 'singleton_match']")
-    grid = sorted(float(e) for e in grid)
-    scan = scan_epsilon(batch, grid, centroid, backend, center)
-    anchor, rows = scan[0], scan[1:]
+    scan = scan_epsilon(batch, sorted(float(e) for e in grid), centroid, backend, center)
+    return pick_from_scan(scan, criterion, target, center)
+
+
+def pick_from_scan(scan: list[dict], criterion: str = "anchor_recall", target: float = 0.9,
+                   center: bool = False) -> Calibration:
+    """Apply a rule to a scan (``scan_epsilon``'s rows, anchors first, epsilons ascending), e.g. one read back from a
+    run's ``epsilon.json``: how ``experiments.epsilon_criteria`` compares the rules on saved first batches."""
+    anchor, rows = scan[0], sorted(scan[1:], key=lambda r: r["epsilon"])
     has_pairs = anchor["anchor_recall"] == anchor["anchor_recall"]  # not NaN: two rows share an observation
     if has_pairs and criterion == "anchor_recall":
         hit = _smallest(rows, lambda r: r["anchor_recall"] >= target - 1e-12)

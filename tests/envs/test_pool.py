@@ -139,6 +139,39 @@ def test_task_sampler_is_seeded_epochwise_and_resumable():
         TaskSampler("train", 11, seed=5).load_state_dict(state)
 
 
+def test_a_training_pool_repeats_its_goals():
+    # the default sampler draws as before the option existed: a seeded permutation of the whole split
+    import numpy as np
+
+    from envs.pool import training_pool
+
+    plain = [t.index for t in TaskSampler("train", 10, seed=5).sample(10)]
+    assert plain == np.random.default_rng([5, 0]).permutation(10).tolist()
+    s = TaskSampler("train", 50, seed=3, pool=[4, 9])
+    batches = [[t.index for t in s.sample(2)] for _ in range(6)]
+    assert all(sorted(b) == [4, 9] for b in batches)  # every goal of the pool in every batch of its size
+    assert s.epoch == 5
+    r = TaskSampler("train", 50, seed=3, pool=[1, 2, 3], replacement=True)
+    many = [t.index for t in r.sample(300)]
+    assert set(many) == {1, 2, 3} and all(70 < many.count(k) < 130 for k in (1, 2, 3))
+    assert any(len(set(b)) < 3 for b in ([t.index for t in r.sample(3)] for _ in range(20)))  # repeats happen
+    assert len({t.seed for t in r.sample(50)}) == 50  # a goal drawn again gets a fresh env seed
+    a = TaskSampler("train", 50, seed=3, pool=[4, 9, 11])
+    a.sample(2)
+    b = TaskSampler("train", 50, seed=3, pool=[4, 9, 11])
+    b.load_state_dict(a.state_dict())
+    assert b.sample(5) == a.sample(5)
+    with pytest.raises(ValueError, match="train_pool"):
+        TaskSampler("train", 50, seed=3).load_state_dict(a.state_dict())
+    for bad in ([50], [1, 1], []):
+        with pytest.raises(ValueError, match="distinct task indices"):
+            TaskSampler("train", 50, pool=bad)
+    # a K-goal pool is fixed by its own seed, not the run's
+    p = training_pool(233, 4, seed=0)
+    assert p == training_pool(233, 4, seed=0) == sorted(set(p)) and len(p) == 4 and max(p) < 233
+    assert p != training_pool(233, 4, seed=1) and training_pool(3, 5) == [0, 1, 2]
+
+
 def test_eval_tasks_fixed_list():
     full = eval_tasks("valid_seen", 7)
     assert [t.index for t in full] == list(range(7)) and full == eval_tasks("valid_seen", 7)

@@ -123,6 +123,56 @@ def test_the_no_update_control_keeps_every_weight_and_plays_the_same_goals(tmp_p
         assert ctrl[1][k] == grpo[1][k], k
 
 
+def test_epsilon_auto_is_chosen_at_the_first_step_frozen_and_kept_on_resume(tmp_path, monkeypatch):
+    """estimator.epsilon=auto: one calibration, on iteration 1's batch; every iteration clusters with that value;
+    the value and its scan are in the run folder; a resumed (extended) run keeps it without scanning again."""
+    import estimators.calibrate as calibrate
+    from experiments.train import main
+
+    calls = []
+    real = calibrate.choose_epsilon
+
+    def counted(batch, *a, **k):
+        calls.append(len(batch))
+        return real(batch, *a, **k)
+
+    monkeypatch.setattr(calibrate, "choose_epsilon", counted)
+    out = tmp_path / "run"
+    args = [*FAST, "estimator.name=bipace_q", "estimator.epsilon=auto", "eval.every=0", f"output_dir={out}"]
+    assert main(args) == 0
+    rec = json.loads((out / "epsilon.json").read_text())
+    assert len(calls) == 1 and rec["iteration"] == 1 and rec["rows"] == calls[0]
+    assert rec["rule"] in ("anchor_recall", "anchor_recall_max", "fallback_singleton_rate")
+    assert rec["epsilon"] in rec["grid"] and len(rec["scan"]) == len(rec["grid"]) + 1
+    assert "epsilon: auto, frozen at iteration 1" in (out / "epsilon_scan.md").read_text()
+    metrics = _lines(out / "metrics.jsonl")
+    assert [m["group/epsilon"] for m in metrics] == [rec["epsilon"]] * 2
+    # the clusters of iteration 1 are the ones the scan reports for that epsilon
+    row = next(r for r in rec["scan"][1:] if r["epsilon"] == rec["epsilon"])
+    assert metrics[0]["group/num_clusters"] == row["groups"]
+    assert "epsilon: auto" in (out / "config.yaml").read_text()  # the request stays in the config
+    assert main([a if a != "trainer.iterations=2" else "trainer.iterations=3" for a in args]) == 0
+    assert len(calls) == 1  # resumed from iteration 2: no new scan
+    assert [m["group/epsilon"] for m in _lines(out / "metrics.jsonl")] == [rec["epsilon"]] * 3
+    assert json.loads((out / "epsilon.json").read_text())["iteration"] == 1
+
+
+def test_a_training_pool_repeats_its_goals_and_resumes(tmp_path):
+    """env.train_pool: the run draws only the pool's goals (each iteration both, here), the sampler state in the
+    checkpoint says so, and an extended run resumes from it."""
+    from experiments.train import main
+
+    out = tmp_path / "run"
+    args = [*FAST, "estimator.name=grpo", "env.train_pool=[5, 7]", "eval.every=0", f"output_dir={out}"]
+    assert main(args) == 0
+    assert "training pool: 2 of the" in (out / "train.log").read_text()
+    state = json.loads((out / "checkpoints" / "iter_00000002" / "state.json").read_text())["sampler"]
+    assert state["pool"] == [5, 7] and sorted(state["order"]) == [5, 7] and state["draws"] == 4
+    assert main([a if a != "trainer.iterations=2" else "trainer.iterations=3" for a in args]) == 0
+    state = json.loads((out / "checkpoints" / "iter_00000003" / "state.json").read_text())["sampler"]
+    assert state["draws"] == 6 and state["epoch"] == 2
+
+
 # ------------------------------------------------------------------------------------------- config errors
 @pytest.mark.parametrize("override,needle", [
     ("trainer.lrr=1", "unknown config key 'trainer.lrr'; did you mean 'trainer.lr'"),

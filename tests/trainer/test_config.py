@@ -70,6 +70,12 @@ def test_yaml_and_overrides_are_typed(tmp_path):
         ("trainer.lr", "must look like key=value"),
         ("trainer.betas=[0.9]", "must have exactly 2 entries"),
         ("trainer.lr.x=1", "is a value, not a section"),
+        ("env.train_pool=0", "env.train_pool=0 must be >= 1"),
+        ("env.train_pool=[3, 3]", "lists a task twice"),
+        ("env.train_pool=[-1]", "task indices (ints >= 0)"),
+        ("env.train_sampling=shuffle", "env.train_sampling='shuffle' is not one of ['epoch', 'replacement']"),
+        ("estimator.epsilon=big", "must be a number in [0, 2] or 'auto'"),
+        ("estimator.epsilon_criterion=f1", "epsilon_criterion='f1' is not one of"),
     ],
 )
 def test_bad_keys_and_values_name_the_field(override, needle):

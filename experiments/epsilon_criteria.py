@@ -1,0 +1,123 @@
+"""Compare the rules of ``estimator.epsilon: auto`` on real first batches, against the true environment state.
+
+    python -m experiments.epsilon_criteria results/learning/runs            # every epsilon.json below these folders
+    python -m experiments.epsilon_criteria --batch steps.pt [--hidden hidden.pt --layer -8] --label "smollm2 alfworld"
+
+For each batch: the exact anchors (GiGPO) and, for each rule (``anchor_recall`` at 0.9, ``singleton_match``; with
+``--batch`` also both on states centred by the prompt group's mean), the epsilon it picks and what that grouping is
+against the true state (``state_key``): singleton rate, pair precision, pair recall, F1. Beside them the paper's
+epsilon = 0.05 and the epsilon of the grid with the best F1 (an oracle: it reads the true state, which a run cannot).
+A rule is good when it lands near the oracle's F1 without seeing the state. ``epsilon.json`` files hold the scan the
+run made on its own first batch (uncentred unless the run centred); ``--batch`` files (``StepBatch.save``, e.g. the
+``rollouts/steps.pt`` of ``experiments.geometry``) are scanned here. ``--out`` writes the table as markdown.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from envs.paths import portable_path
+
+PROG = "python -m experiments.epsilon_criteria"
+COLS = ("eps", "singleton_rate", "precision", "recall", "f1")
+
+
+def _fmt(r: dict | None) -> str:
+    if r is None:
+        return "–"
+    e = r.get("epsilon")
+    head = "anchors" if e is None else f"{e:.3g}"
+    return f"{head}: {r['singleton_rate']:.2f} / {r.get('precision', float('nan')):.2f} / " \
+           f"{r.get('recall', float('nan')):.2f} / {r.get('f1', float('nan')):.2f}"
+
+
+def rules_on_scan(scan: list[dict], center: bool = False) -> dict[str, dict | None]:
+    """Row of the scan each rule (and the paper's 0.05, and the best-F1 oracle) picks."""
+    from estimators.calibrate import pick_from_scan
+
+    rows = [r for r in scan[1:] if r["epsilon"] is not None]
+    by_eps = {r["epsilon"]: r for r in rows}
+    out: dict[str, dict | None] = {}
+    sfx = " (centred)" if center else ""
+    for crit in ("anchor_recall", "singleton_match"):
+        cal = pick_from_scan(scan, crit, 0.9, center)
+        out[crit + sfx] = {**by_eps[cal.epsilon], "rule": cal.rule}
+    f1 = [r for r in rows if r.get("f1") == r.get("f1") and "f1" in r]
+    out["best F1 (oracle)" + sfx] = max(f1, key=lambda r: (r["f1"], -r["epsilon"])) if f1 else None
+    if not center:
+        out["paper 0.05"] = min(rows, key=lambda r: abs(r["epsilon"] - 0.05))
+    return out
+
+
+def table(entries: list[tuple[str, int, dict, dict]]) -> str:
+    """entries: (label, rows, anchors row, {rule: row})."""
+    names: list[str] = []
+    for *_, picks in entries:
+        names += [n for n in picks if n not in names]
+    lines = ["Each cell: epsilon: singleton rate / pair precision / pair recall / F1 against the true state.", "",
+             "| batch | rows | exact anchors | " + " | ".join(names) + " |",
+             "|---|---|---|" + "---|" * len(names)]
+    for label, n, anchors, picks in entries:
+        lines.append(f"| {label} | {n} | {_fmt(anchors)[9:]} | " + " | ".join(_fmt(picks.get(k)) for k in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folders", nargs="*", help="folders searched for epsilon.json (run folders, a study's runs/)")
+    ap.add_argument("--batch", action="append", default=[], help="a StepBatch file with state_key (repeatable)")
+    ap.add_argument("--hidden", action="append", default=[], help="with --batch: {layer: (N, D)} torch file")
+    ap.add_argument("--layer", type=int, default=None, help="with --hidden: which layer (default: the first)")
+    ap.add_argument("--label", action="append", default=[], help="with --batch: its name in the table")
+    ap.add_argument("--out", help="write the table here (markdown)")
+    args = ap.parse_args(argv)
+    entries = []
+    seen_first_batches: set[str] = set()
+    for folder in args.folders:
+        files = sorted(Path(folder).rglob("epsilon.json")) if Path(folder).is_dir() else [Path(folder)]
+        if not files:
+            print(f"{PROG}: error: no epsilon.json under {folder} (runs with estimator.epsilon=auto write one)",
+                  file=sys.stderr)
+            return 2
+        for f in files:
+            rec = json.loads(f.read_text())
+            key = json.dumps(rec["scan"], sort_keys=True)  # runs of one seed share their first batch
+            if key in seen_first_batches:
+                continue
+            seen_first_batches.add(key)
+            label = portable_path(f.parent)
+            entries.append((label, rec["rows"], rec["scan"][0], rules_on_scan(rec["scan"], rec.get("center_states"))))
+    if args.batch:
+        import torch
+
+        from estimators.batch import StepBatch
+        from estimators.calibrate import AUTO_GRID, scan_epsilon
+
+        for i, path in enumerate(args.batch):
+            b = StepBatch.load(path)
+            if i < len(args.hidden):
+                layers = torch.load(args.hidden[i], weights_only=False)
+                layers = layers.get("layers", layers)
+                b.hidden = layers[args.layer if args.layer is not None else next(iter(layers))]
+            if b.state_key is None or b.hidden is None:
+                print(f"{PROG}: error: {path} needs hidden states and state_key", file=sys.stderr)
+                return 2
+            label = args.label[i] if i < len(args.label) else portable_path(path)
+            picks = {}
+            for center in (False, True):
+                scan = scan_epsilon(b, AUTO_GRID, center=center)
+                picks.update(rules_on_scan(scan, center))
+            entries.append((label, len(b), scan[0], picks))
+    if not entries:
+        ap.error("give run folders or --batch files")
+    text = table(entries)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

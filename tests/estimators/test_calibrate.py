@@ -1,0 +1,156 @@
+"""epsilon: auto (estimators.calibrate.choose_epsilon), state centring, and exact zeros from group_normalize."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from estimators import EstimatorConfig, compute_advantages
+from estimators.calibrate import AUTO_GRID, FALLBACK_SINGLETON_RATE, choose_epsilon, scan_epsilon
+from estimators.cluster import center_by_group, greedy_cosine_clusters
+from estimators.diagnostics import pair_purity
+from estimators.ops import dense_ids, factorize, group_normalize
+from estimators.reference import reference_clusters
+from estimators.synthetic import synthetic_batch
+
+
+def anisotropic(batch, spread: float = 0.05, noise: float = 2e-3, seed: int = 1):
+    """The batch's states as a small model's: one shared direction of norm 1 plus a state direction of norm
+    ``spread`` plus noise, so that every pair of rows lies within cosine distance ~spread^2 of each other."""
+    gen = torch.Generator().manual_seed(seed)
+    d = batch.hidden.shape[1]
+    common = torch.randn(d, generator=gen)
+    states = dense_ids(batch.group_id, factorize([repr(s) for s in batch.state_key]))
+    protos = torch.randn(int(states.max()) + 1, d, generator=gen)
+    protos = spread * protos / protos.norm(dim=1, keepdim=True)
+    h = common / common.norm() + protos[states] + noise * torch.randn(len(batch), d, generator=gen)
+    return dataclasses.replace(batch, hidden=h)
+
+
+def true_states(batch):
+    return dense_ids(batch.group_id, factorize([repr(s) for s in batch.state_key]))
+
+
+def pairwise_distances(batch):
+    """Cosine distances within prompt groups: (max over same-state pairs, min over different-state pairs)."""
+    phi = batch.hidden.double() / batch.hidden.double().norm(dim=1, keepdim=True)
+    d = 1 - phi @ phi.T
+    same_group = batch.group_id[:, None] == batch.group_id[None, :]
+    st = true_states(batch)
+    same_state = st[:, None] == st[None, :]
+    off = ~torch.eye(len(batch), dtype=torch.bool)
+    return float(d[same_group & same_state & off].max()), float(d[same_group & ~same_state].min())
+
+
+@pytest.fixture(scope="module")
+def known():
+    """16 groups x 8 trajectories, exact observations = the true state (one surface form), small-model geometry."""
+    return anisotropic(synthetic_batch(groups=16, group_size=8, max_steps=8, hidden_size=64, states_per_group=5,
+                                       obs_variants=1, seed=3))
+
+
+def test_auto_picks_the_epsilon_that_recovers_known_clusters(known):
+    within, between = pairwise_distances(known)
+    assert within < between < 0.05  # the paper's 0.05 would merge every state of a group
+    cal = choose_epsilon(known, "anchor_recall", 0.9)
+    assert cal.rule == "anchor_recall" and within / 2 <= cal.epsilon < between
+    # the expected epsilon, found independently: the first grid value at which the one-row-at-a-time reference
+    # clustering keeps >= 90% of the same-observation pairs together
+    anchors = dense_ids(known.group_id, factorize(list(known.anchor_obs)))
+    expected = None
+    for eps in sorted(AUTO_GRID):
+        labels = torch.tensor(reference_clusters(known, EstimatorConfig(name="bigpo", epsilon=eps)))
+        pur = pair_purity(labels, anchors)  # None: no two rows share a cluster
+        if pur is not None and pur[1] >= 0.9:
+            expected = eps
+            break
+    assert cal.epsilon == expected
+    clusters = greedy_cosine_clusters(known.hidden, known.group_id, known.traj_id, known.step, cal.epsilon).cluster_id
+    precision, recall = pair_purity(clusters, true_states(known))
+    assert precision == 1.0 and recall >= 0.9
+    at_paper = greedy_cosine_clusters(known.hidden, known.group_id, known.traj_id, known.step, 0.05)
+    assert at_paper.sizes.numel() == 16  # one cluster per prompt group: the collapse the calibration avoids
+    # the scan behind it is part of the record
+    assert cal.scan[0]["epsilon"] is None and [r["epsilon"] for r in cal.scan[1:]] == sorted(AUTO_GRID)
+    assert cal.to_dict()["epsilon"] == cal.epsilon
+
+
+def test_singleton_match_and_the_fallback_without_repeated_observations(known):
+    cal = choose_epsilon(known, "singleton_match")
+    anchor_rate = cal.scan[0]["singleton_rate"]
+    hit = next(r for r in cal.scan[1:] if r["epsilon"] == cal.epsilon)
+    assert cal.rule == "singleton_match" and hit["singleton_rate"] <= anchor_rate
+    assert all(r["singleton_rate"] > anchor_rate for r in cal.scan[1:] if r["epsilon"] < cal.epsilon)
+    unique = dataclasses.replace(known, anchor_obs=[f"obs {i}" for i in range(len(known))])  # no two rows alike
+    for crit in ("anchor_recall", "singleton_match"):
+        fb = choose_epsilon(unique, crit)
+        assert fb.rule == "fallback_singleton_rate" and "share an observation" in fb.reason
+        row = next(r for r in fb.scan[1:] if r["epsilon"] == fb.epsilon)
+        assert row["singleton_rate"] <= FALLBACK_SINGLETON_RATE
+    with pytest.raises(ValueError, match="epsilon_criterion"):
+        choose_epsilon(known, "purity")
+
+
+def test_centring_makes_the_epsilon_scale_free(known):
+    """Centred by the prompt group's mean, the shared direction is gone: the same states are recovered at an
+    epsilon thousands of times larger, near the paper's scale."""
+    plain = choose_epsilon(known, "anchor_recall")
+    centred = choose_epsilon(known, "anchor_recall", center=True)
+    assert centred.center and centred.epsilon > 100 * plain.epsilon
+    h = center_by_group(known.hidden, known.group_id)
+    clusters = greedy_cosine_clusters(h, known.group_id, known.traj_id, known.step, centred.epsilon).cluster_id
+    assert pair_purity(clusters, true_states(known))[0] == 1.0
+
+
+def test_centred_clusters_equal_the_reference():
+    b = synthetic_batch(groups=4, group_size=6, max_steps=6, hidden_size=16, noise=0.3, seed=5)
+    for eps in (0.05, 0.3, 0.8):
+        cfg = EstimatorConfig(name="bipace_q", epsilon=eps, center_states=True)
+        fast = compute_advantages(b, cfg).cluster_id
+        ref = torch.tensor(reference_clusters(b, cfg))
+        assert torch.equal(dense_ids(fast), dense_ids(ref))
+    # a group of identical states: centred, every row sits at the mean and they still form one cluster
+    same = dataclasses.replace(b, hidden=torch.ones(len(b), 16))
+    cl = greedy_cosine_clusters(center_by_group(same.hidden, same.group_id), same.group_id, same.traj_id, same.step, 0.0)
+    assert cl.sizes.numel() == 4
+
+
+def test_auto_must_be_resolved_before_clustering(known):
+    cfg = EstimatorConfig(name="bipace_q", epsilon="auto")
+    assert cfg.epsilon_is_auto
+    with pytest.raises(ValueError, match="resolved to a number"):
+        compute_advantages(known, cfg)
+    for bad, needle in [("0.x", "number in \\[0, 2\\] or 'auto'"), (3.0, "must lie in \\[0, 2\\]")]:
+        with pytest.raises(ValueError, match=needle):
+            EstimatorConfig(epsilon=bad)
+    with pytest.raises(ValueError, match="epsilon_target"):
+        EstimatorConfig(epsilon_target=0.0)
+
+
+def test_scan_reports_anchor_recall_and_state_purity(known):
+    rows = scan_epsilon(known, [0.0, 1e-3, 1.0])
+    assert rows[0]["grouping"] == "exact anchor obs" and rows[0]["anchor_recall"] == 1.0
+    assert rows[-1]["anchor_recall"] == 1.0 and rows[-1]["groups"] == 16  # epsilon 1: one cluster per group
+    assert {"precision", "recall", "f1"} <= set(rows[1])
+
+
+def test_equal_values_normalise_to_exact_zeros():
+    """The summed mean of equal values can be off by an ulp; (x - mean) / (std + 1e-6) then gave ~1e-11, and the
+    zero-advantage share undercounted. Equal values now give exactly 0 in both modes."""
+    x = torch.full((16,), 0.1, dtype=torch.float64)
+    gid = torch.zeros(16, dtype=torch.long)
+    summed_mean = torch.zeros(1, dtype=torch.float64).index_add_(0, gid, x) / 16
+    assert float((x - summed_mean).abs().max()) > 0  # the rounding that used to leak through
+    for mode in ("mean_std_norm", "mean_norm"):
+        assert torch.equal(group_normalize(x, gid, mode), torch.zeros(16, dtype=torch.float64))
+    mixed = torch.cat([x, torch.tensor([0.0, 1.0], dtype=torch.float64)])
+    gid2 = torch.cat([gid, torch.ones(2, dtype=torch.long)])
+    out = group_normalize(mixed, gid2, "mean_std_norm")
+    assert torch.equal(out[:16], torch.zeros(16, dtype=torch.float64)) and out[16] < 0 < out[17]
+    # a batch where every trajectory of a group scores the same: GRPO's advantages are all zero, and counted so
+    b = synthetic_batch(groups=2, group_size=8, max_steps=4, seed=1)
+    first = (b.step == 0).to(b.reward.dtype)  # every trajectory scores 0.1, once
+    b = dataclasses.replace(b, reward=0.1 * first, valid=torch.ones_like(b.valid))
+    res = compute_advantages(b, EstimatorConfig(name="grpo"))
+    assert res.metrics["adv/total_zero_frac"] == 1.0
