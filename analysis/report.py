@@ -17,7 +17,7 @@ from .plots import method_sort_key, plot_curves, plot_diagnostics
 from .runs import CONTROL_METHOD, Run, series
 from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci, within_slope_ci
 
-__all__ = ["build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
+__all__ = ["control_end_table", "build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 _SPLIT_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/success_rate$")
@@ -212,6 +212,31 @@ def control_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD
     return "\n".join(lines)
 
 
+def control_end_table(by_method: dict[str, list[Run]], control: str = CONTROL_METHOD,
+                      key: str = "rollout/success_rate", last: int = 4, margin: float = 0.25) -> str:
+    """Where each run ends against the control of its seed: mean training-rollout success over the last ``last``
+    iterations both have, the control's over the same iterations, the difference in points, and whether it is at
+    least ``margin`` (the learning study's bar). One row per method and seed, then the mean over seeds."""
+    ctrl, rows = _control_differences(by_method, control, key)
+    if not rows:
+        return ""
+    lines = [f"| method | seed | iterations | success, last {last} (%) | {control} (%) | difference (pts) | "
+             f">= {100 * margin:.0f} pts |", "|---|---|---|---|---|---|---|"]
+    for m in sorted(rows, key=method_sort_key):
+        diffs = []
+        for seed in sorted(rows[m]):
+            its = sorted(rows[m][seed])[-last:]
+            d = [rows[m][seed][x] for x in its]
+            c = [ctrl[seed][x] for x in its]
+            diff = float(np.mean(d))
+            diffs.append(diff)
+            lines.append(f"| {m} | {seed} | {its[0]}-{its[-1]} | {100 * (np.mean(c) + diff):.1f} | "
+                         f"{100 * np.mean(c):.1f} | {100 * diff:+.1f} | {'yes' if diff >= margin - 1e-9 else 'no'} |")
+        lines.append(f"| **{m}** | mean of {len(diffs)} | | | | **{100 * np.mean(diffs):+.1f}** | "
+                     f"{sum(d >= margin - 1e-9 for d in diffs)} of {len(diffs)} |")
+    return "\n".join(lines)
+
+
 def _control_differences(by_method: dict[str, list[Run]], control: str, key: str):
     """(control's ``key`` per seed {iteration: value}, {method: {seed: {iteration: value - control's}}}) over the
     iterations both have; runs without a control of their seed are left out."""
@@ -332,7 +357,11 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
                    "difference over the second half of the iterations (points per block, an intercept per seed, "
                    "same resampling) — an interval around 0 says the gap has stopped moving. The first row is the "
                    "control's own success rate.", "", ctl, ""]
-            tables += [ctl, ""]
+            end = control_end_table(by_method)
+            md += ["### Where each run ends against its control", "",
+                   "Mean training-rollout success over each run's last 4 iterations, beside the no-update control of "
+                   "the same seed over the same iterations (the same goal draws and env seeds).", "", end, ""]
+            tables += [ctl, "", end, ""]
         eff_train = efficiency_table(by_method, "rollout/success_rate", "metrics", thresholds, baseline)
         if eff_train:
             md += ["### Sample efficiency on training rollouts", "", eff_train, ""]

@@ -164,6 +164,13 @@ def test_control_table_reads_each_method_against_the_no_update_run_of_its_seed(t
     all_cell = line.split(" | ")[4]  # method, seeds, it 1-4, it 5-6, all, trend
     lo, hi = (float(x) for x in all_cell.split("[", 1)[1].rstrip("]").split(", "))
     assert 10.0 <= lo <= 20.0 <= hi <= 30.0
+    # where each run ends: the last 4 iterations of each seed against its control's same iterations, by hand
+    end = summary.split("### Where each run ends against its control")[1].split("###")[0]
+    c0 = 100 * sum(level[0][2:]) / 4
+    assert f"| gigpo | 0 | 3-6 | {c0 + 10:.1f} | {c0:.1f} | +10.0 | no |" in end
+    assert "| gigpo | 1 | 3-6 |" in end and "| +30.0 | yes |" in end
+    assert "| **gigpo** | mean of 2 | | | | **+20.0** | 1 of 2 |" in end
+    assert "| hgpo | 1 | 1-3 |" in end  # a seed still running ends where it is
 
 
 def test_no_control_no_table(runs_root, tmp_path):
