@@ -88,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             seen_first_batches.add(key)
             label = portable_path(f.parent)
+            info_path = f.parent / "run.json"
+            if info_path.is_file():  # "<study folder>: <env> <model>, seed k" (runs of one seed share the batch)
+                info = json.loads(info_path.read_text())
+                root = portable_path(Path(folder).resolve())
+                label = f"{root}: {info.get('env')} {info.get('model')}, seed {info.get('seed')}"
             entries.append((label, rec["rows"], rec["scan"][0], rules_on_scan(rec["scan"], rec.get("center_states"))))
     if args.batch:
         import torch

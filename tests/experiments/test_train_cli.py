@@ -155,6 +155,14 @@ def test_epsilon_auto_is_chosen_at_the_first_step_frozen_and_kept_on_resume(tmp_
     assert len(calls) == 1  # resumed from iteration 2: no new scan
     assert [m["group/epsilon"] for m in _lines(out / "metrics.jsonl")] == [rec["epsilon"]] * 3
     assert json.loads((out / "epsilon.json").read_text())["iteration"] == 1
+    # the rules compared on the saved scan: the run's own rule picks the run's epsilon
+    from experiments.epsilon_criteria import main as criteria
+
+    table = tmp_path / "criteria.md"
+    assert criteria([str(out), "--out", str(table)]) == 0
+    line = table.read_text().splitlines()[-1]
+    assert line.startswith(f"| {out.name}: textcraft") or "seed 0" in line
+    assert f"| {rec['epsilon']:.3g}: " in line and "| 0.0501: " in line
 
 
 def test_a_training_pool_repeats_its_goals_and_resumes(tmp_path):
