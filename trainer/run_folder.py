@@ -76,13 +76,25 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _defaults() -> dict:
+    return _flatten(config_to_dict(RunConfig()))
+
+
 def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
-    """Dotted keys whose values differ between two config dicts, minus the ``ignore`` prefixes."""
+    """Dotted keys whose values differ between two config dicts, minus the ``ignore`` prefixes.
+
+    A key the saved config lacks is a setting added to the code after the run was made: it is no difference when
+    the new config holds its default, which keeps the behaviour the run had (e.g. ``env.train_pool: null``)."""
     a, b = _flatten(saved), _flatten(new)
+    defaults = None
     diff = []
     for k in sorted(set(a) | set(b)):
         if any(k == p or (p.endswith(".") and k.startswith(p)) for p in ignore):
             continue
+        if k not in a and k in b:
+            defaults = _defaults() if defaults is None else defaults
+            if k in defaults and b[k] == defaults[k]:
+                continue
         if a.get(k) != b.get(k):
             diff.append(f"{k}: {a.get(k)!r} -> {b.get(k)!r}")
     return diff

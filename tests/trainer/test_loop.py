@@ -97,6 +97,13 @@ def test_config_differences_ignore_only_resumable_keys():
     b["trainer"]["lr"] = 1.0
     b["env"]["kwargs"] = {"data_path": "/x"}
     assert config_differences(a, b) == ["env.kwargs: {} -> {'data_path': '/x'}", "trainer.lr: 1e-06 -> 1.0"]
+    # a run saved before a setting existed: the setting at its default is no difference, another value is
+    old = RunConfig().to_dict()
+    del old["env"]["train_pool"], old["estimator"]["center_states"]
+    assert config_differences(old, RunConfig().to_dict()) == []
+    newer = RunConfig().to_dict()
+    newer["env"]["train_pool"] = [3, 23]
+    assert config_differences(old, newer) == ["env.train_pool: None -> [3, 23]"]
 
 
 def test_nonfinite_hidden_states_stop_the_run_with_a_clear_error(tmp_path, monkeypatch, capsys):
