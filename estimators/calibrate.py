@@ -12,7 +12,7 @@ result for the run and saves the scan as ``epsilon.json`` in the run folder). Ru
 * ``anchor_recall`` (default): the smallest epsilon of ``AUTO_GRID`` whose clusters keep at least
   ``epsilon_target`` (0.9) of the pairs of rows with the same exact observation in one cluster. Rows that
   GiGPO already groups stay grouped, and clusters grow no further than that needs: a scale-free rule, because the
-  distances of the same-observation pairs set it (1e-4-scale for a tiny model, 1e-2-scale for a 7B one).
+  distances of the same-observation pairs set it (on the tiny TextCraft model it lands at 1e-5).
 * ``singleton_match``: the smallest epsilon whose cluster singleton rate is at most the anchors'.
 
 Without two rows of one observation in any prompt group (every anchor a singleton) neither rule has a reference:
@@ -35,23 +35,18 @@ import torch
 
 from .batch import StepBatch
 from .cluster import center_by_group, greedy_cosine_clusters
-from .diagnostics import grouping_stats, pair_purity
+from .diagnostics import grouping_stats, pair_count, pair_purity
 from .grouping import anchor_groups
 from .ops import dense_ids, factorize
 
-__all__ = ["DEFAULT_GRID", "AUTO_GRID", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon", "pick_from_scan",
-           "format_scan"]
+__all__ = ["DEFAULT_GRID", "AUTO_GRID", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon",
+           "pick_from_scan", "format_scan"]
 
 DEFAULT_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)
 #: epsilon: auto scans 0 and 10 log-spaced values per decade from 1e-5 to 0.5 (1e-5, 1.26e-5, ..., 0.398, 0.5)
 AUTO_GRID = (0.0,) + tuple(float(f"{10 ** (-5 + k / 10):.3g}") for k in range(47)) + (0.5,)
 #: the singleton rate the fallback rule aims at (the paper's clusters leave ~17-22% of rows alone)
 FALLBACK_SINGLETON_RATE = 0.2
-
-
-def _pairs(ids: torch.Tensor) -> float:
-    c = torch.bincount(ids).double()
-    return float((c * (c - 1) / 2).sum())
 
 
 def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, anchors: torch.Tensor) -> dict:
@@ -64,8 +59,8 @@ def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, 
         "size_mean": st[f"group/{prefix}_size_mean"],
         "size_p90": st[f"group/{prefix}_size_p90"],
     }
-    same_anchor = _pairs(anchors)
-    row["anchor_recall"] = _pairs(dense_ids(gid, anchors)) / same_anchor if same_anchor else float("nan")
+    same_anchor = pair_count(anchors)
+    row["anchor_recall"] = pair_count(dense_ids(gid, anchors)) / same_anchor if same_anchor else float("nan")
     if states is not None:
         pur = pair_purity(gid, states)
         row["precision"], row["recall"] = pur if pur is not None else (float("nan"), float("nan"))

@@ -100,9 +100,7 @@ class EstimatorConfig:
         if not isinstance(self.center_states, bool):
             raise ValueError(f"EstimatorConfig.center_states={self.center_states!r} must be true or false")
         for f in ("gamma", "invalid_penalty", "step_weight", "hgpo_alpha"):
-            v = getattr(self, f)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-                raise ValueError(f"EstimatorConfig.{f}={v!r} must be a finite number")
+            self._check_number(f)
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"EstimatorConfig.gamma={self.gamma} must lie in [0, 1]")
         if self.invalid_penalty < 0:

@@ -33,7 +33,7 @@ import torch
 from .batch import StepBatch
 from .ops import action_keys, dense_ids, factorize
 
-__all__ = ["batch_diagnostics", "grouping_stats", "pair_purity", "ZERO_TOL"]
+__all__ = ["batch_diagnostics", "grouping_stats", "pair_count", "pair_purity", "ZERO_TOL"]
 
 #: |A| at or below this counts as a zero advantage (a rounding residue of a sum is ~1e-16 times the values)
 ZERO_TOL = 1e-9
@@ -52,6 +52,12 @@ def grouping_stats(gid: torch.Tensor, kind: str) -> dict[str, float]:
     }
 
 
+def pair_count(ids: torch.Tensor) -> float:
+    """Number of unordered pairs of rows that share an id (ids: LongTensor (N,) dense)."""
+    c = torch.bincount(ids).double()
+    return float((c * (c - 1) / 2).sum())
+
+
 def pair_purity(group_of_row: torch.Tensor, state_of_row: torch.Tensor) -> tuple[float, float] | None:
     """(precision, recall) of a grouping against true states, over pairs of rows.
 
@@ -60,13 +66,9 @@ def pair_purity(group_of_row: torch.Tensor, state_of_row: torch.Tensor) -> tuple
     pairs in the same group. None when either pair count is 0.
     """
 
-    def pairs(ids: torch.Tensor) -> float:
-        c = torch.bincount(ids).double()
-        return float((c * (c - 1) / 2).sum())
-
-    same_group = pairs(group_of_row)
-    same_state = pairs(state_of_row)
-    both = pairs(dense_ids(group_of_row, state_of_row))
+    same_group = pair_count(group_of_row)
+    same_state = pair_count(state_of_row)
+    both = pair_count(dense_ids(group_of_row, state_of_row))
     if same_group == 0 or same_state == 0:
         return None
     return both / same_group, both / same_state

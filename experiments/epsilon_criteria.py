@@ -21,16 +21,14 @@ from pathlib import Path
 from envs.paths import portable_path
 
 PROG = "python -m experiments.epsilon_criteria"
-COLS = ("eps", "singleton_rate", "precision", "recall", "f1")
 
 
 def _fmt(r: dict | None) -> str:
+    """'epsilon: singleton rate / precision / recall / F1' of a scan row (no epsilon for the anchors' row)."""
     if r is None:
         return "–"
-    e = r.get("epsilon")
-    head = "anchors" if e is None else f"{e:.3g}"
-    return f"{head}: {r['singleton_rate']:.2f} / {r.get('precision', float('nan')):.2f} / " \
-           f"{r.get('recall', float('nan')):.2f} / {r.get('f1', float('nan')):.2f}"
+    nums = " / ".join(f"{r.get(k, float('nan')):.2f}" for k in ("singleton_rate", "precision", "recall", "f1"))
+    return nums if r.get("epsilon") is None else f"{r['epsilon']:.3g}: {nums}"
 
 
 def rules_on_scan(scan: list[dict], center: bool = False) -> dict[str, dict | None]:
@@ -60,7 +58,7 @@ def table(entries: list[tuple[str, int, dict, dict]]) -> str:
              "| batch | rows | exact anchors | " + " | ".join(names) + " |",
              "|---|---|---|" + "---|" * len(names)]
     for label, n, anchors, picks in entries:
-        lines.append(f"| {label} | {n} | {_fmt(anchors)[9:]} | " + " | ".join(_fmt(picks.get(k)) for k in names) + " |")
+        lines.append(f"| {label} | {n} | {_fmt(anchors)} | " + " | ".join(_fmt(picks.get(k)) for k in names) + " |")
     return "\n".join(lines) + "\n"
 
 

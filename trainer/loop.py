@@ -224,11 +224,11 @@ class Trainer:
             self.train_pool = training_pool(n_train, cfg.env.train_pool, cfg.env.train_pool_seed)
         elif cfg.env.train_pool is not None:
             self.train_pool = list(cfg.env.train_pool)
-            if max(self.train_pool) >= n_train:
-                raise ConfigError(f"env.train_pool={cfg.env.train_pool}: split {self.train_split!r} has {n_train} "
-                                  f"tasks (indices 0..{n_train - 1})")
-        self.sampler = TaskSampler(self.train_split, n_train, seed=cfg.seed, pool=self.train_pool,
-                                   replacement=cfg.env.train_sampling == "replacement")
+        try:
+            self.sampler = TaskSampler(self.train_split, n_train, seed=cfg.seed, pool=self.train_pool,
+                                       replacement=cfg.env.train_sampling == "replacement")
+        except ValueError as e:  # a pool index beyond the split: only known once the env is built
+            raise ConfigError(f"env.train_pool={cfg.env.train_pool}: {e}") from e
         if self.train_pool is not None:
             log.info("training pool: %d of the %d %s tasks, drawn by %s: %s", len(self.train_pool), n_train,
                      self.train_split, cfg.env.train_sampling, self.train_pool)
