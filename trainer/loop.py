@@ -66,6 +66,22 @@ SUMMED_SUFFIXES = ("/num_rows", "/num_trajectories", "/num_episodes", "/gen_toke
                    "/generations_avoided", "group/rows", "/num_clusters", "/num_anchor_groups")
 
 
+#: with a training pool of at most this many tasks, each iteration logs ``rollout/task/<index>/success_rate``
+MAX_TASKS_LOGGED = 32
+
+
+def task_success(batch) -> dict[str, float]:
+    """Success rate per training task in a rollout batch: ``{"rollout/task/<index>/success_rate": won / trajectories}``
+    (one value per task played; a task drawn twice pools its trajectories)."""
+    won: dict[int, dict[tuple[int, int], bool]] = {}
+    for i in range(len(batch)):
+        task = batch.task_id[i]
+        index = task[1] if isinstance(task, tuple) else task
+        traj = (int(batch.group_id[i]), int(batch.traj_id[i]))
+        won.setdefault(int(index), {})[traj] = bool(batch.won[i])
+    return {f"rollout/task/{k}/success_rate": sum(v.values()) / len(v) for k, v in sorted(won.items())}
+
+
 class TrainingFailed(RuntimeError):
     """The run cannot go on (non-finite values, a broken estimator output); the message says why and what to try."""
 
@@ -363,7 +379,10 @@ class Trainer:
         batch.validate()
         if len(batch) == 0:
             raise TrainingFailed(f"iteration {iteration}: the rollout returned no step rows")
-        return batch, dict(metrics)
+        metrics = dict(metrics)
+        if self.train_pool is not None and len(self.train_pool) <= MAX_TASKS_LOGGED:
+            metrics.update(task_success(batch))
+        return batch, metrics
 
     def logprobs(self, batch):
         """Old log-probs (N, T_r) and hidden states (N, D) in one actor pass; reference log-probs if KL is on."""

@@ -176,6 +176,13 @@ def test_a_training_pool_repeats_its_goals_and_resumes(tmp_path):
     assert "training pool: 2 of the" in (out / "train.log").read_text()
     state = json.loads((out / "checkpoints" / "iter_00000002" / "state.json").read_text())["sampler"]
     assert state["pool"] == [5, 7] and sorted(state["order"]) == [5, 7] and state["draws"] == 4
+    # each pool goal's own success rate is logged, and the two average to the batch's (equal G per goal)
+    for rec in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()):
+        if "rollout/success_rate" not in rec:
+            continue
+        per = {k: v for k, v in rec.items() if k.startswith("rollout/task/")}
+        assert sorted(per) == ["rollout/task/5/success_rate", "rollout/task/7/success_rate"]
+        assert sum(per.values()) / 2 == pytest.approx(rec["rollout/success_rate"])
     assert main([a if a != "trainer.iterations=2" else "trainer.iterations=3" for a in args]) == 0
     state = json.loads((out / "checkpoints" / "iter_00000003" / "state.json").read_text())["sampler"]
     assert state["draws"] == 6 and state["epoch"] == 2
