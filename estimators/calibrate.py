@@ -13,6 +13,10 @@ result for the run and saves the scan as ``epsilon.json`` in the run folder). Ru
   ``epsilon_target`` (0.9) of the pairs of rows with the same exact observation in one cluster. Rows that
   GiGPO already groups stay grouped, and clusters grow no further than that needs: a scale-free rule, because the
   distances of the same-observation pairs set it (on the tiny TextCraft model it lands at 1e-5).
+* ``anchor_f1``: the smallest epsilon whose clusters agree best with the exact anchors, by pair F1 (precision:
+  the share of same-cluster pairs that share an observation; recall: ``anchor_recall``). It never merges more
+  than the anchors' own pairs justify, so it stays precise where the observations are (ALFWorld's repeated
+  "Nothing happens." makes them imprecise, and ``anchor_recall`` then merges too much).
 * ``singleton_match``: the smallest epsilon whose cluster singleton rate is at most the anchors'.
 
 Without two rows of one observation in any prompt group (every anchor a singleton) neither rule has a reference:
@@ -39,12 +43,14 @@ from .diagnostics import grouping_stats, pair_count, pair_purity
 from .grouping import anchor_groups
 from .ops import dense_ids, factorize
 
-__all__ = ["DEFAULT_GRID", "AUTO_GRID", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon",
+__all__ = ["DEFAULT_GRID", "AUTO_GRID", "CRITERIA", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon",
            "pick_from_scan", "format_scan"]
 
 DEFAULT_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)
 #: epsilon: auto scans 0 and 10 log-spaced values per decade from 1e-5 to 0.5 (1e-5, 1.26e-5, ..., 0.398, 0.5)
 AUTO_GRID = (0.0,) + tuple(float(f"{10 ** (-5 + k / 10):.3g}") for k in range(47)) + (0.5,)
+#: the rules of ``estimator.epsilon_criterion`` (the module docstring)
+CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match")
 #: the singleton rate the fallback rule aims at (the paper's clusters leave ~17-22% of rows alone)
 FALLBACK_SINGLETON_RATE = 0.2
 
@@ -59,8 +65,12 @@ def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, 
         "size_mean": st[f"group/{prefix}_size_mean"],
         "size_p90": st[f"group/{prefix}_size_p90"],
     }
-    same_anchor = pair_count(anchors)
-    row["anchor_recall"] = pair_count(dense_ids(gid, anchors)) / same_anchor if same_anchor else float("nan")
+    same_anchor, same_group = pair_count(anchors), pair_count(gid)
+    both = pair_count(dense_ids(gid, anchors))
+    row["anchor_recall"] = both / same_anchor if same_anchor else float("nan")
+    row["anchor_precision"] = both / same_group if same_group else float("nan")
+    ap, ar = row["anchor_precision"], row["anchor_recall"]
+    row["anchor_f1"] = 2 * ap * ar / (ap + ar) if ap + ar > 0 else float("nan")  # NaN in, NaN out
     if states is not None:
         pur = pair_purity(gid, states)
         row["precision"], row["recall"] = pur if pur is not None else (float("nan"), float("nan"))
@@ -121,8 +131,8 @@ def choose_epsilon(
     centroid: str = "mean", backend: str = "torch", center: bool = False,
 ) -> Calibration:
     """The epsilon ``estimator.epsilon: auto`` freezes for a run (rules: the module docstring)."""
-    if criterion not in ("anchor_recall", "singleton_match"):
-        raise ValueError(f"epsilon_criterion={criterion!r} is not one of ['anchor_recall', 'singleton_match']")
+    if criterion not in CRITERIA:
+        raise ValueError(f"epsilon_criterion={criterion!r} is not one of {list(CRITERIA)}")
     scan = scan_epsilon(batch, sorted(float(e) for e in grid), centroid, backend, center)
     return pick_from_scan(scan, criterion, target, center)
 
@@ -145,7 +155,20 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_recall", target: f
         return Calibration(hit["epsilon"], criterion, "anchor_recall_max",
                            f"no epsilon of the grid keeps {target:g} of the same-observation pairs together; the "
                            f"smallest with the most ({best:.3f})", scan, center)
-    if has_pairs:  # singleton_match
+    if has_pairs and criterion == "anchor_f1":
+        if any("anchor_f1" not in r for r in rows):
+            raise ValueError("this scan has no anchor_f1 column (it was saved before the rule existed); scan the "
+                             "batch again with estimators.calibrate.scan_epsilon")
+        scored = [r for r in rows if r["anchor_f1"] == r["anchor_f1"]]
+        if scored:
+            best = max(r["anchor_f1"] for r in scored)
+            hit = _smallest(scored, lambda r: r["anchor_f1"] >= best - 1e-12)
+            return Calibration(hit["epsilon"], criterion, "anchor_f1",
+                               f"smallest epsilon whose clusters agree best with the exact anchors (pair F1 "
+                               f"{best:.3f}: precision {hit['anchor_precision']:.3f}, recall "
+                               f"{hit['anchor_recall']:.3f}; singleton rate {hit['singleton_rate']:.3f} vs the "
+                               f"anchors' {anchor['singleton_rate']:.3f})", scan, center)
+    if has_pairs and criterion == "singleton_match":
         hit = _smallest(rows, lambda r: r["singleton_rate"] <= anchor["singleton_rate"] + 1e-12)
         if hit is not None:
             return Calibration(hit["epsilon"], criterion, "singleton_match",
@@ -159,8 +182,8 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_recall", target: f
 
 
 def format_scan(rows: list[dict]) -> str:
-    cols = [c for c in ("grouping", "singleton_rate", "groups", "size_mean", "size_p90", "anchor_recall", "precision",
-                        "recall", "f1") if c in rows[0]]
+    cols = [c for c in ("grouping", "singleton_rate", "groups", "size_mean", "size_p90", "anchor_recall",
+                        "anchor_precision", "anchor_f1", "precision", "recall", "f1") if c in rows[0]]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
@@ -199,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(batch.summary())
     print(format_scan(scan_epsilon(batch, grid, args.centroid, args.backend, args.center)))
     if args.auto:
-        for crit in ("anchor_recall", "singleton_match"):
+        for crit in CRITERIA:
             cal = choose_epsilon(batch, crit, centroid=args.centroid, backend=args.backend, center=args.center)
             print(f"{crit}: epsilon = {cal.epsilon:g} ({cal.rule}: {cal.reason})")
     return 0

@@ -17,7 +17,7 @@ CLUSTER_BACKENDS = ("torch", "faiss")
 PACE_KEYS = ("action_tag", "first_tokens")
 PACE_FALLBACKS = ("either", "unique_key", "single_key", "none")
 PACE_NORMS = ("none", "cluster_std")
-EPSILON_CRITERIA = ("anchor_recall", "singleton_match")
+EPSILON_CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match")
 
 
 def _choice(field: str, value, allowed) -> None:

@@ -33,13 +33,15 @@ def _fmt(r: dict | None) -> str:
 
 def rules_on_scan(scan: list[dict], center: bool = False) -> dict[str, dict | None]:
     """Row of the scan each rule (and the paper's 0.05, and the best-F1 oracle) picks."""
-    from estimators.calibrate import pick_from_scan
+    from estimators.calibrate import CRITERIA, pick_from_scan
 
     rows = [r for r in scan[1:] if r["epsilon"] is not None]
     by_eps = {r["epsilon"]: r for r in rows}
     out: dict[str, dict | None] = {}
     sfx = " (centred)" if center else ""
-    for crit in ("anchor_recall", "singleton_match"):
+    for crit in CRITERIA:
+        if crit == "anchor_f1" and "anchor_f1" not in scan[0]:
+            continue  # a scan saved before the rule existed
         cal = pick_from_scan(scan, crit, 0.9, center)
         out[crit + sfx] = {**by_eps[cal.epsilon], "rule": cal.rule}
     f1 = [r for r in rows if r.get("f1") == r.get("f1") and "f1" in r]
@@ -59,6 +61,32 @@ def table(entries: list[tuple[str, int, dict, dict]]) -> str:
              "|---|---|---|" + "---|" * len(names)]
     for label, n, anchors, picks in entries:
         lines.append(f"| {label} | {n} | {_fmt(anchors)} | " + " | ".join(_fmt(picks.get(k)) for k in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def f1_summary(entries: list[tuple[str, int, dict, dict]]) -> str:
+    """Rules as rows, batches as columns: the F1 against the true state of each rule's epsilon, and how far it falls
+    below the oracle's F1 (same centring) on average; the rule to keep is the one with the smallest gap."""
+    names: list[str] = []
+    for *_, picks in entries:
+        names += [n for n in picks if n not in names and not n.startswith("best F1")]
+    head = "| rule | " + " | ".join(label for label, *_ in entries) + " | mean gap to the oracle |"
+    lines = ["F1 against the true state of the epsilon each rule picks (gap: the oracle's F1 minus it, centred rules "
+             "against the centred oracle).", "", head, "|---|" + "---|" * (len(entries) + 1)]
+    rows = [("exact anchors", None)] + [(n, n) for n in names]
+    for title, key in rows:
+        cells, gaps = [], []
+        for _, _, anchors, picks in entries:
+            r = anchors if key is None else picks.get(key)
+            oracle = picks.get("best F1 (oracle)" + (" (centred)" if key and key.endswith("(centred)") else ""))
+            if r is None or "f1" not in r:
+                cells.append("–")
+                continue
+            cells.append(f"{r['f1']:.2f}" if r.get("epsilon") is None else f"{r['epsilon']:.3g}: {r['f1']:.2f}")
+            if oracle is not None:
+                gaps.append(oracle["f1"] - r["f1"])
+        mean_gap = f"{sum(gaps) / len(gaps):+.3f} ({len(gaps)})" if gaps else "–"
+        lines.append(f"| {title} | " + " | ".join(cells) + f" | {mean_gap} |")
     return "\n".join(lines) + "\n"
 
 
@@ -115,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             entries.append((label, len(b), scan[0], picks))
     if not entries:
         ap.error("give run folders or --batch files")
-    text = table(entries)
+    text = table(entries) + "\n" + f1_summary(entries)
     print(text)
     if args.out:
         Path(args.out).write_text(text)

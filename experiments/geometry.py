@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prefill: states recorded in the generation's prefill (free); actor: a prompt-only "
                           "forward afterwards (the trainer's capture)")
     col.add_argument("--capture-batch", type=int, default=8, help="rows per forward of the actor-style capture")
+    col.add_argument("--env-kwargs", default=None, metavar="JSON",
+                     help='extra env options, e.g. \'{"show_inventory": true}\' (TextCraft, as the warm starts play it)')
     col.add_argument("--env-workers", type=int, default=0, help="env worker processes (0 = inline)")
     col.add_argument("--seed", type=int, default=0, help="fixes tasks, env seeds and sampling")
     col.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
@@ -148,6 +150,11 @@ def collect_rollouts(args, layers: list[int]):
         raise ValueError(f"--max-steps {horizon} must be >= 1")
     mix = ActionMix(expert=args.expert_prob, random=args.random_prob)
     env_kwargs: dict = {"max_steps": horizon}
+    if args.env_kwargs:
+        extra = json.loads(args.env_kwargs)
+        if not isinstance(extra, dict):
+            raise ValueError(f"--env-kwargs {args.env_kwargs!r} must be a JSON object")
+        env_kwargs.update(extra)
     if _env_name(args.env) == "alfworld":
         env_kwargs["expert"] = mix.expert > 0  # the expert costs time at every step; only when it is asked
     seed_everything(args.seed)

@@ -77,6 +77,9 @@ class Study:
     """a committed study folder whose runs this study's report sets beside the user's own (same method and
     seed), when ``out`` is another folder: the demo writes to the git-ignored ``runs/demo`` and compares with
     ``results/demo``."""
+    variants: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    """extra methods of every seed: ``{name: (estimator, overrides)}``, each run as ``variant=<name>`` (its own
+    method folder and report row), e.g. an estimator with one trainer switch changed."""
     warmstart_args: list[str] = field(default_factory=list)
     """options of ``python -m experiments.warmstart`` for this study's warm start ([] = its defaults, the best
     measured TextCraft setting: results/warmstart/README.md row 15); ``--warmstart-args`` replaces them."""
@@ -134,6 +137,9 @@ STUDIES: dict[str, Study] = {
             seeds=[0, 1, 2],
             warmstart_env="textcraft",
             control=True,
+            # shuffled mini-batches (issue 17), measured on GRPO: with P = 2 an unshuffled optimizer step sees
+            # mostly one prompt group
+            variants={"grpo-shuffle": ("grpo", ["trainer.shuffle_minibatches=true"])},
             description="does RL improve the policy on the goals it trains on? (issue 17: every method must end "
                         ">= 25 points above the no-update control of its seed)",
         ),
@@ -586,9 +592,13 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [*study.overrides, *ws_ov, *args.overrides]
     try:
         specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
+        for name, (est, extra) in study.variants.items():
+            specs += sweep_mod.expand([study.preset], [est], seeds, (), [*overrides, *extra, f"variant={name}"],
+                                      runs_root)
         if args.control or study.control:  # the estimator only labels the control's rows: no step changes the weights
             specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
                                       runs_root)
+        if args.control or study.control or study.variants:
             # seed by seed, each seed's control beside its methods: a study stopped part-way has whole seeds to read
             specs.sort(key=lambda sp: sp.seed)
         specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs

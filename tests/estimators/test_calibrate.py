@@ -76,6 +76,38 @@ def test_auto_picks_the_epsilon_that_recovers_known_clusters(known):
     assert cal.to_dict()["epsilon"] == cal.epsilon
 
 
+def test_anchor_f1_agrees_best_with_the_anchors_and_stays_precise_where_they_alias(known):
+    """anchor_f1 picks the grid's epsilon (smallest on ties) with the best pair F1 against the exact anchors,
+    recomputed here with pair_purity. Where two true states share one observation (ALFWorld's "Nothing
+    happens."), anchor_recall must merge different states to keep 90% of the anchors' pairs; anchor_f1 does not."""
+
+    def f1_against(labels, target):
+        pur = pair_purity(labels, target)
+        return 0.0 if pur is None or sum(pur) == 0 else 2 * pur[0] * pur[1] / (pur[0] + pur[1])
+
+    st = true_states(known)
+    aliased = dataclasses.replace(known, anchor_obs=[f"obs {int(s) // 2}" for s in st])  # states 2k, 2k+1 alike
+    for batch in (known, aliased):
+        anchors = dense_ids(batch.group_id, factorize(list(batch.anchor_obs)))
+        scores = []
+        for eps in sorted(AUTO_GRID):
+            cl = greedy_cosine_clusters(batch.hidden, batch.group_id, batch.traj_id, batch.step, eps).cluster_id
+            scores.append((f1_against(cl, anchors), -eps))
+        expected = -max(scores)[1]
+        cal = choose_epsilon(batch, "anchor_f1")
+        assert cal.rule == "anchor_f1" and cal.epsilon == pytest.approx(expected)
+        assert "agree best with the exact anchors" in cal.reason
+
+    def truth_precision(cal):
+        cl = greedy_cosine_clusters(aliased.hidden, aliased.group_id, aliased.traj_id, aliased.step, cal.epsilon)
+        return pair_purity(cl.cluster_id, st)[0]
+
+    assert pair_purity(dense_ids(aliased.group_id, factorize(list(aliased.anchor_obs))), st)[0] < 0.7
+    # measured: 0.92 against 0.25 (anchor_recall's epsilon merges most of each group)
+    assert truth_precision(choose_epsilon(aliased, "anchor_f1")) > 0.9
+    assert truth_precision(choose_epsilon(aliased, "anchor_recall")) < 0.5
+
+
 def test_singleton_match_and_the_fallback_without_repeated_observations(known):
     cal = choose_epsilon(known, "singleton_match")
     anchor_rate = cal.scan[0]["singleton_rate"]
@@ -83,7 +115,7 @@ def test_singleton_match_and_the_fallback_without_repeated_observations(known):
     assert cal.rule == "singleton_match" and hit["singleton_rate"] <= anchor_rate
     assert all(r["singleton_rate"] > anchor_rate for r in cal.scan[1:] if r["epsilon"] < cal.epsilon)
     unique = dataclasses.replace(known, anchor_obs=[f"obs {i}" for i in range(len(known))])  # no two rows alike
-    for crit in ("anchor_recall", "singleton_match"):
+    for crit in ("anchor_recall", "anchor_f1", "singleton_match"):
         fb = choose_epsilon(unique, crit)
         assert fb.rule == "fallback_singleton_rate" and "share an observation" in fb.reason
         row = next(r for r in fb.scan[1:] if r["epsilon"] == fb.epsilon)

@@ -169,6 +169,15 @@ def test_dry_run_plans_without_running(tmp_path):
     assert len(cmds) == 5 and all("trainer.lr=3e-5 trainer.iterations=20" in ln for ln in cmds)
     assert sum("variant=no-update" in ln and ln.index("trainer.lr=0") > ln.index("trainer.lr=3e-5")
                for ln in cmds) == 1
+    # a study's variants: an estimator with its own overrides, in its own method folder, beside the control
+    res = _study(["learning", "--seeds", "1", "--dry-run", "--out", str(tmp_path / "v"),
+                  "--init-from", str(tmp_path / "ws" / "final")])
+    assert res.returncode == 0 and "# 5 runs:" in res.stdout, res.stderr
+    cmds = [ln for ln in res.stdout.splitlines() if "experiments.train" in ln]
+    shuffled = [ln for ln in cmds if "trainer.shuffle_minibatches=true" in ln]
+    assert len(shuffled) == 1 and "variant=grpo-shuffle" in shuffled[0] and "estimator.name=grpo" in shuffled[0]
+    assert shuffled[0].endswith(f"{tmp_path / 'v' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4'}"
+                                "/grpo-shuffle/seed_1")
     res = _study(["--list"])
     assert res.returncode == 0 and "cpu-alfworld" in res.stdout
 
