@@ -143,6 +143,18 @@ STUDIES: dict[str, Study] = {
             description="does RL improve the policy on the goals it trains on? (issue 17: every method must end "
                         ">= 25 points above the no-update control of its seed)",
         ),
+        Study(
+            name="cpu-pool",
+            title="CPU study on a training pool: TextCraft, 4 repeated goals, tiny SFT warm start, 3 seeds + control",
+            preset="configs/cpu/textcraft_pool.yaml",
+            out="results/cpu-study-pool",
+            estimators=["grpo", "gigpo", "bipace_v", "bipace_q"],
+            seeds=[0, 1, 2],
+            warmstart_env="textcraft",
+            control=True,
+            description="the CPU study again where RL improves the warm start (issue 17 item 4): 4 repeated "
+                        "training goals, epsilon calibrated on the first batch, held-out depth-2 and depth-3",
+        ),
         _CPU_STUDY,
         replace(  # the same study at a third of the step size, with the control
             _CPU_STUDY,
