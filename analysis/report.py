@@ -17,7 +17,7 @@ from .plots import method_sort_key, plot_curves, plot_diagnostics
 from .runs import CONTROL_METHOD, Run, series
 from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci, within_slope_ci
 
-__all__ = ["control_end_table", "build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
+__all__ = ["control_end_table", "goal_table", "build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 _SPLIT_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/success_rate$")
@@ -237,6 +237,33 @@ def control_end_table(by_method: dict[str, list[Run]], control: str = CONTROL_ME
     return "\n".join(lines)
 
 
+_TASK_KEY = re.compile(r"^rollout/task/(\d+)/success_rate$")
+
+
+def goal_table(by_method: dict[str, list[Run]], last: int = 8) -> str:
+    """Success per training goal (``rollout/task/<index>/success_rate``, logged for a training pool), one row per
+    method and seed: the mean over the last ``last`` iterations that logged the goal, in %, then the iterations
+    read. Shows which goal a run learned when the pooled success rate hides it. Empty string when no run logged
+    a goal."""
+    goals = sorted({int(m.group(1)) for runs in by_method.values() for r in runs for row in r.metrics
+                    for k in row if (m := _TASK_KEY.match(k))})
+    if not goals:
+        return ""
+    lines = ["| method | seed | " + " | ".join(f"goal {g}" for g in goals) + " | iterations |",
+             "|---|---|" + "---|" * (len(goals) + 1)]
+    for m in sorted(by_method, key=lambda x: (x != CONTROL_METHOD, method_sort_key(x))):
+        for r in sorted(by_method[m], key=lambda r: r.seed):
+            cells, spans = [], []
+            for g in goals:
+                xs, ys = series(r.metrics, f"rollout/task/{g}/success_rate")
+                xs, ys = xs[-last:], ys[-last:]
+                cells.append(f"{100 * np.mean(ys):.0f}" if ys else "–")
+                spans += xs
+            span = f"{min(spans)}-{max(spans)}" if spans else "–"
+            lines.append(f"| {m} | {r.seed} | " + " | ".join(cells) + f" | {span} |")
+    return "\n".join(lines)
+
+
 def _control_differences(by_method: dict[str, list[Run]], control: str, key: str):
     """(control's ``key`` per seed {iteration: value}, {method: {seed: {iteration: value - control's}}}) over the
     iterations both have; runs without a control of their seed are left out."""
@@ -362,6 +389,12 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
                    "Mean training-rollout success over each run's last 4 iterations, beside the no-update control of "
                    "the same seed over the same iterations (the same goal draws and env seeds).", "", end, ""]
             tables += [ctl, "", end, ""]
+        goals = goal_table(by_method)
+        if goals:
+            md += ["### Success per training goal", "",
+                   "Training-rollout success on each goal of the pool (`rollout/task/<index>/success_rate`), mean over "
+                   "the last 8 iterations that played it, in %.", "", goals, ""]
+            tables += [goals, ""]
         eff_train = efficiency_table(by_method, "rollout/success_rate", "metrics", thresholds, baseline)
         if eff_train:
             md += ["### Sample efficiency on training rollouts", "", eff_train, ""]

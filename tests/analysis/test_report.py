@@ -178,3 +178,31 @@ def test_no_control_no_table(runs_root, tmp_path):
     assert report_main(["--runs", str(runs_root), "--out", str(out)]) == 0
     assert "no-update control" not in (out / "summary.md").read_text()
     assert not list(out.glob("*_vs_control.png"))
+
+
+def test_goal_table_shows_each_pool_goal_per_run(tmp_path):
+    """rollout/task/<index>/success_rate: mean over the last 8 iterations that logged each goal, by hand; a goal a
+    run never played is a dash, and runs without these keys add no table."""
+    root = tmp_path / "runs"
+    for method, seed, rates in (("no-update", 0, {3: 0.25, 23: 0.5}), ("grpo", 0, {3: 0.75, 23: 0.0}),
+                                ("grpo", 1, {3: 1.0})):
+        d = root / "textcraft" / "tiny" / method / f"seed_{seed}"
+        d.mkdir(parents=True)
+        with open(d / "metrics.jsonl", "w") as f:
+            for it in range(1, 13):  # iterations 1-4 hold other values: only the last 8 (5-12) count
+                row = {"iteration": it, "rollout/success_rate": 0.5}
+                row.update({f"rollout/task/{g}/success_rate": (r if it > 4 else 0.0) for g, r in rates.items()})
+                f.write(json.dumps(row) + "\n")
+    out = tmp_path / "study"
+    assert report_main(["--runs", str(root), "--out", str(out)]) == 0
+    table = (out / "summary.md").read_text().split("### Success per training goal")[1].split("###")[0]
+    assert "| method | seed | goal 3 | goal 23 | iterations |" in table
+    assert "| no-update | 0 | 25 | 50 | 5-12 |" in table
+    assert "| grpo | 0 | 75 | 0 | 5-12 |" in table and "| grpo | 1 | 100 | – | 5-12 |" in table
+    assert table.index("| no-update |") < table.index("| grpo |")  # the control first
+
+
+def test_no_goals_logged_no_goal_table(runs_root, tmp_path):
+    out = tmp_path / "study"
+    assert report_main(["--runs", str(runs_root), "--out", str(out)]) == 0
+    assert "Success per training goal" not in (out / "summary.md").read_text()
