@@ -97,6 +97,10 @@ ALFWORLD_WARMSTART = ("--history-length", "2", "--expert-episodes", "200", "--da
 #: tasks that every method of that seed sees; its training-rollout success is the line RL is read against
 CONTROL_OVERRIDES = ("trainer.lr=0", f"variant={CONTROL_METHOD}")
 
+#: the committed CPU studies ran at the paper's fixed epsilon, before the CPU presets moved to ``epsilon: auto``;
+#: pinned so that resuming or extending them runs what they ran
+RAN_AT_PAPER_EPSILON = "estimator.epsilon=0.05"
+
 _CPU_STUDY = Study(
     name="cpu",
     title="CPU study: TextCraft, tiny SFT warm start, 3 seeds",
@@ -108,6 +112,7 @@ _CPU_STUDY = Study(
     # the committed study (results/cpu-study) ran from row 13 of results/warmstart/README.md, the default
     # warm start of its day; pinned so that resuming or extending it uses the same start [choice]
     warmstart_args=list(ROW13_WARMSTART),
+    overrides=[RAN_AT_PAPER_EPSILON],
     description="the CPU study of issue 7, from the row-13 warm start (`--warmstart-args ''` for the "
                 "current defaults)",
 )
@@ -162,7 +167,7 @@ STUDIES: dict[str, Study] = {
             title="CPU study at lr 3e-5: TextCraft, tiny SFT warm start, 3 seeds, with the no-update control",
             out="results/cpu-study-lr3e-5",
             # 20 iterations: the length the committed study reached (run as 8, then 16, then 20) [choice]
-            overrides=["trainer.lr=3e-5", "trainer.iterations=20"],
+            overrides=[RAN_AT_PAPER_EPSILON, "trainer.lr=3e-5", "trainer.iterations=20"],
             control=True,
             description="the CPU study again at a third of the step size, 20 iterations, read against the "
                         "no-update control (results/LOG.md: at lr 1e-4 every method fell below it)",
@@ -176,6 +181,7 @@ STUDIES: dict[str, Study] = {
             seeds=[0, 1],
             warmstart_env="alfworld",
             warmstart_args=list(ALFWORLD_WARMSTART),
+            overrides=[RAN_AT_PAPER_EPSILON],
             description="the shorter study on the other environment, the two seeds committed in "
                         "results/cpu-study-alfworld (`--seeds 0,1,2` for three; generated games: not comparable to "
                         "published ALFWorld numbers)",
