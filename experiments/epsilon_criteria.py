@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the table here (markdown)")
     args = ap.parse_args(argv)
     entries = []
-    seen_first_batches: set[str] = set()
+    seen_first_batches: dict[str, int] = {}  # batch -> index in entries
     for folder in args.folders:
         files = sorted(Path(folder).rglob("epsilon.json")) if Path(folder).is_dir() else [Path(folder)]
         if not files:
@@ -109,17 +109,24 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for f in files:
             rec = json.loads(f.read_text())
-            key = json.dumps(rec["scan"], sort_keys=True)  # runs of one seed share their first batch
-            if key in seen_first_batches:
+            # runs of one seed share their first batch; scans saved by older code lack some columns, so the batch
+            # is known by the columns every scan has, and the scan with the most columns is the one read
+            key = json.dumps([(r.get("epsilon"), r["singleton_rate"], r["groups"], r.get("precision"))
+                              for r in rec["scan"]])
+            if key in seen_first_batches and len(rec["scan"][0]) <= len(entries[seen_first_batches[key]][2]):
                 continue
-            seen_first_batches.add(key)
             label = portable_path(f.parent)
             info_path = f.parent / "run.json"
             if info_path.is_file():  # "<study folder>: <env> <model>, seed k" (runs of one seed share the batch)
                 info = json.loads(info_path.read_text())
                 root = portable_path(Path(folder).resolve())
                 label = f"{root}: {info.get('env')} {info.get('model')}, seed {info.get('seed')}"
-            entries.append((label, rec["rows"], rec["scan"][0], rules_on_scan(rec["scan"], rec.get("center_states"))))
+            entry = (label, rec["rows"], rec["scan"][0], rules_on_scan(rec["scan"], rec.get("center_states")))
+            if key in seen_first_batches:
+                entries[seen_first_batches[key]] = entry
+            else:
+                seen_first_batches[key] = len(entries)
+                entries.append(entry)
     if args.batch:
         import torch
 

@@ -142,7 +142,7 @@ def test_epsilon_auto_is_chosen_at_the_first_step_frozen_and_kept_on_resume(tmp_
     assert main(args) == 0
     rec = json.loads((out / "epsilon.json").read_text())
     assert len(calls) == 1 and rec["iteration"] == 1 and rec["rows"] == calls[0]
-    assert rec["rule"] in ("anchor_recall", "anchor_recall_max", "fallback_singleton_rate")
+    assert rec["rule"] in ("anchor_f1", "fallback_singleton_rate")  # the default rule, or no repeated observation
     assert rec["epsilon"] in rec["grid"] and len(rec["scan"]) == len(rec["grid"]) + 1
     assert "epsilon: auto, frozen at iteration 1" in (out / "epsilon_scan.md").read_text()
     metrics = _lines(out / "metrics.jsonl")
@@ -160,9 +160,20 @@ def test_epsilon_auto_is_chosen_at_the_first_step_frozen_and_kept_on_resume(tmp_
 
     table = tmp_path / "criteria.md"
     assert criteria([str(out), "--out", str(table)]) == 0
-    line = table.read_text().splitlines()[-1]
-    assert ": textcraft tiny-layers-2-hidden-64-heads-2, seed 0 |" in line
+    text = table.read_text()
+    line = next(ln for ln in text.splitlines() if ": textcraft tiny-layers-2-hidden-64-heads-2, seed 0 |" in ln)
     assert f"| {rec['epsilon']:.3g}: " in line and "| 0.0501: " in line
+    # the F1 summary: one row per rule; the run's rule is there with its epsilon
+    rule_row = next(ln for ln in text.splitlines() if ln.startswith("| anchor_f1 |"))
+    assert f"| {rec['epsilon']:.3g}: " in rule_row
+    # a second run of the same seed shares the first batch: one column, not two
+    import shutil
+
+    label = ": textcraft tiny-layers-2-hidden-64-heads-2, seed 0 |"
+    once = text.count(label)  # its row in the table and its column in the summary
+    shutil.copytree(out, tmp_path / "again")
+    assert criteria([str(tmp_path), "--out", str(table)]) == 0
+    assert table.read_text().count(label) == once == 2
 
 
 def test_a_training_pool_repeats_its_goals_and_resumes(tmp_path):
