@@ -14,6 +14,8 @@ sample efficiency, IQM / probability of improvement, diagnostics: ``python -m ex
 ``--control`` adds one ``no-update`` run per seed: the warm start played on that seed's goal draws with every
 optimizer step at lr 0, so the report can read each method's training rollouts against the unchanged policy on the
 same goals (with 2 goals per iteration, which goals are drawn moves success more than a few RL steps do).
+A study's ``variants`` add methods that are an estimator with other overrides, in their own method folder (the
+learning study's ``grpo-shuffle``: GRPO with ``trainer.shuffle_minibatches=true``).
 
 Parts: the command can be stopped at any time (Ctrl-C, or ``--max-hours H`` to stop launching runs after H
 hours) and run again: finished runs are skipped, interrupted ones resume from their last checkpoint, the warm
