@@ -28,6 +28,8 @@ def _tag(text: str) -> str:
 
 def _norm(values: list[float], mode: str, unbiased: bool = True) -> list[float]:
     n = len(values)
+    if len(set(values)) == 1:  # equal values carry no signal: exactly 0, not an ulp of the mean over std + 1e-6
+        return [0.0] * n
     mean = sum(values) / n
     if mode == "mean_norm":
         return [v - mean for v in values]

@@ -195,3 +195,21 @@ def test_cuda_matches_cpu():
         cpu = compute_advantages(b, cfg)
         gpu = compute_advantages(b.to("cuda"), cfg)
         assert torch.allclose(cpu.advantages, gpu.advantages.cpu(), atol=1e-5), name
+
+
+def test_hgpo_skips_a_history_level_whose_returns_are_all_equal():
+    """Found by the property test on a fresh clone: rows 1-3 share their level-1 history and all return -0.1 (the
+    invalid penalty), a sum that float arithmetic does not average back to -0.1 exactly. That level carries no
+    signal and is skipped by both implementations (A_k exactly 0), so rows 1-3 keep their level-0 advantage."""
+    b = StepBatch(group_id=torch.tensor([0, 0, 0, 0, 1, 2]), traj_id=torch.zeros(6, dtype=torch.long),
+                  step=torch.tensor([0, 1, 2, 3, 0, 0]), reward=torch.zeros(6),
+                  valid=torch.tensor([True, False, False, False, False, False]), anchor_obs=["obs0"] * 6,
+                  response_text=["<think>..</think><action>go north</action>"] + [""] * 5,
+                  response_ids=torch.tensor([[1, 7, 7]] + [[0, 7, 7]] * 5), response_mask=torch.ones(6, 3, dtype=torch.bool),
+                  hidden=torch.zeros(6, 4))
+    cfg = EstimatorConfig(name="hgpo", epsilon=0.0, norm_mode="mean_std_norm", gamma=0.0, hgpo_levels=1,
+                          hgpo_alpha=0.0)
+    fast = compute_advantages(b, cfg).advantages.tolist()
+    ref, _, _ = reference_advantages(b, cfg)
+    expected = [3 ** 0.5, -(3 ** -0.5), -(3 ** -0.5), -(3 ** -0.5), 0.0, 0.0]  # level 0 alone: (0, -.1, -.1, -.1) normed
+    assert fast == pytest.approx(expected, abs=1e-4) and ref == pytest.approx(expected, abs=1e-4)  # std + 1e-6
