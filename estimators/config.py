@@ -50,7 +50,7 @@ class EstimatorConfig:
     clusters agree best (pair F1) with the exact observations (GiGPO's anchors); anchor_recall = the smallest epsilon
     whose clusters keep ``epsilon_target`` of the same-observation pairs together; singleton_match = the smallest
     epsilon whose cluster singleton rate is at most the anchors' [choice: anchor_f1 came within 0.01 F1 of the best
-    epsilon on 7 first batches, results/epsilon/README.md]."""
+    epsilon on 9 first batches, results/epsilon/README.md]."""
     epsilon_target: float = 0.9
     """anchor_recall's target share of same-anchor pairs [choice]."""
     center_states: bool = False

@@ -99,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", action="append", default=[], help="with --batch: its name in the table")
     ap.add_argument("--out", help="write the table here (markdown)")
     args = ap.parse_args(argv)
-    entries = []
-    seen_first_batches: dict[str, int] = {}  # batch -> index in entries
+    by_batch: dict[str, tuple] = {}  # first batch -> its entry (runs of one seed share their first batch)
     for folder in args.folders:
         files = sorted(Path(folder).rglob("epsilon.json")) if Path(folder).is_dir() else [Path(folder)]
         if not files:
@@ -109,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for f in files:
             rec = json.loads(f.read_text())
-            # runs of one seed share their first batch; scans saved by older code lack some columns, so the batch
-            # is known by the columns every scan has, and the scan with the most columns is the one read
+            # scans saved by older code lack some columns: the batch is known by the columns every scan has, and
+            # of its scans the one with the most columns is read
             key = json.dumps([(r.get("epsilon"), r["singleton_rate"], r["groups"], r.get("precision"))
                               for r in rec["scan"]])
-            if key in seen_first_batches and len(rec["scan"][0]) <= len(entries[seen_first_batches[key]][2]):
+            if key in by_batch and len(rec["scan"][0]) <= len(by_batch[key][2]):
                 continue
             label = portable_path(f.parent)
             info_path = f.parent / "run.json"
@@ -121,12 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                 info = json.loads(info_path.read_text())
                 root = portable_path(Path(folder).resolve())
                 label = f"{root}: {info.get('env')} {info.get('model')}, seed {info.get('seed')}"
-            entry = (label, rec["rows"], rec["scan"][0], rules_on_scan(rec["scan"], rec.get("center_states")))
-            if key in seen_first_batches:
-                entries[seen_first_batches[key]] = entry
-            else:
-                seen_first_batches[key] = len(entries)
-                entries.append(entry)
+            by_batch[key] = (label, rec["rows"], rec["scan"][0], rules_on_scan(rec["scan"], rec.get("center_states")))
+    entries = list(by_batch.values())
     if args.batch:
         import torch
 

@@ -73,12 +73,9 @@ MAX_TASKS_LOGGED = 32
 def task_success(batch) -> dict[str, float]:
     """Success rate per training task in a rollout batch: ``{"rollout/task/<index>/success_rate": won / trajectories}``
     (one value per task played; a task drawn twice pools its trajectories)."""
-    won: dict[int, dict[tuple[int, int], bool]] = {}
-    for i in range(len(batch)):
-        task = batch.task_id[i]
-        index = task[1] if isinstance(task, tuple) else task
-        traj = (int(batch.group_id[i]), int(batch.traj_id[i]))
-        won.setdefault(int(index), {})[traj] = bool(batch.won[i])
+    won: dict[int, dict[tuple[int, int], bool]] = {}  # task index -> {(group, trajectory): won}
+    for task, g, t, w in zip(batch.task_id, batch.group_id.tolist(), batch.traj_id.tolist(), batch.won.tolist()):
+        won.setdefault(int(task[1] if isinstance(task, tuple) else task), {})[(g, t)] = bool(w)
     return {f"rollout/task/{k}/success_rate": sum(v.values()) / len(v) for k, v in sorted(won.items())}
 
 
