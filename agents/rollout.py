@@ -46,6 +46,7 @@ import math
 import re
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,8 +61,12 @@ from agents.prompts import PromptConfig, Transcript, get_prompt_builder
 __all__ = [
     "collect",
     "evaluate",
+    "play",
+    "Episode",
+    "TurnHook",
     "sample_seed",
     "encode_prompt",
+    "encode_transcript",
     "prompt_config_for",
     "PROMPT_CUT_MARKER",
     "INVALID_ACTION_TEXT",
@@ -153,6 +158,15 @@ def encode_prompt(tokenizer, messages: list[dict[str, str]], max_prompt_tokens: 
     return ids[len(ids) - max_prompt_tokens:], True
 
 
+def encode_transcript(tokenizer, builder, transcript: Transcript, config: PromptConfig | None,
+                      max_prompt_tokens: int) -> tuple[list[int], bool]:
+    """``(ids, cut)``: the prompt of one state exactly as a rollout encodes it (the builder's message within
+    ``config``'s bound, the chat template with the generation prompt, ``encode_prompt``'s last-resort cut); the SFT
+    warm start encodes its rows with it, so SFT and RL prompts are the same ids."""
+    messages = _messages(builder, transcript, config)
+    return encode_prompt(tokenizer, messages, max_prompt_tokens)
+
+
 def _messages(builder, transcript: Transcript, config: PromptConfig | None) -> list[dict[str, str]]:
     """The builder's message within ``config``'s bound; if the bound is below what the prompt's fixed parts need,
     the unbounded message (the hard cut of ``encode_prompt`` then applies and is counted) [choice: a rollout
@@ -184,12 +198,36 @@ class RolloutTrace:
     time: dict[str, float] = field(default_factory=dict)
 
 
+class TurnHook:
+    """A per-turn hook of the acting loop (``play``, ``evaluate``, ``collect``): called once per turn after the
+    responses are projected and before the live envs are stepped. ``episodes[j]`` (an ``Episode``: transcript,
+    latest info, task) is about to take ``actions[j]`` (``valids[j]``); the hook may label those states (DAgger asks
+    the expert through ``pool.call([slot], "expert_response", info, style)``) and may replace entries of
+    ``actions`` / ``valids`` in place (DAgger's expert mixing). The default does nothing."""
+
+    def before_step(self, pool, episodes: list[Episode], actions: list[str], valids: list[bool], turn: int) -> None:
+        return None
+
+
+SeedFn = Callable[[Any, int, int], int]  # (task, copy, turn) -> sampling seed
+
+
 def _family_key(family: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(family)) or "unknown"
 
 
 @dataclass
-class _Episode:
+class Episode:
+    """One episode of a rollout, as the acting loop keeps it (and as ``play`` returns it).
+
+    slot / group / copy : env slot of the pool; prompt group (task) and copy within the group
+    task : envs.pool.Task;  family : the task's family (``info["task_family"]``)
+    transcript : what the agent has seen so far (``agents.prompts.Transcript``); info : the latest env info
+    rows : indices of this episode's step rows in the loop's columns (turn-major); valids : per step
+    actions : per step, the action sent to the env (``NOOP_ACTION`` for an invalid response)
+    won / score / live : outcome (``info["won"]``, ``info["raw_score"]``), still running
+    """
+
     slot: int
     group: int
     copy: int
@@ -199,6 +237,7 @@ class _Episode:
     info: dict
     rows: list[int] = field(default_factory=list)
     valids: list[bool] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
     won: bool = False
     score: float | None = None
     live: bool = True
@@ -206,8 +245,11 @@ class _Episode:
 
 def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, sampling: SamplingConfig,
          prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None,
-         generate_for_finished: bool, max_turns: int | None, trace: RolloutTrace) -> tuple[dict, list[_Episode]]:
-    """One group rollout on ``pool``; returns the row columns (turn-major) and the episodes (slot order)."""
+         generate_for_finished: bool, max_turns: int | None, trace: RolloutTrace, hook: TurnHook | None = None,
+         seed_fn: SeedFn | None = None, invalid_text: str = INVALID_ACTION_TEXT) -> tuple[dict, list[Episode]]:
+    """One group rollout on ``pool``; returns the row columns (turn-major) and the episodes (slot order).
+    ``hook``: a ``TurnHook``; ``seed_fn(task, copy, turn)``: the sampling seeds (default ``sample_seed`` of the run
+    seed); ``invalid_text``: the executed action the history shows after an invalid response."""
     if not isinstance(sampling, SamplingConfig):
         raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     if not isinstance(group_size, int) or group_size < 1:
@@ -231,7 +273,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
     eps = []
     for s, (o, info) in enumerate(zip(obs, infos)):
         task = tasks[s // group_size]
-        eps.append(_Episode(slot=s, group=s // group_size, copy=s % group_size, task=task,
+        eps.append(Episode(slot=s, group=s // group_size, copy=s % group_size, task=task,
                             family=str(info.get("task_family", "")), transcript=Transcript.start(o, info),
                             info=dict(info)))
     n_envs = len(eps)
@@ -264,7 +306,10 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             p, c = encode_prompt(tokenizer, m, max_prompt_tokens, text=text, ids=ids)
             prompt_ids.append(p)
             cut.append(c)
-        seeds = [sample_seed(seed, e.task.split, e.task.index, e.task.seed, e.copy, turn) for e in prompted]
+        if seed_fn is None:
+            seeds = [sample_seed(seed, e.task.split, e.task.index, e.task.seed, e.copy, turn) for e in prompted]
+        else:
+            seeds = [int(seed_fn(e.task, e.copy, turn)) for e in prompted]
         times["prompt"] += time.perf_counter() - t0
 
         # ---- one batched generation
@@ -291,6 +336,8 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             actions.append(proj.action if valid else NOOP_ACTION)
             valids.append(valid)
             truncs.append(trunc)
+        if hook is not None:
+            hook.before_step(pool, [prompted[j] for j in keep], actions, valids, turn)
         t0 = time.perf_counter()
         results = pool.step([prompted[j].slot for j in keep], actions)
         times["env"] += time.perf_counter() - t0
@@ -316,6 +363,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             cols["prompt_cut"].append(cut[j])
             e.rows.append(len(cols["slot"]) - 1)
             e.valids.append(valid)
+            e.actions.append(action)
             e.won = e.won or bool(info.get("won", False))
             if info.get("raw_score") is not None:
                 e.score = float(info["raw_score"])
@@ -326,7 +374,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             if done:
                 e.live = False
             else:
-                e.transcript.record(action if valid else INVALID_ACTION_TEXT, res.obs, info)
+                e.transcript.record(action if valid else invalid_text, res.obs, info)
                 e.info = dict(info)
         turn += 1
     trace.turns += turn
@@ -334,7 +382,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
     return cols, eps
 
 
-def _to_batch(cols: dict, eps: list[_Episode], group_offset: int = 0) -> RolloutBatch:
+def _to_batch(cols: dict, eps: list[Episode], group_offset: int = 0) -> RolloutBatch:
     """Columns of ``_run`` -> a RolloutBatch sorted by (group, trajectory, step)."""
     n = len(cols["slot"])
     slot_ep = {e.slot: e for e in eps}
@@ -364,7 +412,7 @@ def _to_batch(cols: dict, eps: list[_Episode], group_offset: int = 0) -> Rollout
     return batch
 
 
-def _episode_stats(cols: dict, eps: list[_Episode]) -> dict[str, Any]:
+def _episode_stats(cols: dict, eps: list[Episode]) -> dict[str, Any]:
     lengths = [len(e.rows) for e in eps]
     fam: dict[str, list[bool]] = {}
     for e in eps:
@@ -463,11 +511,53 @@ def collect(pool, engine: RolloutEngine, tokenizer, tasks, *, group_size: int, s
     return batch, metrics
 
 
+def play(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingConfig,
+         prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
+         episodes_per_task: int = 1, max_turns: int | None = None, hook: TurnHook | None = None,
+         seed_fn: SeedFn | None = None, invalid_text: str = INVALID_ACTION_TEXT,
+         on_chunk: Callable[[list[Episode]], None] | None = None) -> tuple[RolloutBatch, list[Episode]]:
+    """Play a task list, ``episodes_per_task`` episodes per task, in chunks of the pool's size: the acting loop
+    that RL rollouts, evaluation, the SFT warm start's DAgger rounds and its evaluation all share.
+
+    Rows, prompts, seeds and invalid responses are handled as in ``collect`` (module docstring). ``hook``: a
+    ``TurnHook`` (labelling, action mixing); ``seed_fn(task, copy, turn)`` replaces ``sample_seed`` (the warm
+    start's DAgger keeps the seeds its cached models were built with); ``invalid_text``: the history's text for an
+    invalid step; ``on_chunk(episodes)`` is called after each chunk (progress bars).
+
+    Returns ``(batch, episodes)``: group ids number the tasks in list order (group k = ``tasks[k]``); episodes in
+    task order (copies of a task together). Per-sample seeds depend on the task, not on its chunk, so the result
+    does not depend on the pool size.
+    """
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("play: no tasks given (an empty task list)")
+    if not isinstance(episodes_per_task, int) or episodes_per_task < 1:
+        raise ValueError(f"play: episodes_per_task={episodes_per_task!r} must be a positive integer")
+    per_chunk = pool.num_envs // episodes_per_task
+    if per_chunk < 1:
+        raise ValueError(f"play: episodes_per_task={episodes_per_task} exceeds the pool's {pool.num_envs} envs")
+    batches, all_eps = [], []
+    for start in range(0, len(tasks), per_chunk):
+        trace = RolloutTrace()
+        chunk = tasks[start:start + per_chunk]
+        cols, eps = _run(pool, engine, tokenizer, chunk, episodes_per_task, sampling, prompt_config, seed,
+                         max_prompt_tokens, env_name, False, max_turns, trace, hook=hook, seed_fn=seed_fn,
+                         invalid_text=invalid_text)
+        batches.append(_to_batch(cols, eps, group_offset=start))
+        for e in eps:
+            e.group += start
+        all_eps.extend(eps)
+        if on_chunk is not None:
+            on_chunk(eps)
+    return RolloutBatch.concat(batches), all_eps
+
+
 def evaluate(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingConfig,
              prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
-             episodes_per_task: int = 1, max_turns: int | None = None) -> tuple[dict[str, float], RolloutBatch]:
-    """Play a fixed task list (e.g. ``envs.pool.eval_tasks``), ``episodes_per_task`` episodes per task, in chunks
-    of the pool's size; tasks may come from several splits.
+             episodes_per_task: int = 1, max_turns: int | None = None, hook: TurnHook | None = None,
+             on_chunk: Callable[[list[Episode]], None] | None = None) -> tuple[dict[str, float], RolloutBatch]:
+    """Play a fixed task list (e.g. ``envs.pool.eval_tasks``) with ``play`` and score it; tasks may come from
+    several splits.
 
     Metrics, per split of the list (``<env>`` = ``env_name`` or ``pool.env_name``)::
 
@@ -480,27 +570,15 @@ def evaluate(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: Samplin
         perf/eval_s                                      wall time of the whole evaluation
 
     Returns ``(metrics, batch)``: group ids number the tasks in list order (group k = ``tasks[k]``).
-    Per-sample seeds depend on the task, not on its chunk, so the result does not depend on the pool size.
     """
     tasks = list(tasks)
     if not tasks:
         raise ValueError("evaluate: no tasks given (an empty evaluation list)")
-    if not isinstance(episodes_per_task, int) or episodes_per_task < 1:
-        raise ValueError(f"evaluate: episodes_per_task={episodes_per_task!r} must be a positive integer")
-    per_chunk = pool.num_envs // episodes_per_task
-    if per_chunk < 1:
-        raise ValueError(f"evaluate: episodes_per_task={episodes_per_task} exceeds the pool's {pool.num_envs} envs")
     env = env_name or pool.env_name
     t_start = time.perf_counter()
-    batches, all_eps = [], []
-    for start in range(0, len(tasks), per_chunk):
-        trace = RolloutTrace()
-        chunk = tasks[start:start + per_chunk]
-        cols, eps = _run(pool, engine, tokenizer, chunk, episodes_per_task, sampling, prompt_config, seed,
-                         max_prompt_tokens, env_name, False, max_turns, trace)
-        batches.append(_to_batch(cols, eps, group_offset=start))
-        all_eps.extend(eps)
-    batch = RolloutBatch.concat(batches)
+    batch, all_eps = play(pool, engine, tokenizer, tasks, sampling=sampling, prompt_config=prompt_config, seed=seed,
+                          max_prompt_tokens=max_prompt_tokens, env_name=env_name,
+                          episodes_per_task=episodes_per_task, max_turns=max_turns, hook=hook, on_chunk=on_chunk)
     metrics: dict[str, float] = {}
     splits = list(dict.fromkeys(t.split for t in tasks))
     graded = env == "webshop" or any(e.score is not None for e in all_eps)

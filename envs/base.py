@@ -268,6 +268,14 @@ class TextEnv(gym.Env):
     def expert_action(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} has no expert")
 
+    def expert_response(self, info: Mapping[str, Any], style: str = "trace") -> tuple[str, str]:
+        """``(response text, action)``: the expert's next action in the protocol's response format, with a
+        ``style`` rationale built from ``info`` (the last ``reset``/``step`` info) [``envs.rationale``]. A pool
+        labels states inside its workers with it: ``pool.call([slot], "expert_response", info, style)``."""
+        from envs.rationale import expert_response
+
+        return expert_response(self, dict(info), style)
+
     # ------------------------------------------------------------------ helpers
     @property
     def current_task(self) -> tuple[str, int] | None:

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import envs  # noqa: F401  (registers the ids)
     from agents.models import load_model, load_tokenizer
+    from agents.rollout import prompt_config_for
     from envs.pool import make_env
     from trainer import sft
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype="float32")
-    pcfg = sft.prompt_config_for(tokenizer, int(settings.get("max_prompt_tokens", 2048)), history)
+    pcfg = prompt_config_for(tokenizer, int(settings.get("max_prompt_tokens", 2048)), history)
     out = {"model": str(model_dir), "env": env_id, "env_kwargs": env_kwargs, "temperature": args.temperature,
            "history_length": history, "max_response_tokens": cap, "seed": args.seed, "splits": {}}
     print(f"{env_id} {json.dumps(env_kwargs)}, T={args.temperature:g}, history {history}, cap {cap} tokens, "

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agents.models import load_model, load_tokenizer
+    from agents.rollout import prompt_config_for
     from envs.pool import Task
     from trainer import sft
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model(model_dir, dtype="float32"), load_tokenizer(model_dir)
     plays = [Task(args.split, k, 1000 * k + c) for k in tasks for c in range(args.episodes)]
     t0 = time.perf_counter()
-    res = sft.play(model, tok, args.env, plays, env_kwargs=env_kwargs, prompt_config=sft.prompt_config_for(
+    res = sft.play(model, tok, args.env, plays, env_kwargs=env_kwargs, prompt_config=prompt_config_for(
         tok, 2048, history), temperature=args.temperature, max_response_tokens=max_tokens, seed=args.seed,
         batch_envs=64)
     wins: dict[int, list[bool]] = {k: [] for k in tasks}

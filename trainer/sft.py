@@ -8,12 +8,8 @@ prompt appended; the response is ``<think>RATIONALE</think><action>EXPERT ACTION
 token. Pieces:
 
 * **Rationales** [choice]: a short scratchpad in the think tags that restates what the expert's next action
-  depends on, written only from what the prompt shows (``RATIONALES``, per env; ``rationale`` style
-  ``trace | goal | none``). TextCraft's ``trace`` walks the planner's recipe chain from the goal down to the item
-  the action acts on, with the counts that decide it, e.g.::
-
-      <think>goal: craft 3 acacia sign using 6 acacia planks, 1 stick. need 1 stick, have 0.
-      craft 1 stick using 2 bamboo. need 2 bamboo, have 0. get 2 bamboo.</think><action>get 2 bamboo</action>
+  depends on, written only from what the prompt shows; built beside the experts, in ``envs.rationale``
+  (``rationale`` style ``trace | goal | none``).
 
 * **Rows** (``SFTRow``): a ``Transcript`` snapshot (what the agent has seen), the response text, provenance.
   Rendering to token ids happens late (``encode_rows``), with any tokenizer and ``PromptConfig``, so the same
@@ -24,12 +20,15 @@ token. Pieces:
 * **Engine** (``SFTEngine``): the trainer's DeepSpeed ``ActorEngine`` (ZeRO on CPU with gloo, as everywhere),
   without reference model, with an SFT learning-rate schedule (linear warm-up, then constant | linear | cosine
   decay) [choice].
-* **DAgger** (``play`` with ``label=...``): roll the current model out with the Hugging Face engine, label every
+* **Acting**: ``play`` and ``evaluate`` play through ``agents.rollout.play``, the one loop RL rollouts and RL
+  evaluation use (same prompts, cut, projection, invalid-action handling and per-sample seeds), with a per-turn
+  hook for DAgger.
+* **DAgger** (``play`` with ``label_style=...``): roll the current model out with the Hugging Face engine, label every
   state it reaches with the expert (action + rationale for the model's own prompt), aggregate, retrain
   [Ross et al. 2011]. ``expert_mix`` (beta) executes the expert's action instead of the model's with that
   probability (0 = pure DAgger after the first round).
 * **Evaluation** (``evaluate``): the fixed, seeded task list of a split (``envs.pool.eval_tasks``), sampled at
-  the evaluation temperature (protocol: 0.4) with per-(task, step) seeds, or greedy.
+  the evaluation temperature (protocol: 0.4) with RL evaluation's per-sample seeds, or greedy.
 
 The one-command pipeline with caching lives in ``experiments/warmstart.py``.
 """
@@ -41,7 +40,7 @@ import math
 import random
 import re
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,17 +49,9 @@ from typing import Any
 import torch
 
 __all__ = [
-    "RATIONALE_STYLES",
-    "RATIONALES",
     "SFTRow",
     "EncodedRows",
-    "format_response",
-    "expert_response",
-    "textcraft_rationale",
-    "generic_rationale",
     "collect_expert_rows",
-    "prompt_config_for",
-    "encode_prompt",
     "encode_response",
     "encode_rows",
     "rows_corpus",
@@ -75,123 +66,10 @@ __all__ = [
     "EpisodeResult",
     "PlayResult",
     "play",
+    "PLAY_CONVENTIONS",
     "evaluate",
     "episode_seed",
 ]
-
-RATIONALE_STYLES = ("trace", "goal", "none")
-
-
-# =============================================================================================== responses
-def format_response(think: str, action: str) -> str:
-    """The protocol's response text: ``<think>{think}</think><action>{action}</action>`` (docs/protocol.md)."""
-    return f"<think>{think}</think><action>{action}</action>"
-
-
-_CRAFT_RE = re.compile(r"^craft (\d+) (.+?) using (.+)$")
-_GET_RE = re.compile(r"^get (\d+) (.+)$")
-_INPUT_RE = re.compile(r"^(\d+) (.+)$")
-
-
-def _parse_craft(action: str) -> tuple[str, int, list[tuple[str, int]]] | None:
-    """``craft N item using k a, m b`` -> (item, N, [(a, k), (b, m)]); None when not a craft command."""
-    m = _CRAFT_RE.match(action)
-    if not m:
-        return None
-    inputs = []
-    for part in m.group(3).split(","):
-        mi = _INPUT_RE.match(part.strip())
-        if not mi:
-            return None
-        inputs.append((mi.group(2), int(mi.group(1))))
-    return m.group(2), int(m.group(1)), inputs
-
-
-def _name(item_id: str) -> str:
-    return item_id.replace("minecraft:", "").replace("_", " ")
-
-
-def textcraft_rationale(env, info: dict, action: str, style: str = "trace") -> str:
-    """TextCraft scratchpad for the expert's ``action`` in the current state (see module docstring).
-
-    Built from the planner's remaining plan (``env.expert_plan()``) and the inventory in ``info["state_key"]``:
-    the recipe chain from the goal to the item that ``action`` gets or crafts, with need/have counts computed as
-    the planner does (an input of a recipe crafted c = ceil(missing / yield) times is needed k * c times). Every
-    fact in it is visible in the prompt (the recipe list, the goal, the inventory line when the env's
-    ``show_inventory`` option is on). Falls back to the goal recipe alone when the chain does not reproduce the
-    action (never seen on the expert's own states; counted by the tests).
-    """
-    if style == "none":
-        return ""
-    inner = getattr(env, "unwrapped", env)
-    goal = _name(inner.goal)
-    inventory = Counter({_name(k): int(v) for k, v in (info.get("state_key") or ("", "", ()))[2]})
-    plan = inner.expert_plan()
-    recipes: dict[str, tuple[str, int, list[tuple[str, int]]]] = {}
-    for a in plan:
-        parsed = _parse_craft(a)
-        if parsed is not None and parsed[0] not in recipes:
-            recipes[parsed[0]] = (a, parsed[1], parsed[2])
-    goal_line = recipes[goal][0] if goal in recipes else None
-    if style == "goal" or goal_line is None:
-        return f"goal: {goal_line}." if goal_line else f"goal: {goal}."
-
-    # the planner's depth-first walk, with its recipe choices taken from the plan
-    def walk(item: str, need: int, frames: list) -> list | None:
-        have = inventory[item]
-        if have >= need:
-            return None
-        if item not in recipes:  # a base item: the next action gets it
-            return frames + [(item, need, have, None)]
-        line, out_count, inputs = recipes[item]
-        crafts = math.ceil((need - have) / out_count)
-        here = frames + [(item, need, have, line)]
-        for inp, k in inputs:
-            found = walk(inp, k * crafts, here)
-            if found is not None:
-                return found
-        return here  # every input held: the next action crafts this item
-
-    frames = walk(goal, inventory[goal] + 1, [])
-    if not frames:
-        return f"goal: {goal_line}."
-    item, need, have, line = frames[-1]
-    expected = line if line is not None else f"get {need - have} {item}"
-    if expected != action:
-        return f"goal: {goal_line}."
-    parts = []
-    for j, (it, nd, hv, ln) in enumerate(frames):
-        if j > 0:
-            parts.append(f"need {nd} {it}, have {hv}.")
-        if ln is not None:
-            parts.append(f"goal: {ln}." if j == 0 else f"{ln}.")
-    parts.append(f"{action}." if line is None else "inputs ready.")
-    return " ".join(parts)
-
-
-def generic_rationale(env, info: dict, action: str, style: str = "trace") -> str:
-    """Any env: restate the task (what every action depends on) [choice]."""
-    if style == "none":
-        return ""
-    task = str(info.get("task", "")).strip()
-    return f"task: {task}." if task else ""
-
-
-#: env name (``TextEnv.env_name``) -> rationale builder ``(env, info, action, style) -> str``
-RATIONALES: dict[str, Callable[[Any, dict, str, str], str]] = {"textcraft": textcraft_rationale}
-
-
-def expert_response(env, info: dict, style: str = "trace") -> tuple[str, str]:
-    """``(response text, action)`` of the env's expert in the current state, with a ``style`` rationale."""
-    import envs
-
-    if style not in RATIONALE_STYLES:
-        raise ValueError(f"rationale style {style!r} is not one of {RATIONALE_STYLES}")
-    action = envs.expert_action(env)
-    inner = envs.unwrap(env)
-    builder = RATIONALES.get(inner.env_name, generic_rationale)
-    return format_response(builder(inner, info, action, style), action), action
-
 
 # ==================================================================================================== rows
 @dataclass
@@ -325,11 +203,13 @@ def _make_env(env_id: str, env_kwargs: dict | None):
 
 def collect_expert_rows(env_id: str, tasks: Sequence, *, env_kwargs: dict | None = None, style: str = "trace",
                         progress: bool = False, desc: str = "expert") -> list[SFTRow]:
-    """Play ``tasks`` (``envs.pool.Task``) with the env's expert; one ``SFTRow`` per step.
+    """Play ``tasks`` (``envs.pool.Task``) with the env's expert (``envs.rationale.expert_episode``: no model
+    plays, so no acting loop is needed); one ``SFTRow`` per step.
 
     Episodes the expert does not win are dropped (counted in the progress bar's postfix) [choice].
     """
     from agents.prompts import Transcript
+    from envs.rationale import expert_episode
 
     env = _make_env(env_id, env_kwargs)
     rows: list[SFTRow] = []
@@ -337,20 +217,12 @@ def collect_expert_rows(env_id: str, tasks: Sequence, *, env_kwargs: dict | None
     bar = _bar(len(tasks), desc, progress)
     try:
         for task in tasks:
-            obs, info = env.reset(**task.reset_kwargs())
-            tr = Transcript.start(obs, info)
-            ep: list[SFTRow] = []
-            won = False
-            while True:
-                response, action = expert_response(env, info, style)
-                ep.append(SFTRow(_snapshot(tr), response, action, task.task_id, int(task.seed), len(ep)))
-                obs, _r, term, trunc, info = env.step(action)
-                tr.record(action, obs, info)
-                if term or trunc:
-                    won = bool(info.get("won"))
-                    break
-            if won:
-                rows.extend(ep)
+            ep = expert_episode(env, task.reset_kwargs(), style)
+            if ep.won:
+                tr = Transcript.start(ep.obs, ep.info)
+                for t, st in enumerate(ep.steps):
+                    rows.append(SFTRow(_snapshot(tr), st.response, st.action, task.task_id, int(task.seed), t))
+                    tr.record(st.action, st.obs, st.info)
             else:
                 lost += 1
             bar.update(1)
@@ -386,29 +258,6 @@ def _bar(total: int, desc: str, enabled: bool):
 
 
 # ============================================================================================== tokenising
-def prompt_config_for(tokenizer=None, max_prompt_tokens: int | None = 2048, history_length: int = 2,
-                      reserve_tokens: int = 16):
-    """The ``PromptConfig`` a rollout uses: ``history_length`` pairs [GiGPO: 2], at most ``max_prompt_tokens``
-    tokens of the tokenizer (protocol: 2048 ALFWorld/TextCraft, 4096 WebShop) minus ``reserve_tokens`` for the
-    chat template [choice]. Without a tokenizer (or ``max_prompt_tokens=None``) the bound is in characters."""
-    from agents.prompts import PromptConfig
-
-    if tokenizer is None or max_prompt_tokens is None:
-        return PromptConfig(history_length=history_length)
-    return PromptConfig(history_length=history_length, max_tokens=int(max_prompt_tokens),
-                        count_tokens=lambda s: len(tokenizer(s, add_special_tokens=False).input_ids),
-                        reserve_tokens=reserve_tokens)
-
-
-def encode_prompt(tokenizer, content: str) -> list[int]:
-    """Token ids of one step's prompt: the user message through the chat template, generation prompt appended."""
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                        tokenize=True, return_dict=False)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
-
-
 def encode_response(tokenizer, response: str, add_eos: bool = True) -> list[int]:
     """Token ids of a target response (no special tokens of its own), then EOS when ``add_eos``.
 
@@ -444,20 +293,27 @@ class EncodedRows:
         return sum(int(r.numel()) for r in self.response_ids)
 
 
+def _bound(prompt_config) -> int:
+    """The hard prompt bound that goes with a ``PromptConfig``: its token bound, else none in practice."""
+    return int(prompt_config.max_tokens) if getattr(prompt_config, "max_tokens", None) else 1 << 30
+
+
 def encode_rows(rows: Sequence[SFTRow], tokenizer, env_name: str, prompt_config=None, *,
                 progress: bool = False) -> EncodedRows:
-    """Render each row's prompt exactly as a rollout does (builder + ``prompt_config`` + chat template) and
-    tokenise it with its response."""
+    """Render each row's prompt exactly as a rollout does (``agents.rollout.encode_transcript``: builder +
+    ``prompt_config`` + chat template; default ``agents.rollout.prompt_config_for(tokenizer, 2048)``) and tokenise
+    it with its response."""
     from agents.prompts import get_prompt_builder
+    from agents.rollout import encode_transcript, prompt_config_for
 
     builder = get_prompt_builder(env_name)
-    cfg = prompt_config if prompt_config is not None else prompt_config_for(tokenizer)
+    cfg = prompt_config if prompt_config is not None else prompt_config_for(tokenizer, 2048)
     prompts, responses, episodes = [], [], []
     ids: dict[tuple, int] = {}
     bar = _bar(len(rows), "tokenise", progress)
     for r in rows:
-        content = builder.build(_transcript(r.transcript), cfg)
-        prompts.append(torch.tensor(encode_prompt(tokenizer, content), dtype=torch.long))
+        p_ids, _cut = encode_transcript(tokenizer, builder, _transcript(r.transcript), cfg, _bound(cfg))
+        prompts.append(torch.tensor(p_ids, dtype=torch.long))
         responses.append(torch.tensor(encode_response(tokenizer, r.response), dtype=torch.long))
         episodes.append(ids.setdefault((r.source, tuple(r.task), r.seed), len(ids)))
         bar.update(1)
@@ -467,11 +323,12 @@ def encode_rows(rows: Sequence[SFTRow], tokenizer, env_name: str, prompt_config=
 
 def rows_corpus(rows: Iterable[SFTRow], env_name: str, prompt_config=None) -> Iterator[str]:
     """Tokenizer-training texts from rows: each rendered prompt message and each response (the real text a
-    model reads and writes; the chat template's special tokens are added by the tokenizer itself)."""
-    from agents.prompts import get_prompt_builder
+    model reads and writes; the chat template's special tokens are added by the tokenizer itself). Without a
+    ``prompt_config`` (no tokenizer exists yet) the message is bounded in characters, with 2 past turns."""
+    from agents.prompts import PromptConfig, get_prompt_builder
 
     builder = get_prompt_builder(env_name)
-    cfg = prompt_config if prompt_config is not None else prompt_config_for(None)
+    cfg = prompt_config if prompt_config is not None else PromptConfig(history_length=2)
     for r in rows:
         yield builder.build(_transcript(r.transcript), cfg)
         yield r.response
@@ -755,6 +612,7 @@ class PlayResult:
     rows: list[SFTRow]
     generated_tokens: int
     seconds: float
+    batch: Any = None  # the step rows (``agents.batch.RolloutBatch``), as ``agents.rollout.play`` returned them
 
     @property
     def success(self) -> float:
@@ -779,29 +637,60 @@ class PlayResult:
         }
 
 
+#: the sampling-seed and history conventions ``play`` accepts (``seeds``): "rollout" = the acting loop's own
+#: (``agents.rollout.sample_seed``, the history shows ``INVALID_ACTION_TEXT`` after an invalid step; evaluation always
+#: uses these); "episode" = ``episode_seed(seed, task.seed, turn)`` and an empty history entry, the conventions the
+#: warm start's DAgger rounds were built with (its cached models and every result built on one depend on them)
+PLAY_CONVENTIONS = ("rollout", "episode")
+
+
+class _DaggerHook:
+    """``agents.rollout.TurnHook`` of a DAgger round: label every state an episode reaches with the expert (asked
+    inside the pool, ``TextEnv.expert_response``), and with probability ``expert_mix`` (seeded per task and turn)
+    execute the expert's action instead of the model's."""
+
+    def __init__(self, style: str, expert_mix: float, seed: int, source: str):
+        self.style, self.mix, self.seed, self.source = style, float(expert_mix), int(seed), source
+        self.rows: list[SFTRow] = []
+
+    def before_step(self, pool, episodes, actions, valids, turn) -> None:
+        for j, e in enumerate(episodes):
+            try:
+                response, expert_act = pool.call([e.slot], "expert_response", e.info, self.style)[0]
+            except Exception:  # a state the expert cannot plan from: not labelled
+                continue
+            t = len(e.rows)
+            self.rows.append(SFTRow(_snapshot(e.transcript), response, expert_act, e.task.task_id, int(e.task.seed),
+                                    t, self.source))
+            if self.mix > 0 and random.Random(episode_seed(self.seed, e.task.seed, t, 7)).random() < self.mix:
+                actions[j], valids[j] = expert_act, True
+
+
 def play(model, tokenizer, env_id: str, tasks: Sequence, *, env_kwargs: dict | None = None,
          temperature: float = 0.4, top_p: float = 1.0, max_response_tokens: int = 128,
          prompt_config=None, seed: int = 0, batch_envs: int = 32, label_style: str | None = None,
          expert_mix: float = 0.0, source: str = "dagger", progress: bool = False, desc: str = "play",
-         max_steps: int | None = None) -> PlayResult:
-    """Roll ``model`` out on ``tasks`` with the Hugging Face engine (``agents.engines.HFEngine``).
+         max_steps: int | None = None, max_prompt_tokens: int | None = None, conventions: str = "rollout"
+         ) -> PlayResult:
+    """Roll ``model`` out on ``tasks`` with the Hugging Face engine through the acting loop every rollout uses
+    (``agents.rollout.play``: up to ``batch_envs`` envs in lock-step, one batched ``generate`` per turn over the
+    live ones, prompts and invalid responses as in RL). ``temperature=0`` is greedy.
 
-    Up to ``batch_envs`` envs play in lock-step, one batched ``generate`` per turn over the live ones (finished
-    episodes stop generating). Prompts: ``agents.prompts`` + ``prompt_config`` + the chat template; responses are
-    projected with ``agents.projection.project`` (an invalid response sends the no-op ``""``). The token sampler
-    of task k at turn t uses seed ``episode_seed(seed, task.seed, t)``, so a task's episode does not depend on
-    the batch it is played in. ``temperature=0`` is greedy.
+    ``prompt_config``: default ``agents.rollout.prompt_config_for(tokenizer, 2048)``; ``max_prompt_tokens`` (the
+    hard cut): default the config's token bound. ``conventions``: see ``PLAY_CONVENTIONS``.
 
     DAgger: with ``label_style`` set, every state the episode reaches is labelled with the expert
-    (``expert_response``) and returned as an ``SFTRow`` (``source``); with probability ``expert_mix`` the
-    expert's action is executed instead of the model's (seeded per task and turn).
+    (``envs.rationale.expert_response``) and returned as an ``SFTRow`` (``source``); with probability
+    ``expert_mix`` the expert's action is executed instead of the model's (seeded per task and turn).
     """
-    import envs as envs_pkg
+    from agents import rollout
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
-    from agents.projection import project
-    from agents.prompts import Transcript, get_prompt_builder
+    from envs.pool import EnvPool
 
+    if conventions not in PLAY_CONVENTIONS:
+        raise ValueError(f"play: conventions={conventions!r} must be one of {PLAY_CONVENTIONS}")
+    tasks = list(tasks)
     kwargs = dict(env_kwargs or {})
     if max_steps is not None:
         kwargs["max_steps"] = int(max_steps)
@@ -810,80 +699,45 @@ def play(model, tokenizer, env_id: str, tasks: Sequence, *, env_kwargs: dict | N
     engine = HFEngine(model, tokenizer)
     sampling = SamplingConfig(temperature=float(temperature), top_p=float(top_p),
                               max_tokens=int(max_response_tokens), stop=("</action>",), logprobs=False)
-    pcfg = prompt_config if prompt_config is not None else prompt_config_for(tokenizer)
-    episodes: list[EpisodeResult | None] = [None] * len(tasks)
-    rows: list[SFTRow] = []
-    gen_tokens = 0
-    t0 = time.perf_counter()
-    env_slots = [_make_env(env_id, kwargs) for _ in range(min(batch_envs, max(1, len(tasks))))]
-    env_name = envs_pkg.unwrap(env_slots[0]).env_name
-    builder = get_prompt_builder(env_name)
+    pcfg = prompt_config if prompt_config is not None else rollout.prompt_config_for(tokenizer, 2048)
+    bound = int(max_prompt_tokens) if max_prompt_tokens is not None else _bound(pcfg)
+    hook = _DaggerHook(label_style, expert_mix, seed, source) if label_style is not None else None
+    legacy = conventions == "episode"
     bar = _bar(len(tasks), desc, progress)
-    won_count = 0
+    won = [0]
+
+    def on_chunk(eps) -> None:
+        won[0] += sum(e.won for e in eps)
+        bar.update(len(eps))
+        bar.set_postfix(success=f"{won[0] / max(1, bar.n):.3f}", refresh=False)
+
+    t0 = time.perf_counter()
     try:
-        for lo in range(0, len(tasks), len(env_slots)):
-            chunk = list(range(lo, min(len(tasks), lo + len(env_slots))))
-            state = {}
-            for slot, k in enumerate(chunk):
-                env = env_slots[slot]
-                obs, info = env.reset(**tasks[k].reset_kwargs())
-                family = str(info.get("task_family", ""))
-                state[k] = {"env": env, "tr": Transcript.start(obs, info), "info": info, "t": 0, "invalid": 0,
-                            "actions": [], "family": family, "done": False, "won": False}
-            while True:
-                live = [k for k in chunk if not state[k]["done"]]
-                if not live:
-                    break
-                prompts = [encode_prompt(tokenizer, builder.build(state[k]["tr"], pcfg)) for k in live]
-                seeds = [episode_seed(seed, tasks[k].seed, state[k]["t"]) for k in live]
-                gens = engine.generate(prompts, sampling, seeds=seeds)
-                for k, gen in zip(live, gens):
-                    s = state[k]
-                    env, info = s["env"], s["info"]
-                    gen_tokens += len(gen.token_ids)
-                    proj = project(gen.text)
-                    valid = proj.valid and not gen.truncated
-                    action = proj.action if valid else ""
-                    if label_style is not None:
-                        try:
-                            response, expert_act = expert_response(env, info, label_style)
-                        except Exception:  # a state the expert cannot plan from: not labelled
-                            response = expert_act = None
-                        if response is not None:
-                            rows.append(SFTRow(_snapshot(s["tr"]), response, expert_act, tasks[k].task_id,
-                                               int(tasks[k].seed), s["t"], source))
-                            if expert_mix > 0 and random.Random(episode_seed(seed, tasks[k].seed, s["t"], 7)).random() < expert_mix:
-                                action, valid = expert_act, True
-                    if not valid:
-                        s["invalid"] += 1
-                    obs, _r, term, trunc, info = env.step(action)
-                    s["tr"].record(action, obs, info)
-                    s["info"] = info
-                    s["actions"].append(action)
-                    s["t"] += 1
-                    if term or trunc:
-                        s["done"] = True
-                        s["won"] = bool(info.get("won"))
-                        won_count += s["won"]
-                        episodes[k] = EpisodeResult(tasks[k].task_id, s["family"], s["won"], s["t"], s["invalid"],
-                                                    s["actions"])
-                        bar.update(1)
-                        bar.set_postfix(success=f"{won_count / max(1, bar.n):.3f}", refresh=False)
+        with EnvPool(env_id, num_envs=min(batch_envs, max(1, len(tasks))), mode="inline", env_kwargs=kwargs) as pool:
+            batch, eps = rollout.play(
+                pool, engine, tokenizer, tasks, sampling=sampling, prompt_config=pcfg, seed=seed,
+                max_prompt_tokens=bound, hook=hook, on_chunk=on_chunk,
+                seed_fn=(lambda task, copy, turn: episode_seed(seed, task.seed, turn)) if legacy else None,
+                invalid_text="" if legacy else rollout.INVALID_ACTION_TEXT)
     finally:
         bar.close()
-        for env in env_slots:
-            env.close()
         if was_training:
             model.train()
-    return PlayResult([e for e in episodes if e is not None], rows, gen_tokens, time.perf_counter() - t0)
+    episodes = [EpisodeResult(e.task.task_id, e.family, e.won, len(e.rows), sum(not v for v in e.valids),
+                              list(e.actions)) for e in eps]
+    gen_tokens = sum(int(r.numel()) for r in batch.response_ids)
+    return PlayResult(episodes, hook.rows if hook is not None else [], gen_tokens, time.perf_counter() - t0,
+                      batch)
 
 
 def evaluate(model, tokenizer, env_id: str, split: str, *, env_kwargs: dict | None = None,
              max_tasks: int | None = None, temperature: float = 0.4, seed: int = 12345,
              max_response_tokens: int = 128, batch_envs: int = 32, prompt_config=None, progress: bool = False,
-             desc: str | None = None) -> PlayResult:
+             desc: str | None = None, max_prompt_tokens: int | None = None) -> PlayResult:
     """Success on the fixed, seeded task list of ``split`` (``envs.pool.eval_tasks(split, n, max_tasks, seed)``,
-    the list every run evaluates on), sampled at ``temperature`` (0 = greedy) with per-(task, turn) seeds."""
+    the list every run evaluates on), sampled at ``temperature`` (0 = greedy) with the per-sample seeds of RL
+    evaluation (``agents.rollout.sample_seed`` of ``seed``): the same episodes as ``agents.rollout.evaluate`` of the
+    same model, list, seed, sampling and prompt settings."""
     from envs.pool import eval_tasks
 
     env = _make_env(env_id, env_kwargs)
@@ -894,4 +748,5 @@ def evaluate(model, tokenizer, env_id: str, split: str, *, env_kwargs: dict | No
     tasks = eval_tasks(split, n, max_tasks, seed)
     return play(model, tokenizer, env_id, tasks, env_kwargs=env_kwargs, temperature=temperature,
                 max_response_tokens=max_response_tokens, prompt_config=prompt_config, seed=seed,
-                batch_envs=batch_envs, progress=progress, desc=desc or f"eval {split} T={temperature:g}")
+                batch_envs=batch_envs, progress=progress, desc=desc or f"eval {split} T={temperature:g}",
+                max_prompt_tokens=max_prompt_tokens)

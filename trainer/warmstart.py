@@ -152,7 +152,7 @@ class WarmStartConfig:
     """Parent folder of the cache entries; null = ``envs.paths.cache_dir("warmstart")``."""
 
     def __post_init__(self) -> None:
-        from trainer.sft import RATIONALE_STYLES
+        from envs.rationale import RATIONALE_STYLES
 
         def positive(name, integer=True, zero_ok=False):
             v = getattr(self, name)
@@ -413,7 +413,9 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     from agents.models import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(start_model)
-    pcfg = sft.prompt_config_for(tokenizer, cfg.max_prompt_tokens, cfg.history_length)
+    from agents.rollout import prompt_config_for
+
+    pcfg = prompt_config_for(tokenizer, cfg.max_prompt_tokens, cfg.history_length)
 
     # rounds: 0 = expert rows; k >= 1 = DAgger
     prev = start_model
@@ -437,7 +439,8 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
                                env_kwargs=ek, temperature=cfg.dagger_temperature,
                                max_response_tokens=cfg.max_response_tokens, prompt_config=pcfg,
                                seed=cfg.seed * 1000 + k, label_style=cfg.rationale, expert_mix=cfg.expert_mix,
-                               source=f"dagger{k}", progress=cfg.progress, desc=f"dagger round {k}")
+                               source=f"dagger{k}", progress=cfg.progress, desc=f"dagger round {k}",
+                               conventions="episode")  # the seeds every cached warm start was built with
                 sft.save_rows(res.rows, dpath)
                 _atomic_json(folder / "data" / f"dagger_{k}.json", res.summary())
                 timed(f"dagger{k}_rollout", t0, c0)

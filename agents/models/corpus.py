@@ -123,6 +123,7 @@ def expert_episode_corpus(env_id: str = "TextCraft-v0", n_episodes: int = 60, se
     """
     import envs
     from agents.prompts import Transcript, build_messages
+    from envs.rationale import expert_episode
 
     env = envs.make(env_id)
     try:
@@ -131,16 +132,12 @@ def expert_episode_corpus(env_id: str = "TextCraft-v0", n_episodes: int = 60, se
         total = base.num_tasks(split)
         n = min(n_episodes, total)
         for k in sorted({i * total // n for i in range(n)}):  # spread over the split's (sorted) tasks
-            obs, info = env.reset(seed=seed + k, options={"split": split, "task_index": k})
-            transcript = Transcript.start(obs, info)
-            done = False
-            while not done:
+            ep = expert_episode(env, {"seed": seed + k, "options": {"split": split, "task_index": k}}, style="none")
+            transcript = Transcript.start(ep.obs, ep.info)
+            for st in ep.steps:
                 yield build_messages(env_id, transcript)[0]["content"]
-                action = envs.expert_action(env)
-                yield f"<think>The next step towards the goal is to {action}.</think>\n<action>{action}</action>"
-                obs, _reward, terminated, truncated, info = env.step(action)
-                transcript.record(action, obs, info)
-                done = terminated or truncated
+                yield f"<think>The next step towards the goal is to {st.action}.</think>\n<action>{st.action}</action>"
+                transcript.record(st.action, st.obs, st.info)
     finally:
         env.close()
 

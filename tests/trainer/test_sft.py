@@ -8,6 +8,7 @@ import torch
 
 import envs
 from agents.prompts import Transcript, get_prompt_builder
+from agents.rollout import INVALID_ACTION_TEXT, prompt_config_for
 from envs.pool import Task
 from trainer import sft
 
@@ -138,7 +139,7 @@ def test_expert_rows_render_the_rollout_prompt(tiny):
     path, tok = tiny
     task = Task("train", 7, 4242)
     rows = sft.collect_expert_rows("TextCraft-v0", [task], env_kwargs=ENV_KW)
-    pcfg = sft.prompt_config_for(tok)
+    pcfg = prompt_config_for(tok, 2048)
     enc = sft.encode_rows(rows, tok, "textcraft", pcfg)
     env = envs.make("TextCraft-v0", **ENV_KW)
     obs, info = env.reset(**task.reset_kwargs())
@@ -195,14 +196,62 @@ def test_dagger_labels_model_reached_states_with_the_expert(tiny):
         env = envs.make("TextCraft-v0", **ENV_KW)
         task = next(t for t in tasks if t.task_id == row.task)
         obs, info = env.reset(**task.reset_kwargs())
-        for _obs, act in row.transcript["pairs"]:  # replay what the model did
-            obs, _r, _t, _tr, info = env.step(act)
+        for _obs, act in row.transcript["pairs"]:  # replay what the model did (an invalid step sent the no-op)
+            obs, _r, _t, _tr, info = env.step("" if act == INVALID_ACTION_TEXT else act)
         assert obs == row.transcript["observation"]
         assert row.action == envs.expert_action(env)
         assert row.source == "dagger"
     # the model's own (invalid, so no-op) actions are in the history, not the expert's
     hist = [a for row in res.rows for _o, a in row.transcript["pairs"]]
     assert hist and any(a != r.action for a, r in zip(hist, res.rows))
+
+
+def test_sft_evaluation_plays_the_same_episodes_as_rl_evaluation(tiny):
+    """The warm start's evaluation (``trainer.sft.evaluate``) and RL evaluation (``agents.rollout.evaluate``) of the
+    same model, task list, seed and sampling play the same tokens: one acting loop."""
+    from agents.engines.base import SamplingConfig
+    from agents.engines.hf import HFEngine
+    from agents.models import load_model
+    from agents.rollout import evaluate
+    from envs.pool import EnvPool, eval_tasks
+
+    path, tok = tiny
+    model = load_model(path, dtype="float32")
+    kw = {**ENV_KW, "max_steps": 3}
+    pcfg = prompt_config_for(tok, 2048)
+    res = sft.evaluate(model, tok, "TextCraft-v0", "eval_depth2", env_kwargs=kw, max_tasks=3, temperature=1.0,
+                       seed=7, max_response_tokens=12, prompt_config=pcfg, batch_envs=2)
+    with EnvPool("TextCraft-v0", num_envs=3, mode="inline", env_kwargs=kw) as pool:
+        tasks = eval_tasks("eval_depth2", pool.num_tasks("eval_depth2"), 3, 7)
+        sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=12, stop=("</action>",), logprobs=False)
+        metrics, batch = evaluate(pool, HFEngine(model, tok), tok, tasks, sampling=sampling, prompt_config=pcfg,
+                                  seed=7, max_prompt_tokens=2048)
+    assert [e.task for e in res.episodes] == [t.task_id for t in tasks]
+    assert [r.tolist() for r in res.batch.response_ids] == [r.tolist() for r in batch.response_ids]
+    assert [p.tolist() for p in res.batch.prompt_ids] == [p.tolist() for p in batch.prompt_ids]
+    assert res.batch.group_id.tolist() == batch.group_id.tolist()
+    assert res.success == metrics["eval/textcraft/eval_depth2/success_rate"]
+    assert res.generated_tokens == sum(len(r) for r in batch.response_ids) > 0
+
+
+def test_dagger_conventions(tiny):
+    """``conventions="episode"`` (the warm start's DAgger rounds) keeps the seeds and the empty history entry its
+    cached models were built with; the default plays as RL does (``INVALID_ACTION_TEXT`` in the history)."""
+    from agents.models import load_model
+
+    path, tok = tiny
+    model = load_model(path, dtype="float32")
+    tasks = [Task("train", 3, 11)]
+    kw = dict(env_kwargs={**ENV_KW, "max_steps": 3}, temperature=1.0, max_response_tokens=12, label_style="trace",
+              seed=5)
+    new = sft.play(model, tok, "TextCraft-v0", tasks, **kw)
+    old = sft.play(model, tok, "TextCraft-v0", tasks, conventions="episode", **kw)
+    hist_new = [a for r in new.rows for _o, a in r.transcript["pairs"]]
+    hist_old = [a for r in old.rows for _o, a in r.transcript["pairs"]]
+    assert INVALID_ACTION_TEXT in hist_new and "" in hist_old and INVALID_ACTION_TEXT not in hist_old
+    assert new.batch.response_ids[0].tolist() != old.batch.response_ids[0].tolist()  # other sampling seeds
+    with pytest.raises(ValueError, match="conventions"):
+        sft.play(model, tok, "TextCraft-v0", tasks, conventions="legacy", **kw)
 
 
 def test_play_is_independent_of_batching(tiny):
