@@ -1,5 +1,9 @@
 """Statistics across seeds, written after rliable (Agarwal et al., 2021): interquartile mean, stratified
-bootstrap confidence intervals, probability of improvement, and sample efficiency.
+bootstrap confidence intervals, probability of improvement, and sample efficiency. ``iqm`` and
+``probability_of_improvement`` equal rliable's on the same matrices, and ``stratified_bootstrap_ci`` /
+``poi_ci`` resample as rliable's ``StratifiedBootstrap`` does (runs within each task, percentile interval), so
+their intervals agree with rliable's up to Monte Carlo noise (tests/analysis/test_stats.py compares them;
+rliable is a test dependency, not a runtime one: its ``arch`` dependency needs ``pandas < 3``).
 
 Score matrices are (runs x tasks): one row per seed, one column per task (an evaluation split or a task
 family). The stratified bootstrap resamples runs with replacement independently inside each task.
@@ -24,17 +28,16 @@ __all__ = [
 
 
 def iqm(scores: np.ndarray) -> float:
-    """Interquartile mean of all entries: the mean of the middle 50% (25% trimmed from each end, with
-    fractional weights at the cut points so that it is defined for any count)."""
+    """Interquartile mean of all entries, as rliable defines it (``rliable.metrics.aggregate_iqm`` =
+    ``scipy.stats.trim_mean(scores, 0.25, axis=None)``): ``floor(n / 4)`` entries cut from each end of the sorted
+    values, then the mean. With 3 runs nothing is cut (the plain mean); with 9 entries the middle 5 remain.
+    ``tests/analysis/test_stats.py`` checks it equal to rliable on the run counts we use."""
     x = np.sort(np.asarray(scores, dtype=np.float64).ravel())
     n = x.size
     if n == 0:
         raise ValueError("iqm of an empty score matrix")
-    lo, hi = 0.25 * n, 0.75 * n
-    # weight of element i = overlap of [i, i+1) with [lo, hi)
-    idx = np.arange(n)
-    w = np.clip(np.minimum(idx + 1, hi) - np.maximum(idx, lo), 0, 1)
-    return float((w * x).sum() / w.sum())
+    k = int(0.25 * n)
+    return float(x[k:n - k].mean())
 
 
 def stratified_bootstrap_ci(
