@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from .registry import ESTIMATORS
+
 __all__ = ["EstimatorConfig", "NORM_MODES", "CENTROIDS", "CLUSTER_BACKENDS", "PACE_KEYS", "PACE_FALLBACKS", "PACE_NORMS", "EPSILON_CRITERIA"]
 
 NORM_MODES = ("mean_std_norm", "mean_norm")
@@ -79,8 +81,6 @@ class EstimatorConfig:
         self.validate()
 
     def validate(self) -> None:
-        from .registry import ESTIMATORS  # local import: the registry imports this module
-
         if self.name not in ESTIMATORS:
             raise ValueError(
                 f"EstimatorConfig.name={self.name!r} is not a registered estimator; choose one of "

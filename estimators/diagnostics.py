@@ -30,8 +30,12 @@ from __future__ import annotations
 
 import torch
 
+from .algorithms import clusters_for, pace_metrics, step_returns
 from .batch import StepBatch
+from .grouping import anchor_groups
 from .ops import action_keys, dense_ids, factorize
+from .pace import pace_step_advantages
+from .registry import ESTIMATORS
 
 __all__ = ["batch_diagnostics", "grouping_stats", "pair_count", "pair_purity", "ZERO_TOL"]
 
@@ -86,11 +90,6 @@ def _adv_stats(name: str, x: torch.Tensor) -> dict[str, float]:
 
 def batch_diagnostics(batch: StepBatch, cfg, result) -> dict[str, float]:
     """All diagnostics of docs/method.md for one batch (see the module docstring for the names)."""
-    from .algorithms import clusters_for, pace_metrics, step_returns
-    from .grouping import anchor_groups
-    from .pace import pace_step_advantages
-    from .registry import ESTIMATORS
-
     m: dict[str, float] = {"group/rows": float(len(batch))}
     anchors = anchor_groups(batch.group_id, batch.anchor_obs)
     m.update(grouping_stats(anchors, "anchor"))

@@ -23,7 +23,7 @@ import time
 
 
 def _field_docs(cls) -> dict[str, str]:
-    from trainer.config import field_docs
+    from common.dataclass_docs import field_docs
 
     return field_docs(cls)
 

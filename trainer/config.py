@@ -18,13 +18,10 @@ preset can be loaded (and tested) on a machine that does not hold the model.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
-import inspect
 import math
 import re
-import textwrap
 import types
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -32,6 +29,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from common.dataclass_docs import field_docs
 from estimators import EstimatorConfig
 
 __all__ = [
@@ -855,27 +853,6 @@ def config_from_argv(argv: list[str] | None = None, prog: str = "python -m exper
 
 
 # ------------------------------------------------------------------------------------------- documentation
-def field_docs(cls) -> dict[str, str]:
-    """Field name -> the docstring written under it in the class body (read from the source with ``ast``)."""
-    try:
-        src = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {}
-    tree = ast.parse(src)
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    docs: dict[str, str] = {}
-    for prev, node in zip(body, body[1:]):
-        if (
-            isinstance(prev, ast.AnnAssign)
-            and isinstance(prev.target, ast.Name)
-            and isinstance(node, ast.Expr)
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            docs[prev.target.id] = " ".join(node.value.value.split())
-    return docs
-
-
 def _default_repr(f: dataclasses.Field) -> str:
     if f.default is not dataclasses.MISSING:
         v = f.default

@@ -12,12 +12,7 @@ import json
 import sys
 import time
 
-
-def field_docs(cls) -> dict[str, str]:
-    """The string literal under each dataclass field (the field's docstring), by field name."""
-    from trainer.config import field_docs as docs
-
-    return docs(cls)
+from common.dataclass_docs import field_docs
 
 
 def _tiny_args(p: argparse.ArgumentParser) -> None:

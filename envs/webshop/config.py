@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["RewardConfig", "WebShopConfig", "OPTION_TEXT_FALLBACKS", "GOAL_MODES", "SEARCH_FIELDS",
-           "build_config"]
+           "build_config", "PRICE_GRID"]
+
+#: price bounds are drawn from this grid: $10, $20, ..., $990 [WebShop]
+PRICE_GRID: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
 
 OPTION_TEXT_FALLBACKS = ("missing_group", "always", "never")
 GOAL_MODES = ("synthetic", "human")

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import WebShopConfig
+from .config import PRICE_GRID, WebShopConfig
 
 __all__ = [
     "Product",
@@ -54,8 +54,6 @@ __all__ = [
 log = logging.getLogger("envs.webshop")
 
 WEBSHOP_DATA_ENV = "WEBSHOP_DATA"
-#: price bounds are drawn from this grid: $10, $20, ..., $990 [WebShop]
-PRICE_GRID: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
 NO_PRICE_BOUND = 1_000_000.0
 _SOURCE_NOTE = (
     "These are WebShop's official data files (princeton-nlp/WebShop: setup.sh downloads "

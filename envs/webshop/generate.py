@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .data import PRICE_GRID
+from .config import PRICE_GRID
 from .vocab import PRODUCT_TYPES, ProductType, check_vocabulary
 
 __all__ = ["GENERATOR_VERSION", "generate_records", "write_catalogue", "ensure_generated", "generated_dir", "main"]

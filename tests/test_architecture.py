@@ -1,0 +1,187 @@
+"""The architecture, enforced: the import graph of the repo's packages has no cycle and no import against the
+package order, and only the environments and the acting loop step environments.
+
+Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
+import each other)::
+
+    common  <-  envs, estimators  <-  agents  <-  trainer  <-  analysis  <-  groundtruth  <-  experiments
+
+Every import counts, including function-local ones (a cycle held apart by an import inside a function is still
+a cycle). Read with the standard library's ``ast``; no exceptions are listed.
+"""
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",), ("trainer",), ("analysis",),
+                                 ("groundtruth",), ("experiments",)]
+LAYER_OF = {pkg: k for k, layer in enumerate(LAYERS) for pkg in layer}
+#: where an environment may be stepped: the envs themselves and the one acting loop (benchmarks time envs directly)
+STEPPING_ALLOWED = ("envs/", "agents/rollout.py", "experiments/bench_")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules(root: Path, packages) -> dict[str, Path]:
+    return {_module_name(f, root): f for pkg in packages for f in sorted((root / pkg).rglob("*.py"))}
+
+
+def import_graph(root: Path, packages) -> dict[str, set[str]]:
+    """Module -> the repo modules it imports (anywhere in its body), resolved to the longest existing module."""
+    mods = _modules(root, packages)
+
+    def resolve(name: str | None) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            targets: list[str | None] = []
+            if isinstance(node, ast.Import):
+                targets = [resolve(a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                targets = [resolve(f"{source}.{a.name}") or resolve(source) for a in node.names]
+            graph[mod].update(t for t in targets if t and t != mod)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on_stack.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def order_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        pa = mod.split(".")[0]
+        for t in sorted(targets):
+            pb = t.split(".")[0]
+            if pa != pb and LAYER_OF[pb] >= LAYER_OF[pa]:
+                bad.append(f"{mod} imports {t} ({pb} is not below {pa} in the package order)")
+    return bad
+
+
+def _repo_packages() -> list[str]:
+    return sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests")
+
+
+def test_every_package_has_a_layer():
+    missing = [p for p in _repo_packages() if p not in LAYER_OF]
+    assert not missing, f"packages without a place in the package order: {missing}; add them to LAYERS"
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph(ROOT, _repo_packages()))
+    assert not found, "import cycles (break them; function-local imports count):\n" + "\n".join(map(str, found))
+
+
+def test_imports_follow_the_package_order():
+    bad = order_violations(import_graph(ROOT, _repo_packages()))
+    assert not bad, "\n".join(bad)
+
+
+def test_only_envs_and_the_acting_loop_step_environments():
+    """An ``env.step``/``pool.step`` call (receiver named like an env or a pool) outside ``envs/`` and
+    ``agents/rollout.py`` means a second acting loop."""
+    bad = []
+    for pkg in _repo_packages():
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(STEPPING_ALLOWED):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step":
+                    recv = node.func.value
+                    name = recv.id if isinstance(recv, ast.Name) else getattr(recv, "attr", "")
+                    if "env" in name.lower() or "pool" in name.lower():
+                        bad.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert not bad, "environment stepping outside envs/ and agents/rollout.py:\n" + "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- the checks can fail
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def test_a_function_local_cycle_and_a_back_edge_are_found(tmp_path, monkeypatch):
+    _write(tmp_path, {
+        "envs/__init__.py": "", "envs/a.py": "def f():\n    from envs import b\n", "envs/b.py": "from . import a\n",
+        "agents/__init__.py": "", "agents/x.py": "import envs.a\n",
+        "trainer/__init__.py": "", "trainer/y.py": "from agents.x import thing\n",
+        "envs/c.py": "def g():\n    import trainer.y\n",
+    })
+    graph = import_graph(tmp_path, ["envs", "agents", "trainer"])
+    assert graph["agents.x"] == {"envs.a"} and graph["trainer.y"] == {"agents.x"}
+    assert cycles(graph) == [["envs.a", "envs.b"]]
+    assert order_violations(graph) == ["envs.c imports trainer.y (trainer is not below envs in the package order)"]
+
+
+@pytest.mark.parametrize("edges,expected", [
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}}, [["a", "b"], ["c", "d"]]),
+])
+def test_cycle_finder_by_hand(edges, expected):
+    assert sorted(cycles(collections.OrderedDict(edges))) == expected
