@@ -3,7 +3,7 @@
 They loop over rows with Python floats and dicts, share no code with the vectorised estimators
 (except the action-tag parser, whose behaviour is tested on its own), and exist for two reasons:
 the tests check that the vectorised estimators equal them on random batches, and the benchmark
-(``experiments.bench_estimators``) reports the speed-up over them.
+(``benchmarks.estimator_speed``) reports the speed-up over them.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from experiments import study
+from lab import study
 
 
 def main(argv: list[str] | None = None) -> int:

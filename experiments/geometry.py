@@ -105,7 +105,7 @@ def _fail(msg: str) -> int:
 
 
 def _machine() -> str:
-    from experiments.machine import describe
+    from common.machine import describe
 
     return describe(threads=True)
 

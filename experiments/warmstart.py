@@ -15,57 +15,14 @@ so far (the defaults are the best: 31.6% held-out at T = 0.4), with their exact 
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import sys
 import time
 
 
-def _field_docs(cls) -> dict[str, str]:
-    from common.dataclass_docs import field_docs
-
-    return field_docs(cls)
-
-
-def _parser():
-    from trainer.warmstart import WarmStartConfig
-
-    ap = argparse.ArgumentParser(prog="python -m experiments.warmstart", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    docs = _field_docs(WarmStartConfig)
-    for f in dataclasses.fields(WarmStartConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else None
-        help_ = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")
-        if f.name == "env_kwargs":
-            ap.add_argument(flag, type=json.loads, default=None, help=help_ + "; JSON, e.g. '{\"show_inventory\": true}'")
-        elif isinstance(default, bool):
-            ap.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes", "on"), default=default,
-                            metavar="BOOL", help=help_)
-        elif f.name in ("eval_max_tasks",):
-            ap.add_argument(flag, type=lambda s: None if s.lower() in ("none", "null") else int(s), default=default,
-                            help=help_)
-        elif isinstance(default, (int, float)) and not isinstance(default, bool):
-            ap.add_argument(flag, type=type(default), default=default, help=help_)
-        else:
-            ap.add_argument(flag, type=str, default=default, help=help_)
-    ap.add_argument("--force", action="store_true", help="delete this setting's cache entry and build it again")
-    ap.add_argument("--print-path", action="store_true", help="print the cache folder of these settings and exit")
-    return ap
-
-
-def config_from_args(args: argparse.Namespace):
-    """The ``WarmStartConfig`` of parsed command-line options (``ValueError`` naming a bad field)."""
-    from trainer.warmstart import WarmStartConfig
-
-    names = {f.name for f in dataclasses.fields(WarmStartConfig)}
-    return WarmStartConfig(**{k: v for k, v in vars(args).items() if k in names})
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    from trainer.warmstart import cache_folder, load_result, warm_start
+    from trainer.warmstart import cache_folder, cli_parser, config_from_args, load_result, warm_start
+
+    args = cli_parser(prog="python -m experiments.warmstart", description=__doc__).parse_args(argv)
 
     try:
         cfg = config_from_args(args)

@@ -4,7 +4,8 @@ package order, and only the environments and the acting loop step environments.
 Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
 import each other)::
 
-    common  <-  envs, estimators  <-  agents  <-  trainer  <-  analysis  <-  groundtruth  <-  experiments
+    common  <-  envs, estimators  <-  agents  <-  trainer  <-  analysis  <-  groundtruth  <-  lab
+            <-  experiments (entry points), benchmarks
 
 Every import counts, including function-local ones (a cycle held apart by an import inside a function is still
 a cycle). Read with the standard library's ``ast``; no exceptions are listed.
@@ -19,10 +20,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",), ("trainer",), ("analysis",),
-                                 ("groundtruth",), ("experiments",)]
+                                 ("groundtruth",), ("lab",), ("experiments", "benchmarks")]
 LAYER_OF = {pkg: k for k, layer in enumerate(LAYERS) for pkg in layer}
 #: where an environment may be stepped: the envs themselves and the one acting loop (benchmarks time envs directly)
-STEPPING_ALLOWED = ("envs/", "agents/rollout.py", "experiments/bench_")
+STEPPING_ALLOWED = ("envs/", "agents/rollout.py", "benchmarks/")
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -155,6 +156,19 @@ def test_only_envs_and_the_acting_loop_step_environments():
                     if "env" in name.lower() or "pool" in name.lower():
                         bad.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]}")
     assert not bad, "environment stepping outside envs/ and agents/rollout.py:\n" + "\n".join(bad)
+
+
+def test_experiments_holds_entry_points_only():
+    """Every module of ``experiments/`` is a command (``if __name__ == "__main__":``) and no package imports one
+    (the package order puts ``experiments`` on top; this catches a test-only helper living there)."""
+    not_commands = []
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body):
+            not_commands.append(path.name)
+    assert not not_commands, f"experiments/ modules that are not commands (move them into a package): {not_commands}"
 
 
 # ----------------------------------------------------------------------------- the checks can fail

@@ -36,7 +36,7 @@ import yaml
 
 from envs.paths import portable_text
 
-from .config import ConfigError, RunConfig, config_to_dict, save_config
+from .config import REMOVED_KEYS, ConfigError, RunConfig, config_to_dict, save_config
 
 __all__ = ["RunFolder", "RunStatus", "RESUMABLE_CHANGES", "git_commit", "config_differences"]
 
@@ -84,7 +84,8 @@ def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMAB
     """Dotted keys whose values differ between two config dicts, minus the ``ignore`` prefixes.
 
     A key the saved config lacks is a setting added to the code after the run was made: it is no difference when
-    the new config holds its default, which keeps the behaviour the run had (e.g. ``env.train_pool: null``)."""
+    the new config holds its default, which keeps the behaviour the run had (e.g. ``env.train_pool: null``). A key
+    only the saved config holds is a removed setting (``trainer.config.REMOVED_KEYS``): no difference either."""
     a, b = _flatten(saved), _flatten(new)
     defaults = None
     diff = []
@@ -95,6 +96,8 @@ def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMAB
             defaults = _defaults() if defaults is None else defaults
             if k in defaults and b[k] == defaults[k]:
                 continue
+        if k in a and k not in b and k in REMOVED_KEYS:
+            continue
         if a.get(k) != b.get(k):
             diff.append(f"{k}: {a.get(k)!r} -> {b.get(k)!r}")
     return diff

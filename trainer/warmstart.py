@@ -122,7 +122,7 @@ class WarmStartConfig:
     history_length: int = 0
     """(observation, action) pairs shown in each prompt [GiGPO: 2; choice: 0 here, with the inventory shown the
     expert's choice depends on the current prompt alone, and prompts are 24% shorter]; RL runs started from the warm
-    start use the same (``experiments.study.warmstart_overrides``)."""
+    start use the same (``lab.study.warmstart_overrides``)."""
     eval_split: str | None = None
     """Held-out split reported at the end; null = the env's first eval split (TextCraft: eval_depth2)."""
     eval_max_tasks: int | None = 20
@@ -275,6 +275,28 @@ def _atomic_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
     tmp.replace(path)
+
+
+def cli_parser(prog: str = "python -m experiments.warmstart", description: str | None = None):
+    """The command line of the warm start: one option per ``WarmStartConfig`` field (``common.dataclass_cli``: its
+    docstring and default as the help), plus ``--force`` and ``--print-path``."""
+    import argparse
+
+    from common.dataclass_cli import add_dataclass_arguments
+
+    ap = argparse.ArgumentParser(prog=prog, description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dataclass_arguments(ap, WarmStartConfig, extra_help={"env_kwargs": "e.g. '{\"show_inventory\": true}'"})
+    ap.add_argument("--force", action="store_true", help="delete this setting's cache entry and build it again")
+    ap.add_argument("--print-path", action="store_true", help="print the cache folder of these settings and exit")
+    return ap
+
+
+def config_from_args(args) -> WarmStartConfig:
+    """The ``WarmStartConfig`` of parsed ``cli_parser`` options (``ValueError`` naming a bad field)."""
+    from common.dataclass_cli import dataclass_from_args
+
+    return dataclass_from_args(WarmStartConfig, args)
 
 
 def _log(msg: str, cfg: WarmStartConfig) -> None:

@@ -7,34 +7,22 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
 
-from common.dataclass_docs import field_docs
+from common.dataclass_cli import add_dataclass_arguments, dataclass_from_args
 
 
 def _tiny_args(p: argparse.ArgumentParser) -> None:
     from .tiny import TinyModelConfig
-
-    docs = field_docs(TinyModelConfig)
 
     p.add_argument("--out", required=True, help="folder to write (must not exist or be empty unless --force)")
     p.add_argument("--corpus", default=None,
                    help="UTF-8 text file, one document per line, for the tokenizer (default: built-in "
                         "TextCraft + protocol corpus, agents.models.corpus.default_corpus)")
     p.add_argument("--force", action="store_true", help="replace an existing folder")
-    for f in dataclasses.fields(TinyModelConfig):
-        doc = docs.get(f.name, "")
-        default = f.default
-        kind = type(default) if default is not None else int
-        flag = "--" + f.name.replace("_", "-")
-        if kind is bool:
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default,
-                           help=f"{doc} (default {default})")
-        else:
-            p.add_argument(flag, type=kind, default=default, help=f"{doc} (default {default})")
+    add_dataclass_arguments(p, TinyModelConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         from .corpus import read_corpus_file
         from .tiny import TinyModelConfig, build_tiny_model
 
-        names = {f.name for f in dataclasses.fields(TinyModelConfig)}
-        cfg = TinyModelConfig(**{k: v for k, v in vars(args).items() if k in names})
+        cfg = dataclass_from_args(TinyModelConfig, args)
         corpus = read_corpus_file(args.corpus) if args.corpus else None
         out = build_tiny_model(args.out, cfg, corpus=corpus, force=args.force)
         meta = json.loads((out / "bipace_tiny.json").read_text())

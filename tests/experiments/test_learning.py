@@ -54,8 +54,8 @@ def _success(run) -> list[float]:
 
 @pytest.mark.slow
 def test_grpo_improves_the_policy_above_the_no_update_control(tmp_path):
-    from experiments.study import CONTROL_OVERRIDES
     from experiments.train import main
+    from lab.study import CONTROL_OVERRIDES
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -87,9 +87,9 @@ def _copy_checkout(dest: Path) -> None:
 
 _CACHE_ENTRY = r"""
 import json, sys
-from experiments.warmstart import _parser, config_from_args
+from trainer.warmstart import cli_parser, config_from_args
 from trainer.warmstart import cache_folder
-cfg = config_from_args(_parser().parse_args(["--env", sys.argv[1], *sys.argv[2:]]))
+cfg = config_from_args(cli_parser().parse_args(["--env", sys.argv[1], *sys.argv[2:]]))
 print(json.dumps({"folder": str(cache_folder(cfg)), "env_kwargs": cfg.resolved_env_kwargs, "settings": cfg.key_dict(),
                   "shape": [cfg.tiny_layers, cfg.tiny_hidden, cfg.tiny_heads]}))
 """
@@ -103,7 +103,7 @@ def clone_elsewhere(tmp_path_factory):
     repo, cache = root / "bipace", root / "cache"
     _copy_checkout(repo)
     env = {**child_env(), "BIPACE_CACHE": str(cache), "PYTHONPATH": str(repo)}
-    from experiments.study import STUDIES
+    from lab.study import STUDIES
 
     for study in ("demo", "cpu"):  # the cache entries this copy computes for them, filled with stand-ins
         s = STUDIES[study]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import study
+from lab import study
 from tests.experiments.helpers import fake_warmstart, run_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,7 +217,7 @@ def test_demo_pipeline_end_to_end_on_the_smoke_model(tmp_path):
 
 def test_study_record_keeps_the_runs_of_earlier_calls(tmp_path, monkeypatch):
     """A study run in parts (four estimators, later two more) keeps one record of every run in study.json."""
-    from experiments import sweep as sweep_mod
+    from lab import sweep as sweep_mod
 
     monkeypatch.setattr(study.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
     out, runs_root = tmp_path / "cpu", tmp_path / "cpu" / "runs"
@@ -284,7 +285,7 @@ def test_repeated_cache_hits_are_logged_once(tmp_path, monkeypatch, capfd):
 
 def test_the_estimate_counts_the_iterations_left_at_the_measured_rate(monkeypatch):
     """Lengthening a study (every run already has an attempt) is estimated from CPU time per saved iteration."""
-    from experiments.sweep import RunSpec
+    from lab.sweep import RunSpec
 
     monkeypatch.setattr(study.os, "cpu_count", lambda: 2)
     cpu = study.STUDIES["cpu"]
@@ -310,3 +311,28 @@ def test_the_estimate_counts_the_iterations_left_at_the_measured_rate(monkeypatc
     assert study._estimate(replace(cpu, minutes_per_run=10.0), specs, {}, jobs=1).startswith(
         "3 runs to do, ~10.0 CPU min each: ~30 min")
     assert study._estimate(cpu, [spec("rloo", 20, "finished")], timings, jobs=2) == "nothing left to run"
+
+
+def test_study_files_are_checked(tmp_path):
+    """configs/studies/<name>.yaml: the warm-start settings become the command's options in the file's order; an
+    unknown key, an unknown warm-start setting or a missing field fails naming the file and the key."""
+    ok = tmp_path / "mine.yaml"
+    ok.write_text("title: t\npreset: configs/cpu/textcraft_tiny.yaml\nout: results/mine\nestimators: [grpo]\n"
+                  "seeds: [0]\nwarmstart: {env: textcraft, epochs: 20, eval_sampled: false, dagger_rounds: 0}\n"
+                  "variants:\n  g2: {estimator: grpo, overrides: [trainer.lr=1e-5]}\n")
+    s = study.load_study(ok)
+    assert s.name == "mine" and s.warmstart_env == "textcraft"
+    assert s.warmstart_args == ["--epochs", "20", "--eval-sampled", "false", "--dagger-rounds", "0"]
+    assert s.variants == {"g2": ("grpo", ["trainer.lr=1e-5"])}
+    cases = {"seedz: [0]\n": "unknown key(s) ['seedz']", "warmstart: {env: textcraft, epoch: 3}\n": "warmstart.epoch",
+             "warmstart: {epochs: 3}\n": "warmstart must be null or a mapping with env"}
+    base = "title: t\npreset: p.yaml\nout: o\nestimators: [grpo]\nseeds: [0]\n"
+    for extra, msg in cases.items():
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(base + extra)
+        with pytest.raises(study.StudyFileError, match=re.escape(msg)) as e:
+            study.load_study(bad)
+        assert "bad.yaml" in str(e.value)
+    (tmp_path / "bad.yaml").write_text("title: t\nout: o\n")
+    with pytest.raises(study.StudyFileError, match=r"missing key\(s\) \['estimators', 'preset', 'seeds'\]"):
+        study.load_study(tmp_path / "bad.yaml")

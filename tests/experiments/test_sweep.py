@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import sweep
+from lab import sweep
 from tests.experiments.helpers import child_env, run_module
 from trainer.config import load_config, save_config
 

@@ -107,8 +107,8 @@ def test_the_no_update_control_keeps_every_weight_and_plays_the_same_goals(tmp_p
     """``experiments.study --control``: lr 0 leaves the weights exactly as they were (AdamW's decoupled weight decay
     included), and the control sees the very goals and samples of a method of the same seed until that method's first
     update has changed its weights (iteration 1 here: both start from the same model)."""
-    from experiments.study import CONTROL_OVERRIDES
     from experiments.train import main
+    from lab.study import CONTROL_OVERRIDES
 
     root = tmp_path / "runs"
     assert main([*FAST, "estimator.name=grpo", *CONTROL_OVERRIDES], runs_root=str(root)) == 0

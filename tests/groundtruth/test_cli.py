@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_estimator_bench_quick_writes_the_report(tmp_path):
     out = tmp_path / "bench"
-    cmd = [sys.executable, "-m", "experiments.estimator_bench", "--quick", "--out", str(out), "--seeds", "2",
+    cmd = [sys.executable, "-m", "benchmarks.estimator_accuracy", "--quick", "--out", str(out), "--seeds", "2",
            "--learn-seeds", "2", "--iterations", "2", "--horizon", "8", "--epsilons", "0,0.05"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -28,7 +28,7 @@ def test_estimator_bench_quick_writes_the_report(tmp_path):
 
 
 def test_estimator_bench_rejects_bad_settings(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "experiments.estimator_bench", "--quick", "--out", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.estimator_accuracy", "--quick", "--out", str(tmp_path),
                            "--epsilons", "0,x"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "comma-separated numbers" in proc.stderr
 
@@ -36,7 +36,7 @@ def test_estimator_bench_rejects_bad_settings(tmp_path):
 def test_build_configs_applies_only_the_given_overrides():
     from argparse import Namespace
 
-    from experiments.estimator_bench import build_configs
+    from benchmarks.estimator_accuracy import build_configs
 
     base = dict(quick=False, lm=False, seeds=None, families=None, horizon=None, epsilons=None, lm_seeds=None,
                 lm_groups=None, lm_trajectories=None, learn_seeds=None, iterations=None, learn_epsilon=None)

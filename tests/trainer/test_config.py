@@ -182,3 +182,30 @@ def test_package_exports():
     import trainer
 
     assert trainer.RunConfig is RunConfig and callable(trainer.ActorEngine)
+
+
+def test_removed_sft_keys_load_and_resume(tmp_path):
+    """An old run folder's config still holds the SFT fields that were never read (sft.episodes, ...): it loads (a
+    non-default value warns), and a folder whose saved config holds them resumes (no difference)."""
+    import warnings
+
+    import yaml
+
+    from trainer.config import REMOVED_KEYS, config_to_dict, load_config
+    from trainer.run_folder import config_differences
+
+    old = config_to_dict(load_config(None))
+    old["sft"].update({k.split(".", 1)[1]: v for k, v in REMOVED_KEYS.items()})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(old))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the old defaults: silent
+        cfg = load_config(path)
+    assert not hasattr(cfg.sft, "episodes")
+    assert config_differences(old, config_to_dict(cfg)) == []
+    old["sft"]["episodes"] = 5000
+    path.write_text(yaml.safe_dump(old))
+    with pytest.warns(UserWarning, match="sft.episodes"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="unknown config key 'sft.episode'"):
+        load_config(None, ["sft.episode=3"])

@@ -1,4 +1,4 @@
-"""``experiments.bench_iteration``: per-method means from run folders and the study-time arithmetic, on a fixture
+"""``benchmarks.iteration_speed``: per-method means from run folders and the study-time arithmetic, on a fixture
 of hand-written ``metrics.jsonl`` files (the timed runs themselves are what the benchmark does, not a test)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.bench_iteration import estimate_minutes, summarise
+from benchmarks.iteration_speed import estimate_minutes, summarise
 
 
 def _run(root: Path, method: str, iters: list[dict], evals: list[float]) -> None:

@@ -1,7 +1,7 @@
 """WebShop environment speed and memory.
 
-    python -m experiments.bench_webshop            # 1,000- and 10,000-product generated catalogues
-    python -m experiments.bench_webshop --quick    # fewer steps (a smoke run)
+    python -m benchmarks.webshop_speed            # 1,000- and 10,000-product generated catalogues
+    python -m benchmarks.webshop_speed --quick    # fewer steps (a smoke run)
 
 Measures, each in a fresh Python process so that memory numbers are clean:
 
@@ -155,7 +155,7 @@ def _worker(spec: dict) -> dict:
 
 
 def _run(spec: dict) -> dict:
-    out = subprocess.run([sys.executable, "-m", "experiments.bench_webshop", "--worker", json.dumps(spec)],
+    out = subprocess.run([sys.executable, "-m", "benchmarks.webshop_speed", "--worker", json.dumps(spec)],
                          capture_output=True, text=True, timeout=1800, env=os.environ.copy())
     if out.returncode != 0:
         raise RuntimeError(f"benchmark worker {spec} failed:\n{out.stderr[-3000:]}")
@@ -163,7 +163,7 @@ def _run(spec: dict) -> dict:
 
 
 def _machine() -> str:
-    from experiments.machine import cpu_name
+    from common.machine import cpu_name
 
     cpu = cpu_name()
     mem = ""
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# WebShop environment benchmark",
         "",
-        f"Command: `python -m experiments.bench_webshop{' --quick' if args.quick else ''}`",
+        f"Command: `python -m benchmarks.webshop_speed{' --quick' if args.quick else ''}`",
         f"Machine: {_machine()}.",
         f"Generated catalogues (seed 0), default config (BM25 over title, bullets, description, attributes; "
         f"noun extractor `{base['nouns']}`). Each row is a fresh process; steps timed one at a time.",

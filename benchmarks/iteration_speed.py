@@ -1,9 +1,9 @@
 """Benchmark: seconds per RL iteration (and per phase) of each estimator in a study's configuration, and from them
 the wall-clock time of the whole study on this machine.
 
-    python -m experiments.bench_iteration                           # demo preset, 4 estimators, 3 iterations
-    python -m experiments.bench_iteration --init-from <warm start>  # the same from a warm-started model
-    python -m experiments.bench_iteration --study cpu --iterations 2 --jobs 1
+    python -m benchmarks.iteration_speed                           # demo preset, 4 estimators, 3 iterations
+    python -m benchmarks.iteration_speed --init-from <warm start>  # the same from a warm-started model
+    python -m benchmarks.iteration_speed --study cpu --iterations 2 --jobs 1
 
 It runs the study itself (``python -m experiments.study <study> --out <tmp>``) shrunk to ``--iterations``
 iterations with one evaluation at the end, the same runs side by side as the study runs them (``--jobs``, one
@@ -129,7 +129,7 @@ def estimate_minutes(summary: dict[str, dict], iterations: int, evals: int, eval
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_iteration", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.iteration_speed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--study", default="demo", help="the study whose preset and estimators are timed (default demo)")
     ap.add_argument("--estimators", default="grpo,gigpo,bipace_v,bipace_q")
     ap.add_argument("--iterations", type=int, default=3, help="iterations per timed run (default 3)")
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="run nothing: tabulate the iterations already logged under --out (e.g. after a stopped call)")
     args = ap.parse_args(argv)
 
-    from experiments.study import STUDIES
+    from lab.study import STUDIES
     from trainer.config import load_config
 
     study = STUDIES[args.study]
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
               "runs'", file=sys.stderr)
     else:
         rec_path.write_text(json.dumps({"load_before": load0, "load_after": load1, "wall_s": wall}) + "\n")
-    from experiments.study import _load_timings
+    from lab.study import _load_timings
 
     summary = summarise(tmp / "runs", _load_timings(tmp / "runs"))
     if not summary:
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# Seconds per RL iteration per estimator ({args.study} preset `{study.preset}`)",
         "",
-        f"Command: `python -m experiments.bench_iteration {_shown_args(argv if argv is not None else sys.argv[1:])}`"
+        f"Command: `python -m benchmarks.iteration_speed {_shown_args(argv if argv is not None else sys.argv[1:])}`"
         f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({platform.processor() or 'cpu'}), Python "
         f"{platform.python_version()}; {load_txt} (shared machine: a load above the core count means "

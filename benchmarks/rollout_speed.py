@@ -1,7 +1,7 @@
 """Benchmark of the multi-turn group rollout (agents.rollout).
 
-    python -m experiments.bench_rollout [--alfworld]  # all three parts, tiny model + SmolLM2 (~35 min on the loaded 2-core machine)
-    python -m experiments.bench_rollout --quick       # tiny model only, smaller rollouts
+    python -m benchmarks.rollout_speed [--alfworld]  # all three parts, tiny model + SmolLM2 (~35 min on the loaded 2-core machine)
+    python -m benchmarks.rollout_speed --quick       # tiny model only, smaller rollouts
 
 (a) **Hidden-state capture cost**: the trainer's old-log-prob pass (``trainer.actor.actor_forward``) over the
     rows of a real rollout, with the forward hook that captures the layer-L state of the last prompt token
@@ -37,13 +37,13 @@ RESULTS = REPO / "results" / "benchmarks"
 
 # ====================================================================== helpers
 def _machine() -> str:
-    from experiments.bench_generation import _machine as machine
+    from benchmarks.generation_speed import _machine as machine
 
     return machine()
 
 
 def _loadavg() -> str:
-    from experiments.machine import loadavg
+    from common.machine import loadavg
 
     return loadavg()
 
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(c) {p}x{g}: {thr[-1]['steps_s']:.2f} steps/s {thr[-1]['tok_s']:.0f} tok/s", flush=True)
     load1 = _loadavg()
 
-    cmd = "python -m experiments.bench_rollout" + (" --quick" if q else "") + (" --alfworld" if args.alfworld else "")
+    cmd = "python -m benchmarks.rollout_speed" + (" --quick" if q else "") + (" --alfworld" if args.alfworld else "")
     lines = [
         "# Rollout benchmark (agents.rollout)",
         "",

@@ -1,57 +1,16 @@
-"""The one typed configuration of a run: environment, model, rollout, estimator, trainer, logging, evaluation, SFT.
-
-Every field carries one docstring with its unit, default and source tag:
-[GiGPO] the reference training stack (verl-agent scripts, ``docs/protocol.md``); [paper] BiPACE
-(arXiv 2606.25556); [platform] measured on a CPU machine (``docs/cpu.md``);
-[choice] this repo's resolution where the sources are silent.
-
-Loading::
-
-    cfg = load_config("configs/x.yaml", ["trainer.lr=1e-5", "env.group_size=4"])
-    save_config(cfg, run_dir / "config.yaml")        # the resolved config, next to the results
-
-YAML files mirror the nesting (``trainer: {lr: 1e-6}``). Overrides are dotted ``key=value`` strings; values
-are parsed against the field's type (``1e-6`` is a float even where YAML 1.1 would read a string). Unknown keys
-are errors naming the closest valid key; bad values are errors naming the field, the value and the fix; all
-before any compute. Paths to model folders are checked separately by ``RunConfig.check_paths()`` so that a
-preset can be loaded (and tested) on a machine that does not hold the model.
-"""
+"""The sections of the run config (``RunConfig``: env, model, rollout, estimator, trainer, logging, eval, sft),
+each a dataclass whose fields carry their docstrings and whose ``validate`` names the field, the value and the fix.
+Reading and writing them: ``trainer.config.io``; the reference tables: ``trainer.config.reference``."""
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import re
-import types
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
-import yaml
-
-from common.dataclass_docs import field_docs
 from estimators import EstimatorConfig
-
-__all__ = [
-    "ConfigError",
-    "EnvConfig",
-    "ModelConfig",
-    "RolloutConfig",
-    "EstimatorConfig",
-    "TrainerConfig",
-    "LoggingConfig",
-    "EvalConfig",
-    "SFTConfig",
-    "RunConfig",
-    "load_config",
-    "save_config",
-    "config_from_dict",
-    "config_to_dict",
-    "apply_overrides",
-    "config_from_argv",
-    "field_docs",
-    "config_reference_markdown",
-]
 
 KNOWN_ENV_IDS = ("TextCraft-v0", "ALFWorld-v0", "WebShop-v0")
 TRAIN_SAMPLING = ("epoch", "replacement")
@@ -191,7 +150,7 @@ class ModelConfig:
         if not isinstance(self.path, str) or not self.path.strip():
             _fail("model.path is empty: give a local Hugging Face folder, 'tiny:<spec>' or 'smollm2'")
         if self.path.startswith("tiny:"):
-            from .models import parse_tiny_spec
+            from ..models import parse_tiny_spec
 
             try:
                 parse_tiny_spec(self.path)
@@ -439,30 +398,19 @@ class EvalConfig:
 
 @dataclass
 class SFTConfig:
-    """Behaviour-cloning warm start on expert trajectories (loss on response tokens only)."""
+    """Where RL starts: a behaviour-cloning warm start built by ``python -m experiments.warmstart`` (its settings
+    are ``trainer.warmstart.WarmStartConfig``; ``experiments.study`` finds or builds it and fills ``init_from``)."""
 
     enabled: bool = False
-    """Run (or reuse from the cache) an SFT warm start before RL [choice: on in CPU presets]."""
+    """RL starts from an SFT warm start (``init_from``, which must then be set; ``experiments.study`` sets it from
+    the cache) [choice: on in CPU presets]."""
     init_from: str | None = None
     """Start RL (actor and KL reference) from this warm-started model folder instead of ``model.path``'s weights;
     run folders and reports keep ``model.path``'s name. null = ``model.path`` [choice]."""
-    episodes: int = 2000
-    """Expert episodes collected for the first SFT round [choice]."""
-    epochs: int = 1
-    """Passes over the SFT data per round [choice]."""
-    lr: float = 1e-4
-    """SFT learning rate (AdamW, same engine) [choice]."""
-    batch_rows: int = 32
-    """Step rows per SFT optimizer step [choice]."""
-    dagger_rounds: int = 0
-    """DAgger rounds: roll the model out, label the states it reaches with the expert, retrain [choice]."""
 
     def validate(self) -> None:
-        _num("sft", "episodes", self.episodes, lo=1, integer=True)
-        _num("sft", "epochs", self.epochs, lo=1, integer=True)
-        _num("sft", "lr", self.lr, lo=0, lo_open=True)
-        _num("sft", "batch_rows", self.batch_rows, lo=1, integer=True)
-        _num("sft", "dagger_rounds", self.dagger_rounds, lo=0, integer=True)
+        if self.init_from is not None and not str(self.init_from).strip():
+            _fail("sft.init_from='' names no folder: give the warm start's model folder or null")
 
 
 @dataclass
@@ -581,143 +529,6 @@ _SECTIONS: dict[str, type] = {
     "sft": SFTConfig,
 }
 
-_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
-def _type_name(tp) -> str:
-    origin = get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in get_args(tp))
-    if origin in (Union, types.UnionType):
-        return " | ".join("null" if a is type(None) else _type_name(a) for a in get_args(tp))
-    if origin is not None:
-        args = ", ".join(_type_name(a) for a in get_args(tp))
-        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value, tp, key: str):
-    """Convert ``value`` (from YAML or a CLI string) to type ``tp``, or raise ``ConfigError`` naming ``key``."""
-    origin = get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        args = get_args(tp)
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("null", "none", "~")):
-            if type(None) in args:
-                return None
-            _fail(f"{key}=null is not allowed: give a {_type_name(tp)}")
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(value, a, key)
-            except ConfigError as e:
-                errors.append(str(e))
-        _fail(f"{key}={value!r} is not a {_type_name(tp)}")
-    if origin is Literal:
-        allowed = get_args(tp)
-        if value in allowed:
-            return value
-        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
-        _fail(f"{key}={value!r} must be one of {list(allowed)}" + (f"; did you mean {close[0]!r}?" if close else ""))
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        _fail(f"{key}={value!r} is not a bool: use true or false")
-    if tp is int:
-        if isinstance(value, bool):
-            _fail(f"{key}={value!r} is a bool where an integer is expected")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            s = value.strip()
-            if re.fullmatch(r"[+-]?\d+", s):
-                return int(s)
-            if _FLOAT_RE.match(s) and float(s).is_integer():
-                return int(float(s))
-        _fail(f"{key}={value!r} is not an integer")
-    if tp is float:
-        if isinstance(value, bool):
-            _fail(f"{key}={value!r} is a bool where a number is expected")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            s = value.strip().lower()
-            if _FLOAT_RE.match(s) or s in ("inf", "-inf", "nan"):
-                return float(s)
-        _fail(f"{key}={value!r} is not a number")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        _fail(f"{key}={value!r} is not a string")
-    if origin in (list, tuple):
-        if isinstance(value, str):
-            parsed = yaml.safe_load(value)
-            value = parsed if isinstance(parsed, list) else [x.strip() for x in value.split(",") if x.strip()]
-        if not isinstance(value, (list, tuple)):
-            _fail(f"{key}={value!r} is not a list: write [a, b] in YAML or key=[a,b] on the command line")
-        args = get_args(tp)
-        if origin is tuple:
-            if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
-            if len(value) != len(args):
-                _fail(f"{key}={list(value)!r} must have exactly {len(args)} entries")
-            return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-        inner = args[0] if args else Any
-        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict or tp is dict:
-        if isinstance(value, str):
-            value = yaml.safe_load(value)
-        if not isinstance(value, dict):
-            _fail(f"{key}={value!r} is not a mapping: write {{a: 1}} in YAML")
-        return dict(value)
-    if is_dataclass(tp):
-        if not isinstance(value, dict):
-            _fail(f"{key} must be a mapping of its fields, got {value!r}")
-        return _build(tp, value, key)
-    raise TypeError(f"config field {key} has an unsupported type {tp!r}")  # a bug in this module
-
-
-def _hints(cls) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def _unknown_key(cls, key: str, prefix: str) -> ConfigError:
-    valid = [f.name for f in fields(cls)]
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    where = f"{prefix}.{key}" if prefix else key
-    hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
-    return ConfigError(f"unknown config key {where!r}{hint} Valid keys here: {valid}")
-
-
-def _build(cls, data: dict, prefix: str = ""):
-    """Instantiate dataclass ``cls`` from a (possibly partial) mapping, type-checking every value."""
-    hints = _hints(cls)
-    names = {f.name for f in fields(cls)}
-    kwargs = {}
-    for k, v in data.items():
-        if k not in names:
-            raise _unknown_key(cls, k, prefix)
-        kwargs[k] = _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k)
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except ValueError as e:  # EstimatorConfig's own validation
-        raise ConfigError(f"{prefix}: {e}" if prefix else str(e)) from e
-
 
 def config_to_dict(cfg) -> dict:
     """Plain nested dict (tuples as lists) suitable for YAML/JSON."""
@@ -732,179 +543,3 @@ def config_to_dict(cfg) -> dict:
         return x
 
     return conv(cfg)
-
-
-def config_from_dict(data: dict) -> RunConfig:
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"a run config must be a mapping of sections, got {type(data).__name__}")
-    cfg = _build(RunConfig, data)
-    _portable_paths(cfg)
-    return cfg
-
-
-def _portable_paths(cfg: RunConfig) -> None:
-    """Model folders are kept in their portable form (``envs.paths.portable_path``: ``$BIPACE_CACHE/...`` or
-    repo-relative), so that a saved ``config.yaml`` reads the same, and compares equal, in every clone; readers
-    resolve them with ``envs.paths.resolve_path``."""
-    from envs.paths import portable_path
-
-    for section, key in (("model", "path"), ("model", "tokenizer"), ("sft", "init_from")):
-        obj = getattr(cfg, section)
-        value = getattr(obj, key)
-        if isinstance(value, str) and value:
-            setattr(obj, key, portable_path(value))
-
-
-def _set_dotted(data: dict, key: str, raw: str) -> None:
-    """Write ``raw`` at dotted ``key`` into nested ``data``, checking the key path against the dataclasses."""
-    parts = key.split(".")
-    cls = RunConfig
-    node = data
-    prefix = ""
-    for i, part in enumerate(parts):
-        names = {f.name: f for f in fields(cls)}
-        if part not in names:
-            raise _unknown_key(cls, part, prefix)
-        tp = _hints(cls)[part]
-        last = i == len(parts) - 1
-        if last:
-            node[part] = _coerce(raw, tp, key)  # type-checked now; rebuilt (and range-checked) after all overrides
-            return
-        if not is_dataclass(tp):
-            if get_origin(tp) is dict or tp is dict:  # env.kwargs.data_dir=...: a free-form mapping
-                sub = node.setdefault(part, {})
-                rest = ".".join(parts[i + 1:])
-                sub[rest] = yaml.safe_load(raw) if isinstance(raw, str) else raw
-                return
-            raise ConfigError(f"config key {key!r}: {'.'.join(parts[: i + 1])!r} is a value, not a section")
-        cls = tp
-        prefix = f"{prefix}.{part}" if prefix else part
-        existing = node.get(part)
-        if is_dataclass(existing):
-            existing = config_to_dict(existing)
-        node[part] = dict(existing or {})
-        node = node[part]
-
-
-def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
-    """Apply dotted ``key=value`` strings to a nested dict (later ones win)."""
-    data = dict(data or {})
-    for item in overrides or ():
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key=value, e.g. trainer.lr=1e-6")
-        key, raw = item.split("=", 1)
-        key = key.strip()
-        if not key:
-            raise ConfigError(f"override {item!r} has an empty key")
-        _set_dotted(data, key, raw.strip())
-    return data
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Read a YAML preset (or start from defaults when ``path`` is None), apply overrides, validate."""
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file {str(p)!r} does not exist: pass a file under configs/ (or none)")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}")
-    data = apply_overrides(data, overrides)
-    return config_from_dict(data)
-
-
-def save_config(cfg: RunConfig, path: str | Path) -> Path:
-    """Write the resolved config as YAML (reloads to an equal ``RunConfig``)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    tmp.replace(p)
-    return p
-
-
-def config_from_argv(argv: list[str] | None = None, prog: str = "python -m experiments.train") -> RunConfig:
-    """Command-line front end: ``[--config PATH] [key=value ...]``; ``--help-config`` prints the reference.
-
-    Used by the entry points (``python -m experiments.train --config configs/x.yaml trainer.lr=1e-5``). Errors
-    exit with the ``ConfigError`` message (status 2), before any compute.
-    """
-    import argparse
-    import sys
-
-    ap = argparse.ArgumentParser(prog=prog, description="Run one experiment (one env, model, estimator, seed).")
-    ap.add_argument("--config", default=None, help="YAML preset (e.g. configs/<preset>.yaml); defaults if omitted")
-    ap.add_argument("--help-config", action="store_true", help="print every config key with its meaning and exit")
-    ap.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. trainer.lr=1e-5")
-    args = ap.parse_args(argv)
-    if args.help_config:
-        print(config_reference_markdown())
-        sys.exit(0)
-    try:
-        return load_config(args.config, args.overrides)
-    except ConfigError as e:
-        ap.exit(2, f"{prog}: config error: {e}\n")
-
-
-# ------------------------------------------------------------------------------------------- documentation
-def _default_repr(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        v = f.default
-    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        v = f.default_factory()  # type: ignore[misc]
-        if is_dataclass(v):
-            return "(section)"
-    else:
-        return "(required)"
-    return yaml.safe_dump(config_to_dict(v) if is_dataclass(v) else (list(v) if isinstance(v, tuple) else v),
-                          default_flow_style=True).strip().removesuffix("...").strip()
-
-
-def config_reference_markdown() -> str:
-    """A Markdown table per section (key, type, default, meaning) generated from the field docstrings."""
-    out = []
-    sections = [("", RunConfig)] + list(_SECTIONS.items())
-    for name, cls in sections:
-        docs = field_docs(cls)
-        hints = _hints(cls)
-        title = "top level" if not name else name
-        out.append(f"### `{title}` ({cls.__name__})\n")
-        out.append("| key | type | default | meaning |\n|---|---|---|---|")
-        for f in fields(cls):
-            if is_dataclass(hints[f.name]):
-                continue
-            key = f"{name}.{f.name}" if name else f.name
-            doc = docs.get(f.name, "").replace("|", "\\|")
-            out.append(f"| `{key}` | {_type_name(hints[f.name]).replace('|', '/')} | `{_default_repr(f)}` | {doc} |")
-        out.append("")
-    return "\n".join(out)
-
-
-README_START = "<!-- config-reference:start (generated by `python -m trainer.config --write trainer/README.md`) -->"
-README_END = "<!-- config-reference:end -->"
-
-
-def write_reference_into(path: str | Path) -> None:
-    """Replace the text between the README markers with the generated reference."""
-    p = Path(path)
-    text = p.read_text()
-    if README_START not in text or README_END not in text:
-        raise ConfigError(f"{p} has no config-reference markers ({README_START!r} ... {README_END!r})")
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    p.write_text(head + README_START + "\n\n" + config_reference_markdown() + "\n" + README_END + tail)
-
-
-if __name__ == "__main__":  # python -m trainer.config [--write README]: print or write the reference
-    import sys
-
-    if len(sys.argv) == 3 and sys.argv[1] == "--write":
-        write_reference_into(sys.argv[2])
-    else:
-        print(config_reference_markdown())

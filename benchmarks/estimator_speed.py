@@ -1,7 +1,7 @@
 """Benchmark: milliseconds and peak memory per batch for every estimator, against plain loops.
 
-    python -m experiments.bench_estimators              # paper-scale batches, writes results/benchmarks/estimators.md
-    python -m experiments.bench_estimators --quick      # small batch, a smoke run
+    python -m benchmarks.estimator_speed              # paper-scale batches, writes results/benchmarks/estimators.md
+    python -m benchmarks.estimator_speed --quick      # small batch, a smoke run
 
 Paper-scale batch: 16 prompt groups x 8 trajectories x up to 50 steps, hidden sizes 3584 (Qwen2.5-7B)
 and 1536 (Qwen2.5-1.5B). Two length profiles: ``typical`` (trajectory lengths uniform in [10, 50]) and
@@ -114,7 +114,7 @@ def run_cell(**kw) -> dict:
 def machine() -> str:
     import torch
 
-    from experiments.machine import cpu_name
+    from common.machine import cpu_name
 
     cpu = cpu_name()
 
@@ -124,7 +124,7 @@ def machine() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_estimators", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.estimator_speed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one small batch (hidden 256, up to 10 steps), no file written")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=5)
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
 
     head = ("| D | lengths | N | estimator | backend | ms / batch | CPU ms / batch | ms +diag | peak MB | loop ms | "
             "loop CPU ms | speed-up (CPU) | max abs diff | singletons (anchor / cluster) |")
-    lines = [f"Machine: {machine()}.", "", "Command: `python -m experiments.bench_estimators" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv)) + "`", "", head,
+    lines = [f"Machine: {machine()}.", "", "Command: `python -m benchmarks.estimator_speed" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv)) + "`", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for c in cells:
         ref = f"{c['ref_ms']:.0f}" if "ref_ms" in c else "–"

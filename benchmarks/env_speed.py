@@ -1,6 +1,6 @@
 """Environment throughput: raw package envs vs our wrappers, and the group pool with 1 vs 2 workers.
 
-    python -m experiments.bench_envs [--quick] [--out results/benchmarks/envs.md]
+    python -m benchmarks.env_speed [--quick] [--out results/benchmarks/envs.md]
 
 Rows (steps per second of the step phase; resets are timed separately):
 
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _machine() -> str:
-    from experiments.machine import cpu_name
+    from common.machine import cpu_name
 
     return f"{cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, {platform.system()}"
 
@@ -286,7 +286,7 @@ def main(argv=None) -> int:
         "# Environment throughput",
         "",
         f"Machine: {_machine()}; load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end (other "
-        f"jobs share the cores). Command: `python -m experiments.bench_envs{' --quick' if q else ''}` "
+        f"jobs share the cores). Command: `python -m benchmarks.env_speed{' --quick' if q else ''}` "
         f"({time.time() - t0:.0f} s). Single-env rows: CPU time of this process, variants interleaved on the same "
         f"episodes; pool rows: wall time. Steps/s count the step phase only; resets are timed separately.",
         "",

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from experiments.bench_trainer import GPU_CELL, QUICK_CELL, run_cell, run_subprocess
+from benchmarks.trainer_speed import GPU_CELL, QUICK_CELL, run_cell, run_subprocess
 
 
 def _check(r: dict) -> None:

@@ -1,0 +1,619 @@
+"""Run a named study end to end: the cached SFT warm start, the runs (a sweep, resumable) and the report.
+
+    python -m experiments.study demo                      # what `make demo` runs (TextCraft, 4 estimators, seed 0)
+    python -m experiments.study cpu --seeds 0,1,2 --estimators grpo,gigpo,bipace_v,bipace_q,hgpo,rloo
+    python -m experiments.study cpu-alfworld              # the shorter study on generated ALFWorld
+    python -m experiments.study cpu --control             # + the no-update control per seed (warm start at lr 0)
+    python -m experiments.study cpu --dry-run             # the plan and the commands, nothing run
+    python -m experiments.study cpu --report-only         # rewrite the report from the runs done so far
+    python -m experiments.study --list                    # the studies and what they hold
+
+A study = a CPU preset x estimators x seeds, declared in ``configs/studies/<name>.yaml`` (``load_study``), every
+run starting from the same cached warm start, written to
+``results/<study>/runs/<env>/<model>/<method>/seed_<k>/`` and reported into ``results/<study>/`` (curves, tables,
+sample efficiency, IQM / probability of improvement, diagnostics: ``python -m experiments.report``).
+``--control`` adds one ``no-update`` run per seed: the warm start played on that seed's goal draws with every
+optimizer step at lr 0, so the report can read each method's training rollouts against the unchanged policy on the
+same goals (with 2 goals per iteration, which goals are drawn moves success more than a few RL steps do).
+A study's ``variants`` add methods that are an estimator with other overrides, in their own method folder (the
+learning study's ``grpo-shuffle``: GRPO with ``trainer.shuffle_minibatches=true``).
+
+Parts: the command can be stopped at any time (Ctrl-C, or ``--max-hours H`` to stop launching runs after H
+hours) and run again: finished runs are skipped, interrupted ones resume from their last checkpoint, the warm
+start is cached. The report is written once every run has finished (``--report-only`` writes it from whatever
+is there). ``results/<study>/study.json`` records the plan, the warm start and each run's measured wall-clock
+and CPU seconds.
+
+The warm start comes from ``python -m experiments.warmstart --env <env>`` (``trainer/warmstart.py``, cached
+under ``$BIPACE_CACHE/warmstart/``); ``--init-from DIR`` uses a model folder of your own instead, and
+``--no-warmstart`` starts RL from the preset's ``model.path`` as it is (a random tiny model learns nothing:
+for pipeline checks only).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.runs import CONTROL_METHOD
+from envs.paths import portable_path, portable_text
+from lab import sweep as sweep_mod
+
+__all__ = ["Study", "STUDIES", "main", "warmstart_overrides", "find_warmstart", "warmstart_command",
+           "missing_warmstart_message"]
+
+PROG = "python -m experiments.study"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Study:
+    """One named study: which preset, methods and seeds, where it writes, how long it takes here. Declared in
+    ``configs/studies/<name>.yaml`` (``load_study``)."""
+
+    name: str
+    title: str
+    preset: str
+    out: str
+    estimators: list[str]
+    seeds: list[int]
+    warmstart_env: str | None
+    """env name given to ``python -m experiments.warmstart --env``; None = no warm start (file: ``warmstart.env``)."""
+    jobs: int = 2
+    """runs at a time (2 on the 2-core machine, each run on one core)."""
+    overrides: list[str] = field(default_factory=list)
+    """config overrides of every run of the study (on top of the preset)."""
+    minutes_per_run: float | None = None
+    """measured CPU minutes of one run on the 2-core machine (the up-front estimate; see README)."""
+    baseline: str = "gigpo"
+    description: str = ""
+    control: bool = False
+    """also run the no-update control per seed (as ``--control``)."""
+    reference: str | None = None
+    """a committed study folder whose runs this study's report sets beside the user's own (same method and
+    seed), when ``out`` is another folder: the demo writes to the git-ignored ``runs/demo`` and compares with
+    ``results/demo``."""
+    variants: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    """extra methods of every seed: ``{name: (estimator, overrides)}``, each run as ``variant=<name>`` (its own
+    method folder and report row), e.g. an estimator with one trainer switch changed."""
+    warmstart_args: list[str] = field(default_factory=list)
+    """options of ``python -m experiments.warmstart`` for this study's warm start ([] = its defaults, the best
+    measured TextCraft setting: results/warmstart/README.md row 15); ``--warmstart-args`` replaces them. A study
+    file writes them as settings (``warmstart: {env: textcraft, epochs: 20}``)."""
+
+
+#: the no-update control (``--control``): per seed, one run whose optimizer steps are zero (AdamW with lr 0 leaves
+#: every weight as it is, weight decay included), so it plays the warm start on exactly the goal draws and evaluation
+#: tasks that every method of that seed sees; its training-rollout success is the line RL is read against
+CONTROL_OVERRIDES = ("trainer.lr=0", f"variant={CONTROL_METHOD}")
+
+#: where the named studies are declared, one YAML file per study (the file name is the study's name)
+STUDIES_DIR = REPO / "configs" / "studies"
+
+
+class StudyFileError(ValueError):
+    """A study file that cannot be read: the message names the file, the key and the fix."""
+
+
+def _warmstart_args(settings: dict, where: str) -> list[str]:
+    """``python -m experiments.warmstart`` options of a study's ``warmstart`` mapping (its ``env`` aside), in the
+    file's order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
+    from trainer.warmstart import WarmStartConfig
+
+    names = {f.name for f in dataclasses.fields(WarmStartConfig)}
+    out: list[str] = []
+    for k, v in settings.items():
+        if k == "env":
+            continue
+        if k not in names:
+            raise StudyFileError(f"{where}: warmstart.{k} is not a warm-start setting; valid: {sorted(names)} "
+                                 "(`python -m experiments.warmstart --help`)")
+        text = json.dumps(v) if isinstance(v, (dict, list)) else ("true" if v is True else "false" if v is False
+                                                                   else str(v))
+        out += ["--" + k.replace("_", "-"), text]
+    return out
+
+
+def load_study(path: Path) -> Study:
+    """The ``Study`` declared in one YAML file (``configs/studies/<name>.yaml``); ``StudyFileError`` naming the
+    file and the key for anything it cannot use."""
+    import yaml
+
+    where = portable_text(str(path))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise StudyFileError(f"{where}: cannot read the study file ({e})") from e
+    if not isinstance(data, dict):
+        raise StudyFileError(f"{where}: a study file is a mapping of Study fields (title, preset, out, ...)")
+    data = dict(data)
+    ws = data.pop("warmstart", None)
+    if ws is not None and (not isinstance(ws, dict) or not isinstance(ws.get("env"), str)):
+        raise StudyFileError(f"{where}: warmstart must be null or a mapping with env (textcraft | alfworld | webshop) "
+                             "and warm-start settings, e.g. {env: textcraft, epochs: 20}")
+    variants = data.pop("variants", None) or {}
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) and "estimator" in v for v in variants.values()):
+        raise StudyFileError(f"{where}: variants must map a name to {{estimator: <name>, overrides: [key=value, ...]}}")
+    known = {f.name for f in dataclasses.fields(Study)} - {"name", "warmstart_env", "warmstart_args", "variants"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise StudyFileError(f"{where}: unknown key(s) {unknown}; a study file holds {sorted(known | {'warmstart', 'variants'})}")
+    missing = sorted({"title", "preset", "out", "estimators", "seeds"} - set(data))
+    if missing:
+        raise StudyFileError(f"{where}: missing key(s) {missing}")
+    try:
+        return Study(name=path.stem, warmstart_env=ws["env"] if ws else None,
+                     warmstart_args=_warmstart_args(ws, where) if ws else [],
+                     variants={k: (str(v["estimator"]), [str(o) for o in v.get("overrides") or []])
+                               for k, v in variants.items()},
+                     **{k: (list(v) if k in ("estimators", "seeds", "overrides") else v) for k, v in data.items()})
+    except TypeError as e:
+        raise StudyFileError(f"{where}: {e}") from e
+
+
+def load_studies(folder: Path = STUDIES_DIR) -> dict[str, Study]:
+    """Every study file of ``folder``, by name (sorted)."""
+    return {p.stem: load_study(p) for p in sorted(Path(folder).glob("*.yaml"))}
+
+
+STUDIES: dict[str, Study] = load_studies()
+
+
+# ------------------------------------------------------------------------------------------------ warm start
+def _is_model_folder(p: Path) -> bool:
+    return (p / "config.json").is_file() and any(p.glob("*.safetensors"))
+
+
+def _config_for(env: str, extra: list[str]):
+    """The ``WarmStartConfig`` that ``python -m experiments.warmstart --env <env> <extra>`` builds, or None."""
+    try:
+        from trainer.warmstart import cli_parser, config_from_args
+
+        return config_from_args(cli_parser().parse_args(["--env", env, *extra]))
+    except (ImportError, ValueError, TypeError, SystemExit):
+        return None
+
+
+def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] | None = None) -> Path | None:
+    """The final model folder of the default warm start of ``env``, or None.
+
+    Looked up, in order: a model folder printed on the last lines of ``experiments.warmstart``'s output; the
+    cache entry of ``python -m experiments.warmstart --env <env> <extra>`` (the study's settings; ``extra=[]``: the
+    defaults); only when ``extra`` is None, the newest finished entry ``$BIPACE_CACHE/warmstart/<env>-*/final`` (with
+    its ``DONE`` marker).
+    """
+    for line in reversed(printed or []):
+        for tok in reversed(line.strip().split()):
+            p = Path(tok.strip("'\"`,;:()"))
+            if p.is_absolute() and _is_model_folder(p):
+                return p
+    try:
+        from trainer.warmstart import cache_folder
+
+        cfg = _config_for(env, list(extra or []))
+        folder = cache_folder(cfg) if cfg is not None else None
+        if folder is not None and (folder / "DONE").is_file() and _is_model_folder(folder / "final"):
+            return folder / "final"
+        if extra is not None:  # the study's own setting is not built yet: another setting's entry would mislead
+            return None
+    except (ImportError, ValueError, TypeError):
+        pass
+    from envs.paths import cache_dir
+
+    root = cache_dir("warmstart", create=False)
+    done = sorted((p for p in root.glob(f"{env}-*") if (p / "DONE").is_file() and _is_model_folder(p / "final")),
+                  key=lambda p: (p / "DONE").stat().st_mtime)
+    return done[-1] / "final" if done else None
+
+
+WARMSTART_MODULE = "experiments.warmstart"
+"""The warm-start command line (``python -m experiments.warmstart --env <env>``); it wraps ``trainer.warmstart``."""
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def warmstart_command(env: str, extra: list[str] = ()) -> list[str] | None:
+    """The command that builds (or finds cached) the warm start of ``env`` in this checkout, or None.
+
+    ``python -m experiments.warmstart --env <env> [extra]`` when that module exists; else, when only the library
+    ``trainer.warmstart`` exists, a ``python -c`` call of ``warm_start(WarmStartConfig(env=<env>))`` (its default
+    settings; ``extra`` is then refused, it belongs to the command line); else None.
+    """
+    if _has_module(WARMSTART_MODULE):
+        return [sys.executable, "-m", WARMSTART_MODULE, "--env", env, *extra]
+    if _has_module("trainer.warmstart"):
+        if extra:
+            raise RuntimeError(f"--warmstart-args {shlex.join(extra)!r} are options of `python -m {WARMSTART_MODULE}`, "
+                               "which this checkout does not have (only trainer/warmstart.py): drop them, or pass "
+                               "--init-from <model folder>")
+        code = ("import sys; from trainer.warmstart import WarmStartConfig, warm_start; "
+                "print('[warmstart] final model folder:', warm_start(WarmStartConfig(env=sys.argv[1])), flush=True)")
+        return [sys.executable, "-c", code, env]
+    return None
+
+
+def missing_warmstart_message(env: str) -> str:
+    """What to do when this checkout cannot make the warm start (the command that makes it, the alternatives)."""
+    return (f"the SFT warm start of {env} is not cached and this checkout cannot build it: "
+            f"`python -m {WARMSTART_MODULE} --env {env}` makes it (it comes with trainer/warmstart.py, branch `sft`; "
+            f"`git merge main` once it has landed). Until then pass --init-from <model folder> (a warm-started "
+            "Hugging Face folder, handed to the runs as sft.init_from) or --no-warmstart (RL from the preset's "
+            "model as it is: a random tiny model learns nothing, pipeline checks only)")
+
+
+def _drop_repeated_cache_hit(log_path: Path, start: int) -> None:
+    """Undo the bytes a warm-start call appended to ``log_path`` from offset ``start`` when they are a cache-hit
+    report already in the log (a study called again finds the same cached model): the log keeps the build and one
+    report per distinct cache entry instead of a copy per call (the call's own timing is ignored)."""
+    data = log_path.read_bytes()
+    new, before = (re.sub(rb"this call [0-9.]+ s", b"", part) for part in (data[start:], data[:start]))
+    if new.startswith(b"[warmstart] cache hit") and new in before:
+        with log_path.open("r+b") as log:
+            log.truncate(start)
+
+
+def _portable_log(log_path: Path, start: int) -> None:
+    """Rewrite the bytes appended from offset ``start`` with portable paths (``envs.paths.portable_text``): study
+    folders are committed, and a log must not name this machine's folders."""
+    data = log_path.read_bytes()
+    new = portable_text(data[start:].decode("utf-8", "replace")).encode()
+    if new != data[start:]:
+        with log_path.open("r+b") as log:
+            log.seek(start)
+            log.write(new)
+            log.truncate()
+
+
+def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
+    """Run (or find cached) the warm start of ``env`` (``warmstart_command``); its output goes to the terminal and
+    ``log_path``. Returns the final model folder; raises ``RuntimeError`` with the fix when it cannot."""
+    cmd = warmstart_command(env, extra)
+    if cmd is None:
+        raise RuntimeError(missing_warmstart_message(env))
+    shown = shlex.join(["python", *cmd[1:]]) if cmd[1] == "-m" else f"trainer.warmstart.warm_start(env={env!r})"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[study] warm start: {shown} (cached after the first run)", flush=True)
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc, \
+            log_path.open("ab") as log:
+        start = log.tell()
+        buf = b""
+        for chunk in iter(lambda: proc.stdout.read1(4096), b""):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+            log.write(chunk)
+            buf = (buf + chunk)[-8192:]
+        rc = proc.wait()
+    _portable_log(log_path, start)
+    _drop_repeated_cache_hit(log_path, start)
+    tail = buf.decode("utf-8", "replace").replace("\r", "\n").splitlines()[-20:]
+    if rc != 0:
+        raise RuntimeError(f"`{shown}` failed with exit status {rc}: see {log_path} (its last lines are above)")
+    folder = find_warmstart(env, tail)
+    if folder is None:
+        raise RuntimeError(f"`{shown}` finished but no warm-start model folder was found (looked in its output "
+                           f"and under $BIPACE_CACHE/warmstart/{env}-*/final); pass --init-from <folder>")
+    return folder
+
+
+def warmstart_overrides(folder: Path, preset_model_path: str, preset_history: int | None = None) -> list[str]:
+    """Overrides that start RL from a warm-started folder with the settings it was trained under.
+
+    ``sft.enabled=true sft.init_from=<folder>``; ``env.kwargs.<k>=<v>`` for the env options the warm start used
+    (``final/warmstart.json``: TextCraft's ``show_inventory``, which changes what the model sees), except
+    ``max_steps``: the RL horizon is the preset's ``env.max_steps``; ``rollout.history_length`` when the warm
+    start was trained on prompts with another number of past turns (``settings.history_length``), so RL prompts
+    look like the ones it learned on; and, when the folder is a tiny Qwen2 whose shape differs from the preset's
+    ``tiny:`` spec, a ``model.path`` spec of its shape, so that run folders are named after the model that is
+    really trained.
+    """
+    folder = Path(folder)
+    ov = ["sft.enabled=true", f"sft.init_from={portable_path(folder)}"]
+    info = {}
+    for cand in (folder / "warmstart.json", folder.parent / "final" / "warmstart.json"):
+        if cand.is_file():
+            info = json.loads(cand.read_text())
+            break
+    for k, v in sorted((info.get("env_kwargs") or {}).items()):
+        if k != "max_steps":
+            ov.append(f"env.kwargs.{k}={json.dumps(v)}")
+    hist = (info.get("settings") or {}).get("history_length")
+    if isinstance(hist, int) and not isinstance(hist, bool) and hist != preset_history:
+        ov.append(f"rollout.history_length={hist}")
+    if preset_model_path.startswith("tiny:") and (folder / "config.json").is_file():
+        from trainer.models import parse_tiny_spec
+
+        c = json.loads((folder / "config.json").read_text())
+        want = {"layers": c.get("num_hidden_layers"), "hidden": c.get("hidden_size"),
+                "heads": c.get("num_attention_heads")}
+        have = parse_tiny_spec(preset_model_path)
+        if any(v is not None and getattr(have, k) != v for k, v in want.items()):
+            ov.append("model.path=tiny:" + ",".join(f"{k}={v}" for k, v in want.items() if v is not None))
+    return ov
+
+
+# ------------------------------------------------------------------------------------------------ records
+def _load_timings(runs_root: Path) -> dict[str, dict]:
+    """Per run label: attempts, summed wall and CPU seconds (from ``sweep.jsonl``)."""
+    out: dict[str, dict] = {}
+    p = runs_root / "sweep.jsonl"
+    if not p.exists():
+        return out
+    for line in p.read_text().splitlines():
+        try:
+            t = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        d = out.setdefault(t["run"], {"attempts": 0, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_mb": 0.0})
+        d["attempts"] += 1
+        d["wall_s"] = round(d["wall_s"] + (t.get("wall_s") or 0.0), 1)
+        d["cpu_s"] = round(d["cpu_s"] + (t.get("cpu_s") or 0.0), 1)
+        d["max_rss_mb"] = max(d["max_rss_mb"], t.get("max_rss_mb") or 0.0)
+        d["last_exit"] = t.get("exit")
+    return out
+
+
+def _estimate(study: Study, specs, timings: dict[str, dict], jobs: int) -> str:
+    """Up-front time estimate spread over ``jobs`` cores of an otherwise idle machine: the iterations left times
+    the CPU time per iteration measured on this study's earlier runs (``sweep.jsonl`` over the iterations their
+    folders have saved, so a lengthened study is estimated too), else the study's figure per run."""
+    todo = [s for s in specs if s.status != "finished"]
+    if not todo:
+        return "nothing left to run"
+    lanes = min(jobs, len(todo), os.cpu_count() or 1)
+    where = f"on an idle {os.cpu_count()}-core machine with {lanes} at a time (more while others use the cores)"
+    by_label = {s.label: s for s in specs}
+    cpu_s = done_its = 0.0
+    for label, t in timings.items():
+        s = by_label.get(label)
+        if s is not None and t.get("last_exit") == 0 and s.iterations_done > 0:
+            cpu_s, done_its = cpu_s + t["cpu_s"], done_its + s.iterations_done
+    left = sum(max(0, s.iterations - s.iterations_done) for s in todo)
+    if done_its:
+        per_it = cpu_s / 60 / done_its
+        return (f"{len(todo)} runs to do, {left} iterations left at ~{per_it:.2f} CPU min each (measured): "
+                f"~{per_it * left / max(1, lanes):.0f} min {where}")
+    if study.minutes_per_run is None:
+        return f"{len(todo)} runs to do (no measured time per run yet)"
+    return (f"{len(todo)} runs to do, ~{study.minutes_per_run:.1f} CPU min each: "
+            f"~{study.minutes_per_run * len(todo) / max(1, lanes):.0f} min {where}")
+
+
+def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict, argv: list[str] | None = None) -> Path:
+    """``<out>/study.json``: this call's plan and timings, merged with the runs an earlier call on the same folder
+    recorded (a study run in parts, e.g. ``--estimators hgpo,rloo`` later, keeps one record of every run)."""
+    p = out / "study.json"
+    old: dict = {}
+    if p.is_file():
+        try:
+            old = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = {}
+    if old.get("study") != study.name:
+        old = {}
+    timings = _load_timings(runs_root)
+    runs = {k: {**v, **timings.get(k, {})} for k, v in (old.get("runs") or {}).items()}
+    runs.update({s.label: {"status": s.status, "run_dir": portable_path(Path(s.run_dir).resolve()),
+                           **timings.get(s.label, {})} for s in specs})
+    commands = list(old.get("commands") or ([old["command"]] if old.get("command") else []))
+    # the call's own arguments (``experiments.demo`` calls ``main(["demo", ...])``: sys.argv lacks the study name)
+    command = portable_text(shlex.join(["python", "-m", "experiments.study", *(sys.argv[1:] if argv is None else argv)]))
+    rec = {
+        "study": study.name, "title": study.title, "preset": study.preset,
+        "estimators": sorted({s.estimator for s in specs} | set(old.get("estimators") or [])),
+        "seeds": sorted({s.seed for s in specs} | set(old.get("seeds") or [])),
+        "command": command, "commands": commands + ([command] if command not in commands else []),
+        "host": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+        "runs": runs,
+        **extra,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    tmp.replace(p)
+    return p
+
+
+def add_reference_section(out: Path, reference: Path) -> str | None:
+    """Append to ``<out>/summary.md`` a table of this study's runs beside the committed ones under ``reference``
+    (``analysis.report.reference_table``); returns the table, or None when there is nothing to compare with."""
+    from analysis.report import reference_table
+    from analysis.runs import find_runs
+
+    if Path(out).resolve() == Path(reference).resolve() or not (reference / "runs").is_dir():
+        return None
+    table = reference_table(find_runs(out / "runs"), find_runs(reference / "runs"))
+    if not table:
+        return None
+    summary = out / "summary.md"
+    text = summary.read_text() if summary.is_file() else ""
+    section = (f"## Your runs beside the committed reference (`{portable_path(reference.resolve())}`)\n\n"
+               "Cells: yours / the reference's, success rate in %. Training success is the mean over the iterations "
+               "both runs have. With the same seed on a CPU the runs are deterministic: `no` in the last column "
+               "means another machine's floating-point arithmetic, another warm start or changed code (see "
+               f"`{portable_path(reference.resolve())}/README.md`).\n\n{table}\n")
+    summary.write_text(text.rstrip("\n") + "\n\n" + section)
+    print(f"[study] your runs beside the reference ({reference}):\n{table}", flush=True)
+    return table
+
+
+# ------------------------------------------------------------------------------------------------ command line
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Studies: " + ", ".join(f"{k} ({v.description})" for k, v in STUDIES.items()))
+    ap.add_argument("study", nargs="?", choices=sorted(STUDIES), help="which study")
+    ap.add_argument("--list", action="store_true", help="list the studies and exit")
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds or a range (default: the study's)")
+    ap.add_argument("--estimators", default=None, help="comma-separated registry keys (default: the study's)")
+    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the study's, 2 on CPU)")
+    ap.add_argument("--out", default=None, help="study folder (default: the study's, e.g. results/cpu-study)")
+    ap.add_argument("--init-from", default=None, help="start RL from this model folder instead of the warm start")
+    ap.add_argument("--no-warmstart", action="store_true", help="start RL from the preset's model as it is")
+    ap.add_argument("--warmstart-args", default=None,
+                    help="options of `experiments.warmstart` (one string) instead of the study's own; '' = the "
+                         "warm start's defaults")
+    ap.add_argument("--max-hours", type=float, default=None,
+                    help="start no new run after this many hours; rerun the same command to go on")
+    ap.add_argument("--control", action="store_true",
+                    help=f"also run, per seed, the {CONTROL_METHOD!r} control: the warm start played on the same goals "
+                         "with every update at lr 0 (the report then reads each method against it)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and the commands, run nothing")
+    ap.add_argument("--report-only", action="store_true", help="only (re)write the report from the runs done")
+    ap.add_argument("--no-report", action="store_true", help="run, but do not write the report")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides of every run")
+    return ap
+
+
+def list_studies() -> str:
+    lines = []
+    for s in STUDIES.values():
+        lines.append(f"{s.name:13s} {s.title}\n{'':13s} preset {s.preset}; {len(s.estimators)} estimators "
+                     f"({','.join(s.estimators)}) x seeds {s.seeds}; out {s.out}; {s.description}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_intermixed_args(argv)
+    if args.list:
+        print(list_studies())
+        return 0
+    if not args.study:
+        ap.error("name a study (or --list)")
+    study = STUDIES[args.study]
+    os.chdir(REPO)  # presets and results are repo-relative
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    out = Path(args.out or study.out)
+    runs_root = out / "runs"
+    jobs = args.jobs or study.jobs
+    try:
+        seeds = sweep_mod._seeds(args.seeds) if args.seeds else list(study.seeds)
+        estimators = sweep_mod._csv(args.estimators) or list(study.estimators)
+        if jobs < 1:
+            raise sweep_mod.SweepError(f"--jobs {jobs} must be >= 1")
+    except sweep_mod.SweepError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    t_start = time.time()
+
+    # 1. the warm start (cached), unless a folder is given or none is wanted
+    from trainer.config import load_config
+
+    preset_cfg = load_config(study.preset)
+    preset_model = preset_cfg.model.path
+    ws_folder: Path | None = None
+    ws_note = "none (the preset's model as it is)"
+    if args.init_from:
+        ws_folder = Path(args.init_from).expanduser().resolve()
+        ws_note = f"given: {ws_folder}"
+    elif study.warmstart_env and not args.no_warmstart:
+        ws_extra = (shlex.split(args.warmstart_args) if args.warmstart_args is not None
+                    else list(study.warmstart_args))
+        try:
+            have_cmd = warmstart_command(study.warmstart_env) is not None
+        except RuntimeError:
+            have_cmd = True
+        # with the command: exactly the study's setting (built if missing); without it: whatever is cached
+        cached = find_warmstart(study.warmstart_env, extra=ws_extra if have_cmd else None)
+        if args.dry_run or args.report_only:
+            ws_folder = cached
+            ws_note = (f"cached: {cached}" if cached else "not cached yet (the first run builds it once)" if have_cmd
+                       else missing_warmstart_message(study.warmstart_env))
+        elif cached is not None and not have_cmd:
+            ws_folder, ws_note = cached, f"cached: {cached}"
+        else:
+            if not have_cmd:
+                print(f"{PROG}: error: {missing_warmstart_message(study.warmstart_env)}", file=sys.stderr)
+                return 1
+            if cached is None:
+                print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
+                      "once (~24 minutes on one core, measured on 2026-12-01), then the runs start. "
+                      "Later runs reuse it.", flush=True)
+            try:
+                ws_folder = run_warmstart(study.warmstart_env, ws_extra, out / "warmstart.log")
+            except RuntimeError as e:
+                print(f"{PROG}: error: {e}", file=sys.stderr)
+                return 1
+            ws_note = f"{'cached' if cached else 'built'}: {ws_folder}"
+    ws_ov = (warmstart_overrides(ws_folder, preset_model, preset_cfg.rollout.history_length)
+             if ws_folder is not None else [])
+    if ws_folder is None and study.warmstart_env and not args.no_warmstart and (args.dry_run or args.report_only):
+        ws_ov = ["sft.enabled=true", "sft.init_from=<warm start folder>"]
+    if args.no_warmstart and ws_folder is None and preset_cfg.sft.enabled:
+        ws_ov = ["sft.enabled=false"]  # the preset expects a warm start; RL starts from model.path's weights instead
+
+    # 2. the runs
+    overrides = [*study.overrides, *ws_ov, *args.overrides]
+    try:
+        specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
+        for name, (est, extra) in study.variants.items():
+            specs += sweep_mod.expand([study.preset], [est], seeds, (), [*overrides, *extra, f"variant={name}"],
+                                      runs_root)
+        if args.control or study.control:  # the estimator only labels the control's rows: no step changes the weights
+            specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
+                                      runs_root)
+        if args.control or study.control or study.variants:
+            # seed by seed, each seed's control beside its methods: a study stopped part-way has whole seeds to read
+            specs.sort(key=lambda sp: sp.seed)
+        specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs
+    except sweep_mod.SweepError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    timings = _load_timings(runs_root)
+    print(f"[study] {study.title}\n[study] warm start: {ws_note}\n[study] {len(specs)} runs under {runs_root}: "
+          f"{_estimate(study, specs, timings, jobs)}", flush=True)
+    if args.dry_run:
+        sweep_mod.print_plan(specs, [sys.executable, "-m"], out=sys.stdout)
+        return 0
+    summary = None
+    if not args.report_only:
+        deadline = t_start + args.max_hours * 3600 if args.max_hours else None
+        summary = sweep_mod.run_sweep(specs, launcher=[sys.executable, "-m"], jobs=jobs, runs_root=runs_root,
+                                      tee=False, progress=True, deadline=deadline)
+        rc = sweep_mod.report_summary(summary, f"{PROG} {study.name}")
+        specs = sweep_mod.plan(specs)
+        write_record(study, out, runs_root, specs, {"warmstart": portable_path(ws_folder) if ws_folder else None,
+                                                    "wall_s_this_call": round(time.time() - t_start, 1)}, argv)
+        if rc != 0 or any(s.status != "finished" for s in specs):
+            print(f"[study] not every run has finished: rerun `{PROG} {study.name}` to go on (the report is written "
+                  "when all are done; --report-only writes it now)", file=sys.stderr)
+            return rc or 1
+    if args.no_report:
+        return 0
+
+    # 3. the report
+    from analysis import report
+
+    rargs = ["--runs", str(runs_root), "--out", str(out), "--title", study.title, "--baseline", study.baseline]
+    print(f"[study] report: python -m experiments.report {shlex.join(rargs)}", flush=True)
+    rc = report.main(rargs)
+    extra = {"warmstart": portable_path(ws_folder) if ws_folder else None}
+    if not args.report_only:
+        extra["wall_s_this_call"] = round(time.time() - t_start, 1)
+    write_record(study, out, runs_root, specs, extra, argv)
+    if rc == 0 and study.reference:
+        add_reference_section(out, Path(study.reference))
+    if rc == 0:
+        print(f"[study] done in {(time.time() - t_start) / 60:.1f} min: {out / 'summary.md'}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
