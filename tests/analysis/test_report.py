@@ -86,9 +86,9 @@ def test_report_files_and_numbers(runs_root, tmp_path):
     assert "**50.0 ± 0.0**" in summary and "30.0 ± 10.0" in summary
     # P(bipace_q > gigpo): depth2 pairs (0.8,0.6,0.7) vs (0.4,0.6,0.5): 3 + 2.5 + 3 = 8.5 of 9; depth3: 1
     assert f"{(8.5 / 9 + 1) / 2:.2f} [" in summary
-    # IQM of bipace_q over {0.8, 0.6, 0.7, 0.5, 0.5, 0.5}:
-    # sorted: .5 .5 .5 .6 .7 .8 ; [1.5, 4.5): weights .5,1,1,.5 on .5,.5,.6,.7 -> (0.25+0.5+0.6+0.35)/3
-    assert f"{100 * (0.25 + 0.5 + 0.6 + 0.35) / 3:.1f} [" in summary
+    # IQM of bipace_q over {0.8, 0.6, 0.7, 0.5, 0.5, 0.5} (rliable's: floor(6 / 4) = 1 cut from each end):
+    # sorted: .5 .5 .5 .6 .7 .8 -> mean of .5 .5 .6 .7
+    assert f"{100 * (0.5 + 0.5 + 0.6 + 0.7) / 4:.1f} [" in summary
     # sample efficiency on depth2 (seed means at iterations 0, 5, 9): bipace 0.35 at 5 -> reaches 0.3 at 5;
     # gigpo 0.25 at 5, 0.5 at 9 -> 9; speed-up 9 / 5
     assert "| bipace_q | 5 (1.80×) |" in summary
