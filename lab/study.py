@@ -24,8 +24,8 @@ start is cached. The report is written once every run has finished (``--report-o
 is there). ``results/<study>/study.json`` records the plan, the warm start and each run's measured wall-clock
 and CPU seconds.
 
-The warm start comes from ``python -m experiments.warmstart --env <env>`` (``trainer/warmstart.py``, cached
-under ``$BIPACE_CACHE/warmstart/``); ``--init-from DIR`` uses a model folder of your own instead, and
+The warm start comes from ``python -m experiments.warmstart --env <env> <the preset's sft.warmstart as options>``
+(``trainer/warmstart.py``, cached under ``$BIPACE_CACHE/warmstart/``); ``--init-from DIR`` uses a model folder of your own instead, and
 ``--no-warmstart`` starts RL from the preset's ``model.path`` as it is (a random tiny model learns nothing:
 for pipeline checks only).
 """
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -66,8 +67,6 @@ class Study:
     out: str
     estimators: list[str]
     seeds: list[int]
-    warmstart_env: str | None
-    """env name given to ``python -m experiments.warmstart --env``; None = no warm start (file: ``warmstart.env``)."""
     jobs: int = 2
     """runs at a time (2 on the 2-core machine, each run on one core)."""
     overrides: list[str] = field(default_factory=list)
@@ -85,10 +84,29 @@ class Study:
     variants: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     """extra methods of every seed: ``{name: (estimator, overrides)}``, each run as ``variant=<name>`` (its own
     method folder and report row), e.g. an estimator with one trainer switch changed."""
-    warmstart_args: list[str] = field(default_factory=list)
-    """options of ``python -m experiments.warmstart`` for this study's warm start ([] = its defaults, the best
-    measured TextCraft setting: results/warmstart/README.md row 15); ``--warmstart-args`` replaces them. A study
-    file writes them as settings (``warmstart: {env: textcraft, epochs: 20}``)."""
+
+    @functools.cached_property
+    def _warmstart(self) -> tuple[str | None, list[str]]:
+        from trainer.config import load_config
+        from trainer.warmstart_config import env_short_name
+
+        cfg = load_config(REPO / self.preset, self.overrides)
+        if not cfg.sft.enabled:
+            return None, []
+        return env_short_name(cfg.env.id), _warmstart_args(cfg.sft.warmstart, self.preset)
+
+    @property
+    def warmstart_env(self) -> str | None:
+        """env name given to ``python -m experiments.warmstart --env``: the preset's env when it starts from a warm
+        start (``sft.enabled``), else None."""
+        return self._warmstart[0]
+
+    @property
+    def warmstart_args(self) -> list[str]:
+        """options of ``python -m experiments.warmstart`` for this study's warm start: the preset's ``sft.warmstart``
+        (with the study's overrides) as options, [] = its defaults (the best measured TextCraft setting:
+        results/warmstart/README.md row 15); ``--warmstart-args`` replaces them."""
+        return self._warmstart[1]
 
 
 #: the no-update control (``--control``): per seed, one run whose optimizer steps are zero (AdamW with lr 0 leaves
@@ -105,8 +123,8 @@ class StudyFileError(ValueError):
 
 
 def _warmstart_args(settings: dict, where: str) -> list[str]:
-    """``python -m experiments.warmstart`` options of a study's ``warmstart`` mapping (its ``env`` aside), in the
-    file's order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
+    """``python -m experiments.warmstart`` options of a preset's ``sft.warmstart`` mapping (``env`` aside), in its
+    order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
     from trainer.warmstart import WarmStartConfig
 
     names = {f.name for f in dataclasses.fields(WarmStartConfig)}
@@ -115,7 +133,7 @@ def _warmstart_args(settings: dict, where: str) -> list[str]:
         if k == "env":
             continue
         if k not in names:
-            raise StudyFileError(f"{where}: warmstart.{k} is not a warm-start setting; valid: {sorted(names)} "
+            raise StudyFileError(f"{where}: sft.warmstart.{k} is not a warm-start setting; valid: {sorted(names)} "
                                  "(`python -m experiments.warmstart --help`)")
         text = json.dumps(v) if isinstance(v, (dict, list)) else ("true" if v is True else "false" if v is False
                                                                    else str(v))
@@ -136,23 +154,20 @@ def load_study(path: Path) -> Study:
     if not isinstance(data, dict):
         raise StudyFileError(f"{where}: a study file is a mapping of Study fields (title, preset, out, ...)")
     data = dict(data)
-    ws = data.pop("warmstart", None)
-    if ws is not None and (not isinstance(ws, dict) or not isinstance(ws.get("env"), str)):
-        raise StudyFileError(f"{where}: warmstart must be null or a mapping with env (textcraft | alfworld | webshop) "
-                             "and warm-start settings, e.g. {env: textcraft, epochs: 20}")
     variants = data.pop("variants", None) or {}
     if not isinstance(variants, dict) or not all(isinstance(v, dict) and "estimator" in v for v in variants.values()):
         raise StudyFileError(f"{where}: variants must map a name to {{estimator: <name>, overrides: [key=value, ...]}}")
-    known = {f.name for f in dataclasses.fields(Study)} - {"name", "warmstart_env", "warmstart_args", "variants"}
+    known = {f.name for f in dataclasses.fields(Study)} - {"name", "variants"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise StudyFileError(f"{where}: unknown key(s) {unknown}; a study file holds {sorted(known | {'warmstart', 'variants'})}")
+        hint = (" (the warm start's settings are the preset's sft.warmstart section; a study changes them with "
+                "overrides such as sft.warmstart.epochs=20)" if "warmstart" in unknown else "")
+        raise StudyFileError(f"{where}: unknown key(s) {unknown}; a study file holds {sorted(known | {'variants'})}{hint}")
     missing = sorted({"title", "preset", "out", "estimators", "seeds"} - set(data))
     if missing:
         raise StudyFileError(f"{where}: missing key(s) {missing}")
     try:
-        return Study(name=path.stem, warmstart_env=ws["env"] if ws else None,
-                     warmstart_args=_warmstart_args(ws, where) if ws else [],
+        return Study(name=path.stem,
                      variants={k: (str(v["estimator"]), [str(o) for o in v.get("overrides") or []])
                                for k, v in variants.items()},
                      **{k: (list(v) if k in ("estimators", "seeds", "overrides") else v) for k, v in data.items()})

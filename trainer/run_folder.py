@@ -17,7 +17,7 @@ Layout (read by ``analysis.runs``; docs/conventions.md, "Run folders")::
 ``error``). A new invocation on a folder whose status is ``finished`` with every iteration done does nothing;
 anything else resumes from the newest usable checkpoint (``trainer.resume``). The config of a resumed run must
 equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (the folder's location, logging, the length
-of the run, checkpoint frequency, worker count):
+of the run, checkpoint frequency, worker count, the warm start's settings, whose folder `sft.init_from` is compared):
 changing anything else would mix two experiments in one folder.
 """
 from __future__ import annotations
@@ -41,8 +41,9 @@ from .config import REMOVED_KEYS, ConfigError, RunConfig, config_to_dict, save_c
 __all__ = ["RunFolder", "RunStatus", "RESUMABLE_CHANGES", "git_commit", "config_differences"]
 
 #: config keys (dotted prefixes) that may differ between the saved config and a resuming invocation [choice]
+#: ``sft.warmstart`` describes how ``sft.init_from`` was made; the folder it names (compared) is what a run starts from
 RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.resume", "trainer.save_every",
-                     "trainer.keep_last", "env.num_workers")
+                     "trainer.keep_last", "env.num_workers", "sft.warmstart", "sft.warmstart.")
 
 
 @dataclass

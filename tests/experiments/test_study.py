@@ -314,20 +314,23 @@ def test_the_estimate_counts_the_iterations_left_at_the_measured_rate(monkeypatc
 
 
 def test_study_files_are_checked(tmp_path):
-    """configs/studies/<name>.yaml: the warm-start settings become the command's options in the file's order; an
-    unknown key, an unknown warm-start setting or a missing field fails naming the file and the key."""
+    """configs/studies/<name>.yaml: the warm start is the preset's sft.warmstart section, turned into the warm-start
+    command's options in its order (the study's overrides apply); an unknown key or a missing field fails naming the
+    file and the key."""
     ok = tmp_path / "mine.yaml"
-    ok.write_text("title: t\npreset: configs/cpu/textcraft_tiny.yaml\nout: results/mine\nestimators: [grpo]\n"
-                  "seeds: [0]\nwarmstart: {env: textcraft, epochs: 20, eval_sampled: false, dagger_rounds: 0}\n"
+    ok.write_text("title: t\npreset: configs/cpu/textcraft_tiny_sft.yaml\nout: results/mine\nestimators: [grpo]\n"
+                  "seeds: [0]\noverrides: [sft.warmstart.eval_sampled=false]\n"
                   "variants:\n  g2: {estimator: grpo, overrides: [trainer.lr=1e-5]}\n")
     s = study.load_study(ok)
     assert s.name == "mine" and s.warmstart_env == "textcraft"
-    assert s.warmstart_args == ["--epochs", "20", "--eval-sampled", "false", "--dagger-rounds", "0"]
+    assert s.warmstart_args == ["--epochs", "20", "--train-budget-s", "1500", "--dagger-rounds", "0",
+                                "--eval-sampled", "false"]
     assert s.variants == {"g2": ("grpo", ["trainer.lr=1e-5"])}
-    cases = {"seedz: [0]\n": "unknown key(s) ['seedz']", "warmstart: {env: textcraft, epoch: 3}\n": "warmstart.epoch",
-             "warmstart: {epochs: 3}\n": "warmstart must be null or a mapping with env"}
+    smoke = study.STUDIES["smoke"]  # its preset starts from the random model (sft.enabled false)
+    assert smoke.warmstart_env is None and smoke.warmstart_args == []
     base = "title: t\npreset: p.yaml\nout: o\nestimators: [grpo]\nseeds: [0]\n"
-    for extra, msg in cases.items():
+    for extra, msg in {"seedz: [0]\n": "unknown key(s) ['seedz']",
+                       "warmstart: {env: textcraft, epochs: 3}\n": "the preset's sft.warmstart section"}.items():
         bad = tmp_path / "bad.yaml"
         bad.write_text(base + extra)
         with pytest.raises(study.StudyFileError, match=re.escape(msg)) as e:

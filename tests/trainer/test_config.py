@@ -209,3 +209,28 @@ def test_removed_sft_keys_load_and_resume(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match="unknown config key 'sft.episode'"):
         load_config(None, ["sft.episode=3"])
+
+
+def test_sft_warmstart_section():
+    """``sft.warmstart`` holds the warm start's settings: checked against WarmStartConfig (unknown key, bad value),
+    turned into the cache entry the committed studies ran from, and no obstacle to resuming a folder whose saved
+    config predates the section (the folder it names, ``sft.init_from``, is compared)."""
+    from trainer.config import config_to_dict, load_config
+    from trainer.run_folder import config_differences
+    from trainer.warmstart import cache_key
+
+    cfg = load_config("configs/cpu/textcraft_tiny_sft.yaml")
+    assert cfg.sft.warmstart == {"epochs": 20, "train_budget_s": 1500, "dagger_rounds": 0}
+    assert cache_key(cfg.warmstart_config()) == "fd697b49a966"  # results/cpu-study's warm start (row 13)
+    assert cache_key(load_config("configs/cpu/textcraft_demo.yaml").warmstart_config()) == "ee351835b46a"
+    with pytest.raises(ConfigError, match=r"sft.warmstart.epoch is not a warm-start setting; did you mean 'epochs'"):
+        load_config(None, ["sft.warmstart.epoch=3"])
+    with pytest.raises(ConfigError, match=r"sft.warmstart: WarmStartConfig.epochs=-3 must be a positive number"):
+        load_config(None, ["sft.warmstart.epochs=-3"])
+    with pytest.raises(ConfigError, match="sft.warmstart.env is not a warm-start setting"):
+        load_config(None, ["sft.warmstart.env=alfworld"])  # the run's env is the warm start's
+    saved = config_to_dict(cfg)
+    del saved["sft"]["warmstart"]
+    assert config_differences(saved, config_to_dict(cfg)) == []
+    moved = config_to_dict(load_config("configs/cpu/textcraft_tiny_sft.yaml", ["sft.init_from=/elsewhere"]))
+    assert config_differences(saved, moved) == ["sft.init_from: None -> '/elsewhere'"]

@@ -398,8 +398,8 @@ class EvalConfig:
 
 @dataclass
 class SFTConfig:
-    """Where RL starts: a behaviour-cloning warm start built by ``python -m experiments.warmstart`` (its settings
-    are ``trainer.warmstart.WarmStartConfig``; ``experiments.study`` finds or builds it and fills ``init_from``)."""
+    """Where RL starts: a behaviour-cloning warm start built by ``python -m experiments.warmstart``, declared here
+    (``warmstart``: its settings); ``experiments.study`` finds or builds that cache entry and fills ``init_from``."""
 
     enabled: bool = False
     """RL starts from an SFT warm start (``init_from``, which must then be set; ``experiments.study`` sets it from
@@ -407,10 +407,24 @@ class SFTConfig:
     init_from: str | None = None
     """Start RL (actor and KL reference) from this warm-started model folder instead of ``model.path``'s weights;
     run folders and reports keep ``model.path``'s name. null = ``model.path`` [choice]."""
+    warmstart: dict[str, Any] = field(default_factory=dict)
+    """Settings of the warm start this preset starts from: ``WarmStartConfig`` fields (``python -m experiments.warmstart
+    --help``) other than ``env`` (the run's), e.g. ``{epochs: 20, dagger_rounds: 0}``; {} = its defaults, the best
+    measured TextCraft setting. Read by ``experiments.study`` (``RunConfig.warmstart_config()``) [choice]."""
 
     def validate(self) -> None:
         if self.init_from is not None and not str(self.init_from).strip():
             _fail("sft.init_from='' names no folder: give the warm start's model folder or null")
+        if not isinstance(self.warmstart, dict):
+            _fail(f"sft.warmstart={self.warmstart!r} must be a mapping of warm-start settings, e.g. {{epochs: 20}}")
+        from ..warmstart_config import SECTION_EXCLUDED, WarmStartConfig
+
+        names = {f.name for f in fields(WarmStartConfig)} - set(SECTION_EXCLUDED)
+        for k in self.warmstart:
+            if k not in names:
+                close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
+                _fail(f"sft.warmstart.{k} is not a warm-start setting" + (f"; did you mean {close[0]!r}?" if close else
+                      "") + f" (valid: {sorted(names)})")
 
 
 @dataclass
@@ -459,6 +473,11 @@ class RunConfig:
             self.estimator.validate()
         except ValueError as e:
             raise ConfigError(f"estimator: {e}") from e
+        if self.sft.warmstart:
+            try:
+                self.warmstart_config()
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"sft.warmstart: {e}") from e
         if self.device == "cpu" and self.rollout.engine == "vllm":
             import importlib.util
 
@@ -478,6 +497,12 @@ class RunConfig:
     def env_name(self) -> str:
         """Short environment name of paths and metric keys: ``TextCraft-v0`` -> ``textcraft``."""
         return self.env.id.split("-v")[0].lower()
+
+    def warmstart_config(self):
+        """The ``WarmStartConfig`` of this run's warm start: ``sft.warmstart`` on the run's environment."""
+        from ..warmstart_config import WarmStartConfig, env_short_name
+
+        return WarmStartConfig(env=env_short_name(self.env.id), **self.sft.warmstart)
 
     @property
     def run_name(self) -> str:
