@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from common.tables import emit_table
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "benchmarks"
 
@@ -178,11 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         table,
         "",
     ])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(md)
-    print(md)
-    print(f"wrote {out}")
+    emit_table(md, args.out, announce=True)
     return 0
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from agents.engines.base import Generation, RolloutEngine
+from common.tables import emit_table
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "benchmarks"
@@ -385,12 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                       "batch adds no parallelism to amortise (it only pads more: prompts are left-padded to the "
                       "longest). Environment steps and prompt building are below 1% of the rollout's time."]
     lines.append("")
-    md = "\n".join(lines)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(md)
-    print(md)
-    print(f"wrote {out}")
+    emit_table("\n".join(lines), args.out, announce=True)
     return 0
 
 

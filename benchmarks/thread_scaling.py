@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from common.tables import emit_table
+
 _WORKER = r"""
 import json, os, sys, time
 import torch
@@ -100,10 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "'busy' = one other process spinning on one core. Time relative to the first row.", "",
         "| setting | other process | torch threads | wall s / step | CPU s / step | vs 2 threads idle |",
         "|---|---|---|---|---|---|", *rows, ""])
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit_table(text, args.out)
     return 0
 
 

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from common.tables import emit_table
 from envs.paths import portable_path
 
 
@@ -92,11 +93,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{time.perf_counter() - t0:.0f} s. Overall {res.success:.3f}.",
              "", "| task | goal | wins |", "|---|---|---|"]
     lines += [f"| {k} | {names[k]} | {sum(wins[k])}/{len(wins[k])} |" for k in tasks]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit_table("\n".join(lines) + "\n", args.out)
     return 0
 
 

@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.tables import emit_table
+
 #: Qwen2.5-1.5B-Instruct's shape (its config.json)
 QWEN25_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                   num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
@@ -268,11 +270,7 @@ def table(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     res = run(args)
-    text = table(res)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit_table(table(res), args.out)
     return 0
 
 
