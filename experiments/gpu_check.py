@@ -15,8 +15,9 @@ What runs, in order, each phase timed (wall seconds after ``torch.cuda.synchroni
 3. **old log-probs + hidden**: ``trainer.actor.actor_forward`` over the rows with the hidden state captured at the
    paper's layer (-12), no gradient; **reference log-probs**: the same without the hidden state.
 4. **estimators**: every registered estimator on those CUDA tensors (``estimators.compute_advantages``), then on a
-   CPU copy of the same batch: the max |difference| of the advantages is reported; plus BiPACE_Q on a paper-size
-   synthetic batch (16 groups x 8 trajectories x up to 50 steps, hidden 1536).
+   CPU copy of the same batch (each timed after one warm-up call): the max |difference| of the advantages is
+   reported; plus BiPACE_Q on a paper-size synthetic batch (16 groups x 8 trajectories x up to 50 steps, hidden
+   1536).
 5. **update**: one PPO step (``trainer.loss.ppo_loss`` with the KL and entropy terms) through plain torch AdamW
    over micro-batches, gradient clipping at 1.0. DeepSpeed is not on the device image; ``experiments.train``
    runs the same loss through its DeepSpeed engine. The weights and AdamW states are bf16 here (a timing check, not
@@ -179,8 +180,12 @@ def run(args) -> dict:
     with ph.phase("estimators (all, on this device)"):
         for name in sorted(ESTIMATORS):
             ecfg = EstimatorConfig(name=name, epsilon=0.05)
+            on_dev = step_batch.to(dev)
+            compute_advantages(on_dev, ecfg, diagnostics=False)  # warm-up (CUDA kernels load on first use)
+            if dev == "cuda":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
-            r_dev = compute_advantages(step_batch.to(dev), ecfg, diagnostics=False)
+            r_dev = compute_advantages(on_dev, ecfg, diagnostics=False)
             if dev == "cuda":
                 torch.cuda.synchronize()
             t_dev = time.perf_counter() - t0
