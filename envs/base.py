@@ -98,16 +98,22 @@ def clean_action(action: Any) -> str | None:
     return " ".join(action.split())
 
 
+def fold_text(text: str) -> str:
+    """``text`` in ``TEXT_CHARSET`` as observations show it: accents dropped ("crème brûlée" -> "creme brulee"), other
+    characters outside the set as "?" (no length bound). An env that lets an agent name what a page shows compares
+    the folded forms, so both the raw and the folded spelling work."""
+    if _OUTSIDE_CHARSET.search(text) is None:
+        return text
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ")
+    folded = unicodedata.normalize("NFKD", text)
+    return "".join(c if c in TEXT_CHARSET else ("" if unicodedata.combining(c) else "?") for c in folded)
+
+
 def clean_observation(text: Any) -> str:
     """Map any text into ``TEXT_CHARSET`` and ``MAX_OBS_CHARS`` (see module docstring)."""
     if not isinstance(text, str):
         text = "" if text is None else str(text)
-    if _OUTSIDE_CHARSET.search(text) is not None:
-        text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ")
-        folded = unicodedata.normalize("NFKD", text)
-        text = "".join(
-            c if c in TEXT_CHARSET else ("" if unicodedata.combining(c) else "?") for c in folded
-        )
+    text = fold_text(text)
     if len(text) > MAX_OBS_CHARS:
         marker = _OBS_CUT_MARKER.format(MAX_OBS_CHARS)
         text = text[: MAX_OBS_CHARS - len(marker)] + marker

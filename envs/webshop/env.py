@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from ..base import SUCCESS_REWARD, TextEnv
+from ..base import SUCCESS_REWARD, TextEnv, fold_text
 from .config import WebShopConfig, build_config
 from .data import Catalogue, Goal, Product, load_catalogue
 from .reward import option_value_matches, score_purchase
@@ -136,7 +136,11 @@ class WebShopEnv(TextEnv):
             self._page, self._page_num, self._n_searches = "results", 1, self._n_searches + 1
             self._item, self._options = None, {}
             return self._page_text(), 0.0, False, self._info()
-        target = self._clickables().get(arg.lower())
+        clickables = self._clickables()
+        target = clickables.get(arg.lower())
+        if target is None:  # the page shows non-ASCII names folded ("creme brulee"): accept that form too
+            folded = fold_text(arg.lower())
+            target = next((v for k, v in clickables.items() if fold_text(k) == folded), None)
         if target is None:
             return self._noop(f"{_show(arg.lower())} is not a clickable element of this page")
         kind = target[0]

@@ -260,3 +260,26 @@ def test_generate_command_and_cache(tmp_path, monkeypatch, capsys):
     cat = load_catalogue(WebShopConfig(generated_num_products=100, generated_seed=4, share_catalogue=False))
     assert str(folder) in cat.source and len(cat.products) == 100
     assert np.all(np.isfinite(cat.prices))
+
+
+def test_clicks_accept_the_folded_form_the_page_shows(tmp_path):
+    """An option named "Crème Brûlée" is shown as "creme brulee" (observations are folded to ASCII); clicking the
+    shown form and the raw form both select it (issue 21: only the raw form, which the page never shows, worked)."""
+    products = [dict(PRODUCTS[0], asin="B000000009", name="Acme Coffee Syrup", query="coffee syrup",
+                     customization_options={"Flavor": [{"value": "Crème Brûlée", "image": None},
+                                                       {"value": "Vanilla", "image": None}]})]
+    (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(products, ensure_ascii=False), encoding="utf-8")
+    (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(
+        {"B000000009": {"attributes": ["coffee"], "instruction": "i need a coffee syrup",
+                        "instruction_attributes": ["coffee"]}}), encoding="utf-8")
+    env = make_env(tmp_path, num_test_goals=1)
+    for spelling in ("creme brulee", "crème brûlée", "CREME Brulee"):
+        env.reset(options={"split": "test", "task_index": 0})
+        obs, *_ = env.step("search[coffee syrup]")
+        obs, _r, _t, _tr, info = env.step("click[b000000009]")
+        assert "creme brulee" in obs and "crème" not in obs  # option values are lower-cased, then folded
+        obs, _r, _t, _tr, info = env.step(f"click[{spelling}]")
+        assert "Invalid action" not in obs, spelling
+        assert info["state_key"][2] == (("flavor", "crème brûlée"),), spelling
+    obs, *_ = env.step("click[creme brule]")  # a near miss is still invalid
+    assert "Invalid action" in obs
