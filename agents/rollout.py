@@ -199,7 +199,7 @@ class RolloutTrace:
 
 
 class TurnHook:
-    """A per-turn hook of the acting loop (``play``, ``evaluate``, ``collect``): called once per turn after the
+    """A per-turn hook of the acting loop (``play``): called once per turn after the
     responses are projected and before the live envs are stepped. ``episodes[j]`` (an ``Episode``: transcript,
     latest info, task) is about to take ``actions[j]`` (``valids[j]``); the hook may label those states (DAgger asks
     the expert through ``pool.call([slot], "expert_response", info, style)``) and may replace entries of
@@ -224,7 +224,6 @@ class Episode:
     task : envs.pool.Task;  family : the task's family (``info["task_family"]``)
     transcript : what the agent has seen so far (``agents.prompts.Transcript``); info : the latest env info
     rows : indices of this episode's step rows in the loop's columns (turn-major); valids : per step
-    actions : per step, the action sent to the env (``NOOP_ACTION`` for an invalid response)
     won / score / live : outcome (``info["won"]``, ``info["raw_score"]``), still running
     """
 
@@ -237,7 +236,6 @@ class Episode:
     info: dict
     rows: list[int] = field(default_factory=list)
     valids: list[bool] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
     won: bool = False
     score: float | None = None
     live: bool = True
@@ -363,7 +361,6 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             cols["prompt_cut"].append(cut[j])
             e.rows.append(len(cols["slot"]) - 1)
             e.valids.append(valid)
-            e.actions.append(action)
             e.won = e.won or bool(info.get("won", False))
             if info.get("raw_score") is not None:
                 e.score = float(info["raw_score"])
@@ -554,8 +551,7 @@ def play(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingCon
 
 def evaluate(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingConfig,
              prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
-             episodes_per_task: int = 1, max_turns: int | None = None, hook: TurnHook | None = None,
-             on_chunk: Callable[[list[Episode]], None] | None = None) -> tuple[dict[str, float], RolloutBatch]:
+             episodes_per_task: int = 1, max_turns: int | None = None) -> tuple[dict[str, float], RolloutBatch]:
     """Play a fixed task list (e.g. ``envs.pool.eval_tasks``) with ``play`` and score it; tasks may come from
     several splits.
 
@@ -578,7 +574,7 @@ def evaluate(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: Samplin
     t_start = time.perf_counter()
     batch, all_eps = play(pool, engine, tokenizer, tasks, sampling=sampling, prompt_config=prompt_config, seed=seed,
                           max_prompt_tokens=max_prompt_tokens, env_name=env_name,
-                          episodes_per_task=episodes_per_task, max_turns=max_turns, hook=hook, on_chunk=on_chunk)
+                          episodes_per_task=episodes_per_task, max_turns=max_turns)
     metrics: dict[str, float] = {}
     splits = list(dict.fromkeys(t.split for t in tasks))
     graded = env == "webshop" or any(e.score is not None for e in all_eps)

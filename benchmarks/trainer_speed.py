@@ -32,13 +32,12 @@ import sys
 import time
 from pathlib import Path
 
+from agents.models.shapes import QWEN25_15B, random_qwen2
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "benchmarks"
 
-# Qwen2.5-1.5B(-Instruct) architecture (its config.json); weights are random here.
-QWEN25_15B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                  num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1_000_000.0)
+# Qwen2.5-1.5B(-Instruct) architecture (agents.models.shapes); weights are random here.
 TINY = dict(vocab_size=2048, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False)
 
@@ -52,17 +51,13 @@ def smollm2_dir() -> Path:
 # --------------------------------------------------------------------------------------------------- one cell
 def build_model(name: str, device: str):
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     if name == "smollm2":
         return AutoModelForCausalLM.from_pretrained(smollm2_dir(), dtype=torch.float32)
-    arch = {"tiny": TINY, "qwen2.5-1.5b": QWEN25_15B}[name]
-    cfg = Qwen2Config(**arch)
     torch.manual_seed(0)
-    if device == "cuda":  # random init of 1.5B parameters is quick on the GPU, slow on the host
-        with torch.device("cuda"):
-            return Qwen2ForCausalLM(cfg).to(torch.bfloat16)
-    return Qwen2ForCausalLM(cfg)
+    return random_qwen2({"tiny": TINY, "qwen2.5-1.5b": QWEN25_15B}[name], device,
+                        torch.bfloat16 if device == "cuda" else torch.float32)
 
 
 def make_rows(p: int, g: int, s: int, prompt: int, response: int, vocab: int, seed: int = 0):

@@ -20,16 +20,17 @@ from typing import Any
 
 from common.dataclass_docs import field_docs
 
-__all__ = ["add_dataclass_arguments", "dataclass_from_args", "parse_bool"]
+__all__ = ["add_dataclass_arguments", "dataclass_from_args", "parse_bool", "TRUE_WORDS", "FALSE_WORDS"]
 
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+#: the spellings of a boolean on a command line or in a ``key=value`` override (the run config reads them too)
+TRUE_WORDS, FALSE_WORDS = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
 
 
 def parse_bool(text: str) -> bool:
     t = str(text).strip().lower()
-    if t in _TRUE:
+    if t in TRUE_WORDS:
         return True
-    if t in _FALSE:
+    if t in FALSE_WORDS:
         return False
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean: use true or false")
 

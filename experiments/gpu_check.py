@@ -41,12 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from agents.models.shapes import QWEN25_15B, random_qwen2
 from common.tables import emit_table
 
-#: Qwen2.5-1.5B-Instruct's shape (its config.json)
-QWEN25_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                  num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True)
 #: the ``--quick`` shape: the same code path in seconds on a CPU
 QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
              vocab_size=4096, max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6,
@@ -104,7 +101,6 @@ def _tokenizer(tmp: Path):
 def run(args) -> dict:
     """The check; returns ``{"phases": [...], "estimators": [...], "machine": str, "params": int, ...}``."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
@@ -133,11 +129,8 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tok = _tokenizer(Path(tmp))
     with ph.phase("build model (random weights)"):
-        shape = dict(QUICK if q else QWEN25_15B)
-        cfg = Qwen2Config(**shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                          pad_token_id=tok.pad_token_id, torch_dtype=dtype, attn_implementation="sdpa")
-        with torch.device(dev):  # initialised where it runs (1.5B fp32 on a CPU first would take minutes)
-            model = Qwen2ForCausalLM(cfg).to(dtype=dtype)
+        model = random_qwen2(QUICK if q else QWEN25_15B, dev, dtype, bos_token_id=tok.bos_token_id,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, attn_implementation="sdpa")
         model.eval()
     out["params"] = sum(p.numel() for p in model.parameters())
     out["shape"] = "Qwen2.5-1.5B" if not q else "quick (2 layers, hidden 64)"

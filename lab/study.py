@@ -25,9 +25,9 @@ is there). ``results/<study>/study.json`` records the plan, the warm start and e
 and CPU seconds.
 
 The warm start comes from ``python -m experiments.warmstart --env <env> <the preset's sft.warmstart as options>``
-(``trainer/warmstart.py``, cached under ``$BIPACE_CACHE/warmstart/``); ``--init-from DIR`` uses a model folder of your own instead, and
-``--no-warmstart`` starts RL from the preset's ``model.path`` as it is (a random tiny model learns nothing:
-for pipeline checks only).
+(``trainer/warmstart.py``, cached under ``$BIPACE_CACHE/warmstart/``); ``--init-from DIR`` uses a model folder of
+your own instead, and ``--no-warmstart`` starts RL from the preset's ``model.path`` as it is (a random tiny model
+learns nothing: for pipeline checks only).
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class Study:
         cfg = load_config(REPO / self.preset, self.overrides)
         if not cfg.sft.enabled:
             return None, []
-        return env_short_name(cfg.env.id), _warmstart_args(cfg.sft.warmstart, self.preset)
+        return env_short_name(cfg.env.id), _warmstart_args(cfg.sft.warmstart)
 
     @property
     def warmstart_env(self) -> str | None:
@@ -122,19 +122,11 @@ class StudyFileError(ValueError):
     """A study file that cannot be read: the message names the file, the key and the fix."""
 
 
-def _warmstart_args(settings: dict, where: str) -> list[str]:
-    """``python -m experiments.warmstart`` options of a preset's ``sft.warmstart`` mapping (``env`` aside), in its
-    order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
-    from trainer.warmstart import WarmStartConfig
-
-    names = {f.name for f in dataclasses.fields(WarmStartConfig)}
+def _warmstart_args(settings: dict) -> list[str]:
+    """``python -m experiments.warmstart`` options of a preset's ``sft.warmstart`` mapping (already checked by the
+    run config), in its order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
     out: list[str] = []
     for k, v in settings.items():
-        if k == "env":
-            continue
-        if k not in names:
-            raise StudyFileError(f"{where}: sft.warmstart.{k} is not a warm-start setting; valid: {sorted(names)} "
-                                 "(`python -m experiments.warmstart --help`)")
         text = json.dumps(v) if isinstance(v, (dict, list)) else ("true" if v is True else "false" if v is False
                                                                    else str(v))
         out += ["--" + k.replace("_", "-"), text]

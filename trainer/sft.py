@@ -637,7 +637,7 @@ class PlayResult:
         }
 
 
-#: the sampling-seed and history conventions ``play`` accepts (``seeds``): "rollout" = the acting loop's own
+#: the sampling-seed and history conventions ``play`` accepts (``conventions``): "rollout" = the acting loop's own
 #: (``agents.rollout.sample_seed``, the history shows ``INVALID_ACTION_TEXT`` after an invalid step; evaluation always
 #: uses these); "episode" = ``episode_seed(seed, task.seed, turn)`` and an empty history entry, the conventions the
 #: warm start's DAgger rounds were built with (its cached models and every result built on one depend on them)
@@ -723,8 +723,12 @@ def play(model, tokenizer, env_id: str, tasks: Sequence, *, env_kwargs: dict | N
         bar.close()
         if was_training:
             model.train()
-    episodes = [EpisodeResult(e.task.task_id, e.family, e.won, len(e.rows), sum(not v for v in e.valids),
-                              list(e.actions)) for e in eps]
+    episodes, k = [], 0  # batch rows are sorted by (task, copy, step), the episodes' order
+    for e in eps:
+        n = len(e.rows)
+        episodes.append(EpisodeResult(e.task.task_id, e.family, e.won, n, sum(not v for v in e.valids),
+                                      list(batch.action[k:k + n])))
+        k += n
     gen_tokens = sum(int(r.numel()) for r in batch.response_ids)
     return PlayResult(episodes, hook.rows if hook is not None else [], gen_tokens, time.perf_counter() - t0,
                       batch)

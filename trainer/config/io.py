@@ -12,11 +12,11 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from common.dataclass_cli import FALSE_WORDS, TRUE_WORDS
+
 from .sections import ConfigError, RunConfig, _fail, config_to_dict
 
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
 
 
 def _type_name(tp) -> str:
@@ -60,8 +60,8 @@ def _coerce(value, tp, key: str):
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
+        if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+            return value.strip().lower() in TRUE_WORDS
         if isinstance(value, int) and value in (0, 1):
             return bool(value)
         _fail(f"{key}={value!r} is not a bool: use true or false")
