@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Command: `" + " ".join(["python -m experiments.eval_webshop_expert", *(argv or [])]) + "`",
         f"Catalogue: {portable_text(str(env.catalogue.source))} ({len(env.catalogue.products)} products, {env.catalogue.num_goals} "
-        f"synthetic goals); split `{args.split}`, {len(tasks)} tasks; noun extractor `{env.nouns.planned_backend()}`; "
+        f"synthetic goals); split `{args.split}`, {len(tasks)} tasks; noun extractor `{env.nouns.planned_backend()}`; reward mode `{env.config.reward.mode}`; "
         f"horizon {env.max_steps}.",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}.",
         "Not comparable to published WebShop numbers: the generated catalogue is template text.",

@@ -9,13 +9,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RewardConfig", "WebShopConfig", "OPTION_TEXT_FALLBACKS", "GOAL_MODES", "SEARCH_FIELDS",
+__all__ = ["RewardConfig", "WebShopConfig", "OPTION_TEXT_FALLBACKS", "REWARD_MODES", "CORRECTIONS", "GOAL_MODES", "SEARCH_FIELDS",
            "build_config", "PRICE_GRID"]
 
 #: price bounds are drawn from this grid: $10, $20, ..., $990 [WebShop]
 PRICE_GRID: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
 
 OPTION_TEXT_FALLBACKS = ("missing_group", "always", "never")
+#: ``RewardConfig.mode``: the public code's rules, quirks included, or this repo's corrections of them
+REWARD_MODES = ("original", "corrected")
 GOAL_MODES = ("synthetic", "human")
 SEARCH_FIELDS = ("title", "bullets", "description", "attributes", "options")
 
@@ -28,6 +30,11 @@ class RewardConfig:
     term that is off leaves both the numerator and the denominator; ``use_type=False`` sets r_type = 1.
     """
 
+    mode: str = "original"
+    """"original": the public code's rules (web_agent_site/engine/goal.py with thefuzz 0.19), quirks included, so
+    scores compare with published WebShop numbers [WebShop]; "corrected": this repo's corrections (sizes match
+    exactly, values are compared with values, accents and case are handled, an option may match the product text).
+    envs/webshop/README.md lists each correction and how many scores it changes."""
     use_type: bool = True
     """multiply by r_type (1, 0.5, 0.1 or 0 from query, category and title-noun matches) [WebShop]"""
     use_attributes: bool = True
@@ -39,14 +46,27 @@ class RewardConfig:
     attribute_threshold: int = 85
     """an attribute matches a product attribute when the token-set ratio exceeds this (0..100) [WebShop]"""
     option_threshold: int = 85
-    """a non-size option matches a chosen value when the token-set ratio of colour-normalised values exceeds this"""
-    exact_size_options: bool = True
-    """options whose group name contains "size" must equal a chosen value exactly (case-insensitive) [issue 4;
-    the public code fuzzes every option, which lets "x-large" match "xx-large"]"""
-    option_text_fallback: str = "missing_group"
+    """an option matches a chosen value when the token-set ratio of colour-normalised values exceeds this [WebShop]"""
+    # The corrections of the original's rules, one switch each; None: the mode's (original: off, corrected: on).
+    exact_size_options: bool | None = None
+    """options whose group name contains "size" must equal a chosen value exactly (case-insensitive); the original
+    fuzzes every option, so "large" satisfies "x-large" and "1 fl oz" satisfies "1.7 fl oz" [issue 4]"""
+    compare_values: bool | None = None
+    """compare chosen values with the goal's values; the original compares them with its ``(group, value)`` pairs
+    (``goal_options.items()``), whose group words then join the comparison"""
+    option_text_fallback: str | None = None
     """when a goal option is not matched by a chosen value, may it match as a substring of the title, bullets or
-    description? "always" (the issue's literal reading), "missing_group" (only when the product has no option
-    group of that name, so a wrong choice in an existing group is never rescued by text) [choice], "never"."""
+    description? "always", "missing_group" (only when the product has no option group of that name, so a wrong
+    choice in an existing group is never rescued by text; corrected), "never" (the original: no such rule)"""
+    keep_accents: bool | None = None
+    """token-set ratios on text processed as thefuzz does but with accented letters kept and "_" a separator
+    (rapidfuzz); the original's thefuzz 0.19 drops every non-ASCII character first ("crème brûlée" -> "crme brle")"""
+    lowercase_attributes: bool | None = None
+    """lower-case the goal attribute before looking for it in the (lower-cased) title, bullets and description; the
+    original does not, so an attribute with a capital letter is never found there"""
+    lowercase_options: bool | None = None
+    """lower-case option values before the colour normalisation; the original does not, so "Dark Grey" keeps its
+    words (and fuzzes to "grey") while "dark grey" becomes "dark", its first colour word"""
     noun_extractor: str = "auto"
     """title nouns for r_type: "spacy" (an English spaCy pipeline), "heuristic" (documented fallback) or "auto"
     (spaCy when installed) [WebShop uses spaCy]"""
@@ -54,7 +74,10 @@ class RewardConfig:
     def __post_init__(self):
         from .text import NOUN_MODES
 
-        if self.option_text_fallback not in OPTION_TEXT_FALLBACKS:
+        if self.mode not in REWARD_MODES:
+            raise ValueError(f"reward.mode={self.mode!r}: use one of {REWARD_MODES} (original = the public WebShop "
+                             "code's scores, corrected = this repo's corrections; envs/webshop/README.md)")
+        if self.option_text_fallback is not None and self.option_text_fallback not in OPTION_TEXT_FALLBACKS:
             raise ValueError(f"reward.option_text_fallback={self.option_text_fallback!r}: use one of "
                              f"{OPTION_TEXT_FALLBACKS}")
         if self.noun_extractor not in NOUN_MODES:
@@ -63,6 +86,31 @@ class RewardConfig:
             value = getattr(self, name)
             if not 0 <= value <= 100:
                 raise ValueError(f"reward.{name}={value} must lie in 0..100 (a fuzzy ratio)")
+
+    def correction(self, name: str) -> bool:
+        """Whether correction ``name`` (one of ``CORRECTIONS``) applies: its switch, or the mode's when None."""
+        if name not in CORRECTIONS:
+            raise KeyError(f"unknown WebShop reward correction {name!r}; known: {CORRECTIONS}")
+        if name == "option_text_fallback":
+            return self.text_fallback != "never"
+        value = getattr(self, name)
+        return self.mode == "corrected" if value is None else bool(value)
+
+    @property
+    def exact_sizes(self) -> bool:
+        return self.correction("exact_size_options")
+
+    @property
+    def text_fallback(self) -> str:
+        """``option_text_fallback`` with None resolved by the mode."""
+        if self.option_text_fallback is not None:
+            return self.option_text_fallback
+        return "missing_group" if self.mode == "corrected" else "never"
+
+
+#: the switches of ``RewardConfig`` that correct the original's rules (``reward.mode=corrected`` turns all on)
+CORRECTIONS = ("exact_size_options", "compare_values", "option_text_fallback", "keep_accents",
+               "lowercase_attributes", "lowercase_options")
 
 
 @dataclass
@@ -106,6 +154,10 @@ class WebShopConfig:
     show_selected_options: bool = False
     """append "You have clicked <value>." for chosen options on the item page (the original's rich text mode
     does this; its simple text mode, the default, does not show choices) [WebShop]"""
+    show_reviews: bool = False
+    """show each product's rating and reviews (from reviews_file; the generated catalogue has them). Off: every item
+    page says "Rating: N.A." and the Reviews page is empty, as in the original, whose review code is commented out
+    [WebShop]"""
     share_catalogue: bool = True
     """share the loaded catalogue and search index between environments of one process [choice]"""
     reward: RewardConfig = field(default_factory=RewardConfig)

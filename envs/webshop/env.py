@@ -271,7 +271,7 @@ class WebShopEnv(TextEnv):
                 for group, values in p.options.items():
                     parts.append(group)
                     parts.extend(values)
-                parts += [p.title, f"Price: {p.price_tag}", f"Rating: {p.rating}", "Description", "Features",
+                parts += [p.title, f"Price: {p.price_tag}", f"Rating: {p.rating if self.config.show_reviews else 'N.A.'}", "Description", "Features",
                           "Reviews", "Buy Now"]
                 if self.config.show_selected_options:
                     parts += [f"You have clicked {v}." for v in self._options.values()]
@@ -280,7 +280,7 @@ class WebShopEnv(TextEnv):
             elif page == "features":
                 parts.extend(p.bullets)
             elif page == "reviews":
-                for title, score, body in p.reviews:
+                for title, score, body in (p.reviews if self.config.show_reviews else ()):
                     parts += [f'"{title}"', score, body]
         return SEP.join(x.strip() for x in parts if x and x.strip())
 

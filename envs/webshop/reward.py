@@ -4,13 +4,20 @@
 
 * ``n_att``: goal attributes g with a product attribute p where ``token_set_ratio(p, g) > 85``, or g a
   substring of the lower-cased title, bullet points or description.
-* ``n_opt``: goal options matched by a chosen option value: exactly (case-insensitive) for size groups,
-  by ``token_set_ratio(normalize_color(p), normalize_color(g)) > 85`` otherwise; failing that, the value as a
-  substring of the same text fields (``RewardConfig.option_text_fallback`` says when).
+* ``n_opt``: goal options matched by a chosen option value, by ``token_set_ratio(normalize_color(p),
+  normalize_color(g)) > 85``.
 * ``r_type``: starts at 1; 0.5 unless the queries are equal, or ≥ 2 category levels ("A › B › C") are shared,
   or the title score exceeds 0.2; 0.1 if the title score is below 0.1; 0 if it is 0. Title score = share of
   the goal title's nouns (with repeats) that appear among the purchased title's nouns (0.2 when the goal
   title has none).
+
+``RewardConfig.mode`` [issue 21]: ``"original"`` (default) scores as the public code does, with thefuzz 0.19:
+a synthetic goal's options are ``(group, value)`` pairs compared by their ``str``, so the group's words join the
+comparison and sizes are fuzzy ("large" satisfies "x-large"); non-ASCII characters are dropped before the ratio;
+the goal attribute is not lower-cased before the substring test; values are not lower-cased before the colour
+normalisation; an option never matches the product text. ``"corrected"``: sizes must match exactly, values are
+compared with values, lower-cased, accents kept (rapidfuzz), and an option a product does not let you choose
+may match its text (``option_text_fallback``).
 
 Switching a term off (``RewardConfig.use_*``) removes it from numerator and denominator; r_type off = 1.
 The episode reward (10 iff the score is exactly 1.0) is the environment's business, not this module's.
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 
 from .config import RewardConfig
 from .data import Goal, Product
-from .text import NounExtractor, fuzzy_token_set, normalize_color
+from .text import NounExtractor, fuzzy_token_set, normalize_color, original_token_set
 
 __all__ = ["ScoreBreakdown", "score_purchase", "type_reward", "attribute_matches", "option_matches",
            "option_value_matches"]
@@ -67,17 +74,27 @@ def _text_fields(product: Product) -> tuple[str, str, str]:
     return product.title.lower(), " ".join(product.bullets).lower(), product.description.lower()
 
 
-def attribute_matches(product: Product, goal_attributes, threshold: int = 85) -> int:
-    """How many goal attributes the product has (fuzzy against its list, else a text substring)."""
+def _ratio(a, b, cfg: RewardConfig) -> int:
+    """The token-set ratio the config's rules use: rapidfuzz keeping accents, or the original's thefuzz 0.19."""
+    if not cfg.correction("keep_accents"):
+        return original_token_set(a, b)
+    return fuzzy_token_set(a if isinstance(a, str) else str(a), b if isinstance(b, str) else str(b))
+
+
+def attribute_matches(product: Product, goal_attributes, threshold: int = 85, cfg: RewardConfig | None = None) -> int:
+    """How many goal attributes the product has (fuzzy against its list, else a substring of its text), by the rules
+    of ``cfg`` (default: ``RewardConfig()``, the original's)."""
+    cfg = cfg or RewardConfig()
+    lower = cfg.correction("lowercase_attributes")
     fields = None
     n = 0
     for g in goal_attributes:
-        if any(fuzzy_token_set(p, g) > threshold for p in product.attributes):
+        if any(_ratio(p, g, cfg) > threshold for p in product.attributes):
             n += 1
             continue
         if fields is None:
             fields = _text_fields(product)
-        gl = g.lower()
+        gl = g.lower() if lower else g
         if any(gl in f for f in fields):
             n += 1
     return n
@@ -88,11 +105,19 @@ def _is_size(name: str | None) -> bool:
 
 
 def option_value_matches(goal_name: str | None, goal_value: str, chosen_value: str, cfg: RewardConfig) -> bool:
-    """Does one chosen value satisfy one goal option (without the text fallback)?"""
-    if cfg.exact_size_options and _is_size(goal_name):
+    """Does one chosen value satisfy one goal option (without the text fallback)?
+
+    The original (every correction off) compares ``normalize_color(chosen)`` with ``normalize_color(goal)`` by
+    thefuzz 0.19's token-set ratio, where a synthetic goal's option is its ``(group, value)`` pair (a tuple, scored
+    by its ``str``: the group's words join the comparison, and any value whose words are a subset matches, e.g.
+    "large" for "size x-large"), and neither side is lower-cased before the colour normalisation."""
+    if cfg.exact_sizes and _is_size(goal_name):
         return " ".join(chosen_value.lower().split()) == " ".join(goal_value.lower().split())
-    return fuzzy_token_set(normalize_color(chosen_value.lower()),
-                           normalize_color(goal_value.lower())) > cfg.option_threshold
+    goal = goal_value if goal_name is None or cfg.correction("compare_values") else (goal_name, goal_value)
+    if cfg.correction("lowercase_options"):
+        chosen_value = chosen_value.lower()
+        goal = goal.lower() if isinstance(goal, str) else (goal[0], goal[1].lower())
+    return _ratio(normalize_color(chosen_value), normalize_color(goal), cfg) > cfg.option_threshold
 
 
 def _offers_choice(product: Product, g_name: str | None, g_value: str, cfg: RewardConfig) -> bool:
@@ -110,7 +135,7 @@ def option_matches(product: Product, chosen: dict[str, str], goal_options, cfg: 
         if any(option_value_matches(g_name, g_value, v, cfg) for v in values):
             n += 1
             continue
-        fallback = cfg.option_text_fallback
+        fallback = cfg.text_fallback
         if fallback == "never":
             continue
         if fallback == "missing_group" and _offers_choice(product, g_name, g_value, cfg):
@@ -134,7 +159,7 @@ def score_purchase(product: Product, goal: Goal, price: float, chosen: dict[str,
     den = 0
     n_att = n_opt = 0
     if cfg.use_attributes:
-        n_att = attribute_matches(product, goal.attributes, cfg.attribute_threshold)
+        n_att = attribute_matches(product, goal.attributes, cfg.attribute_threshold, cfg)
         num += n_att
         den += len(goal.attributes)
     if cfg.use_options:

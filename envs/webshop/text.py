@@ -69,6 +69,38 @@ def fuzzy_token_set(a: str, b: str) -> int:
     return int(round(fuzz.token_set_ratio(pa, pb)))
 
 
+THEFUZZ_VERSION = "0.19.0"  # the original's pin (requirements.txt of princeton-nlp/WebShop)
+
+
+@functools.lru_cache(maxsize=1)
+def _thefuzz_0_19():
+    """``thefuzz.fuzz`` at the original's version: pure Python over difflib (the original installs no
+    python-Levenshtein), so its ratios, its ASCII folding and its treatment of non-strings are the original's."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Using slow pure-python SequenceMatcher")
+            import thefuzz
+            from thefuzz import fuzz as tf_fuzz
+    except ImportError as exc:
+        raise RuntimeError(f"reward.mode=original needs thefuzz=={THEFUZZ_VERSION} (pip install "
+                           f"thefuzz=={THEFUZZ_VERSION}; requirements.txt pins it), or set reward.mode=corrected") from exc
+    version = getattr(thefuzz, "__version__", "?")
+    if version != THEFUZZ_VERSION:
+        raise RuntimeError(f"reward.mode=original needs thefuzz=={THEFUZZ_VERSION}, the original's pin; found {version} "
+                           f"(later versions wrap rapidfuzz and score some pairs differently). pip install "
+                           f"thefuzz=={THEFUZZ_VERSION}, or set reward.mode=corrected")
+    return tf_fuzz
+
+
+def original_token_set(a, b) -> int:
+    """The original reward's ``fuzz.token_set_ratio(a, b)``, on the objects it was given: thefuzz 0.19 drops
+    non-ASCII characters ("crème" -> "crme"), keeps "_" inside words, and scores a non-string by its ``str`` (the
+    original hands it ``(group, value)`` tuples)."""
+    return int(_thefuzz_0_19().token_set_ratio(a, b))
+
+
 def s_stem(token: str) -> str:
     """Harman's "S" stemmer: plural endings only (``ies``->``y``, ``es``->``e``, ``s``->``''``).
 

@@ -210,10 +210,11 @@ def _best_score(cat, i, goal: Goal, cfg, nouns):
 
 
 def test_goals_are_solvable_and_siblings_are_near_misses(tmp_path_factory):
+    """Under the corrected rules (exact sizes): the original's fuzzy sizes let some option near misses score 1."""
     folder = small_catalogue(tmp_path_factory)
     roles = json.loads((folder / "generated.json").read_text())["near_miss_roles"]
     cat = load_catalogue(WebShopConfig(data_dir=str(folder), share_catalogue=False))
-    cfg, nouns = RewardConfig(noun_extractor="heuristic"), NounExtractor("heuristic")
+    cfg, nouns = RewardConfig(mode="corrected", noun_extractor="heuristic"), NounExtractor("heuristic")
     families: dict[int, dict[str, list[int]]] = {}
     for i, p in enumerate(cat.products):
         role, fam = roles[p.asin]

@@ -85,6 +85,18 @@ def test_next_past_the_last_page_shows_an_empty_page(env):
     assert info["admissible_actions"] == ["click[back to search]", "click[< prev]", "click[next >]"]
 
 
+def test_ratings_and_reviews_only_when_asked(tmp_path_factory):
+    env = make_env(small_catalogue(tmp_path_factory), show_reviews=True)
+    _item_with_options(env)
+    p = env.catalogue.products[env._item]
+    reviewed = next(q for q in env.catalogue.products if q.reviews)
+    assert p.rating != "N.A." and reviewed.rating != "N.A."
+    assert f"Rating: {p.rating} [SEP]" in env._page_text()
+    obs, *_ = env.step("click[reviews]")
+    for title, score, body in p.reviews:
+        assert f'"{title}" [SEP] {score} [SEP] {body}' in obs
+
+
 def test_search_without_matches(env):
     env.reset(options={"split": "test", "task_index": 0})
     obs, *_, info = env.step("search[zzzz qqqq]")
@@ -101,7 +113,7 @@ def test_item_page_options_and_sub_pages(env):
     assert info["admissible_actions"] == expected_buttons + [f"click[{v}]" for v in dict.fromkeys(values)]
     option_text = " [SEP] ".join(f"{g} [SEP] {' [SEP] '.join(vs)}" for g, vs in p.options.items())
     assert f"Back to Search [SEP] < Prev [SEP] {option_text} [SEP] {p.title} [SEP] Price: {p.price_tag} [SEP] " \
-           f"Rating: {p.rating} [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now" in obs
+           "Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now" in obs  # as the original
     assert info["state_key"] == ("item", p.asin, ())
     group, vals = next(iter(p.options.items()))
     obs2, *_, info2 = env.step(f"click[{vals[-1]}]")
@@ -118,9 +130,8 @@ def test_item_page_options_and_sub_pages(env):
         assert obs_s.startswith(f"Instruction: [SEP] {info['task']} [SEP] Back to Search [SEP] < Prev")
         if content is not None:
             assert obs_s.endswith(" [SEP] ".join(c.strip() for c in content))
-        else:
-            for title, score, body in p.reviews:
-                assert f'"{title}" [SEP] {score} [SEP] {body}' in obs_s
+        else:  # the original shows no reviews
+            assert obs_s.endswith("< Prev")
         assert env.step("click[buy now]")[4]["noop"]  # not on a sub-page
         obs_b, *_, info_b = env.step("click[< prev]")
         assert env.page == "item" and env._options == chosen and obs_b == obs

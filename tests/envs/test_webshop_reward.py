@@ -37,7 +37,7 @@ def goal(**kw) -> Goal:
     return Goal(**base)
 
 
-CFG = RewardConfig(noun_extractor="heuristic")
+CFG = RewardConfig(mode="corrected", noun_extractor="heuristic")
 
 
 def test_fuzzy_ratio_matches_thefuzz_conventions():
@@ -63,12 +63,12 @@ def test_perfect_purchase_scores_one():
 
 def test_attribute_term():
     p = product()
-    assert attribute_matches(p, ("tea tree", "essential oils")) == 2  # fuzzy: "essential oil"
-    assert attribute_matches(p, ("natural ingredients",)) == 1  # substring of a bullet point
-    assert attribute_matches(p, ("gentle",)) == 1  # substring of the description
-    assert attribute_matches(p, ("dry hair",)) == 1  # substring of the title
-    assert attribute_matches(p, ("paraben free", "long lasting")) == 0
-    assert attribute_matches(p, ("essential oils",), threshold=97) == 0  # threshold switch
+    assert attribute_matches(p, ("tea tree", "essential oils"), cfg=CFG) == 2  # fuzzy: "essential oil"
+    assert attribute_matches(p, ("natural ingredients",), cfg=CFG) == 1  # substring of a bullet point
+    assert attribute_matches(p, ("gentle",), cfg=CFG) == 1  # substring of the description
+    assert attribute_matches(p, ("dry hair",), cfg=CFG) == 1  # substring of the title
+    assert attribute_matches(p, ("paraben free", "long lasting"), cfg=CFG) == 0
+    assert attribute_matches(p, ("essential oils",), threshold=97, cfg=CFG) == 0  # threshold switch
     b = score_purchase(p, goal(attributes=("tea tree", "paraben free")), 12.0,
                        {"size": "16 fl oz", "scent": "lavender"}, CFG, HEUR)
     assert b.n_attributes == 1 and b.score == pytest.approx(4 / 5)
