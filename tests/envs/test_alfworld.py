@@ -231,3 +231,43 @@ def test_generator_command_line(tmp_path):
     assert again.returncode != 0 and "--overwrite" in again.stderr
     empty = subprocess.run(cmd[:5], cwd=repo, capture_output=True, text=True, timeout=120)
     assert empty.returncode != 0 and "nothing to generate" in empty.stderr
+
+
+def test_count_says_why_trial_folders_are_left_out(tmp_path, capsys):
+    """envs.alfworld.count on an official layout: the hand-written game (playable once its game file is written, as
+    alfworld-generate does) and copies of it broken in each way the loader, like ALFWorld's AlfredTWEnv, skips."""
+    from envs.alfworld.count import count_split, main
+
+    root = tmp_path / "data"
+    shutil.copytree(HANDWRITTEN, root)
+    seen = root / "json_2.1.1" / "valid_seen"
+    good = next(seen.glob("*/trial_*"))
+    assert write_game_file(good)
+    variants = {"no game.tw-pddl": "pick_heat_then_place_in_recep-Apple-None-CounterTop-2",
+                "solvable: false": "pick_heat_then_place_in_recep-Apple-None-CounterTop-3",
+                "no solvable key": "pick_heat_then_place_in_recep-Apple-None-CounterTop-4",
+                "other task type": "pick_heat_then_place_in_recep-Apple-None-CounterTop-5",
+                "movable/Sliced variant": "pick_heat_then_place_in_recep-AppleSliced-None-CounterTop-1"}
+    for reason, folder in variants.items():
+        trial = seen / folder / good.name
+        shutil.copytree(good, trial)
+        game = json.loads((trial / "game.tw-pddl").read_text())
+        if reason == "no game.tw-pddl":
+            (trial / "game.tw-pddl").unlink()
+        elif reason == "solvable: false":
+            game["solvable"] = False
+        elif reason == "no solvable key":
+            del game["solvable"]
+        elif reason == "other task type":
+            traj = json.loads((trial / "traj_data.json").read_text())
+            traj["task_type"] = "pick_and_place_with_movable_recep"
+            (trial / "traj_data.json").write_text(json.dumps(traj))
+        if (trial / "game.tw-pddl").exists():
+            (trial / "game.tw-pddl").write_text(json.dumps(game))
+    counts = count_split(root, "valid_seen")
+    assert counts == {"movable/Sliced variant": 1, "no game.tw-pddl": 1, "unreadable": 0, "other task type": 1,
+                      "no solvable key": 1, "solvable: false": 1, "playable": 1}
+    assert ALFWorldEnv(data_path=root).num_tasks("valid_seen") == counts["playable"]
+    assert main(["--data", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "| valid_seen | 6 | 1 | 1 | 0 | 1 | 1 | 1 | 1 |" in out and "| train | 0 |" in out
