@@ -59,6 +59,7 @@ __all__ = [
     "TextEnv",
     "clean_action",
     "clean_observation",
+    "replay",
 ]
 
 logger = logging.getLogger(__name__)
@@ -118,6 +119,19 @@ def clean_observation(text: Any) -> str:
         marker = _OBS_CUT_MARKER.format(MAX_OBS_CHARS)
         text = text[: MAX_OBS_CHARS - len(marker)] + marker
     return text
+
+
+def replay(env, actions, **reset_kwargs) -> list[tuple[str, dict]]:
+    """``[(observation, info)]`` of a reset (``reset_kwargs``) and then each of ``actions`` in turn, stopping early
+    when the episode ends: a scripted episode, e.g. to look at chosen states outside a rollout."""
+    obs, info = env.reset(**reset_kwargs)
+    out = [(obs, info)]
+    for action in actions:
+        obs, _reward, terminated, truncated, info = env.step(action)
+        out.append((obs, info))
+        if terminated or truncated:
+            break
+    return out
 
 
 class TextEnv(gym.Env):

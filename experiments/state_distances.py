@@ -27,23 +27,22 @@ def _prompts(env, tok, task: int, repeats: int, expert_steps: int, history_lengt
     """[(observation key, ids)] of one goal's scripted states."""
     from agents.prompts import Transcript, get_prompt_builder
     from agents.rollout import encode_transcript, prompt_config_for
+    from envs.base import replay
 
     builder = get_prompt_builder("textcraft")
     cfg = prompt_config_for(tok, 2048, history_length=history_length)
+    reset = {"seed": task, "options": {"split": "train", "task_index": task}}
     rows = []
-    obs, info = env.reset(seed=task, options={"split": "train", "task_index": task})
-    t = Transcript.start(obs, info)
-    rows.append((info["anchor_obs"], encode_transcript(tok, builder, t, cfg, 2048)[0]))
-    for _ in range(repeats):
-        obs, _r, _te, _tr, info = env.step(FAILED)
-        t.record(FAILED, obs, info)
-        rows.append((info["anchor_obs"], encode_transcript(tok, builder, t, cfg, 2048)[0]))
-    obs, info = env.reset(seed=task, options={"split": "train", "task_index": task})
-    t = Transcript.start(obs, info)
-    for action in env.expert_plan()[:expert_steps]:
-        obs, _r, _te, _tr, info = env.step(action)
-        t.record(action, obs, info)
-        rows.append((info["anchor_obs"], encode_transcript(tok, builder, t, cfg, 2048)[0]))
+    env.reset(**reset)
+    scripts = ([FAILED] * repeats, env.expert_plan()[:expert_steps])
+    for k, actions in enumerate(scripts):
+        states = replay(env, actions, **reset)
+        t = Transcript.start(*states[0])
+        if k == 0:
+            rows.append((states[0][1]["anchor_obs"], encode_transcript(tok, builder, t, cfg, 2048)[0]))
+        for action, (obs, info) in zip(actions, states[1:]):
+            t.record(action, obs, info)
+            rows.append((info["anchor_obs"], encode_transcript(tok, builder, t, cfg, 2048)[0]))
     return rows
 
 

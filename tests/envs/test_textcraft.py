@@ -237,3 +237,14 @@ def test_adapt_orders_goals_deepest_first_as_its_reset_does(env):
     for g in adapt_goals():
         counts[split_of.get(g.goal)] = counts.get(split_of.get(g.goal), 0) + 1
     assert counts == {"eval_depth4": 11, "eval_depth3": 113, "train": 61, "eval_depth2": 13, None: 2}
+
+
+def test_replay_plays_a_script_and_stops_when_the_episode_ends(env):
+    from envs.base import replay
+
+    reset = {"seed": 0, "options": {"split": "train", "task_index": 0}}
+    env.reset(**reset)
+    plan = env.expert_plan()
+    states = replay(env, plan + ["inventory", "inventory"], **reset)
+    assert len(states) == len(plan) + 1 and states[-1][1]["won"]  # the extra actions come after the win
+    assert states[0][0].startswith("Crafting commands:")
