@@ -173,12 +173,15 @@ def test_dry_run_plans_without_running(tmp_path):
     # a study's variants: an estimator with its own overrides, in its own method folder, beside the control
     res = _study(["learning", "--seeds", "1", "--dry-run", "--out", str(tmp_path / "v"),
                   "--init-from", str(tmp_path / "ws" / "final")])
-    assert res.returncode == 0 and "# 5 runs:" in res.stdout, res.stderr
+    assert res.returncode == 0 and "# 7 runs:" in res.stdout, res.stderr
     cmds = [ln for ln in res.stdout.splitlines() if "experiments.train" in ln]
     shuffled = [ln for ln in cmds if "trainer.shuffle_minibatches=true" in ln]
-    assert len(shuffled) == 1 and "variant=grpo-shuffle" in shuffled[0] and "estimator.name=grpo" in shuffled[0]
-    assert shuffled[0].endswith(f"{tmp_path / 'v' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4'}"
-                                "/grpo-shuffle/seed_1")
+    assert len(shuffled) == 3
+    for method in ("grpo", "gigpo", "bipace_q"):
+        line = next(ln for ln in shuffled if f"variant={method}-shuffle" in ln)
+        assert f"estimator.name={method} " in line
+        assert line.endswith(f"{tmp_path / 'v' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4'}"
+                             f"/{method}-shuffle/seed_1")
     res = _study(["--list"])
     assert res.returncode == 0 and "cpu-alfworld" in res.stdout
 
