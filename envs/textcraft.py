@@ -47,8 +47,6 @@ from envs.textcraft_adapt import MISSING, adapt_goals
 __all__ = ["TextCraftEnv", "TextCraftWorld", "plan_crafting"]
 
 _FAIL_PREFIXES = ("Could not", "Wrong item format")
-#: ADaPT goals left out of the ``adapt`` split (envs.textcraft_adapt.MISSING says why)
-UNCRAFTABLE_HERE = frozenset({"minecraft:honey_bottle"})
 _MAX_DISTRACTORS = 10  # [package]
 _USES_PER_INPUT = 10  # [package] distractor candidates drawn per input item of the tree
 _LOAD_LOCK = threading.Lock()
@@ -349,11 +347,11 @@ class TextCraftEnv(TextEnv):
             "eval_depth2": sorted(depth2[:n_eval]),
             "eval_depth3": list(self.world.goals_by_depth.get(3, [])),
             "eval_depth4": list(self.world.goals_by_depth.get(4, [])),
-            # ADaPT's 200 evaluated goals in its seed order, less the one these recipe tables cannot craft
-            "adapt": [g.goal for g in adapt_goals() if g.goal not in UNCRAFTABLE_HERE],
         }
-        self._adapt_index = {g.seed: i for i, g in enumerate(
-            x for x in adapt_goals() if x.goal not in UNCRAFTABLE_HERE)}
+        # ADaPT's 200 evaluated goals in its seed order, less those these recipe tables cannot craft (honey bottle)
+        kept = [g for g in adapt_goals() if g.goal in self.world.depth]
+        self._goals["adapt"] = [g.goal for g in kept]
+        self._adapt_index = {g.seed: i for i, g in enumerate(kept)}
         self.goal: str | None = None
         self._key = None
         self._info_template: dict = {}

@@ -9,8 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RewardConfig", "WebShopConfig", "OPTION_TEXT_FALLBACKS", "REWARD_MODES", "CORRECTIONS", "GOAL_MODES", "SEARCH_FIELDS",
-           "build_config", "PRICE_GRID"]
+__all__ = ["RewardConfig", "WebShopConfig", "OPTION_TEXT_FALLBACKS", "REWARD_MODES", "CORRECTIONS", "GOAL_MODES",
+           "SEARCH_FIELDS", "build_config", "PRICE_GRID"]
 
 #: price bounds are drawn from this grid: $10, $20, ..., $990 [WebShop]
 PRICE_GRID: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
@@ -95,10 +95,6 @@ class RewardConfig:
             return self.text_fallback != "never"
         value = getattr(self, name)
         return self.mode == "corrected" if value is None else bool(value)
-
-    @property
-    def exact_sizes(self) -> bool:
-        return self.correction("exact_size_options")
 
     @property
     def text_fallback(self) -> str:

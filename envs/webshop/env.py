@@ -33,7 +33,7 @@ from ..base import SUCCESS_REWARD, TextEnv, fold_text
 from .config import WebShopConfig, build_config
 from .data import Catalogue, Goal, Product, load_catalogue
 from .reward import option_value_matches, score_purchase
-from .text import NounExtractor
+from .text import NounExtractor, thefuzz_0_19
 
 __all__ = ["WebShopEnv"]
 
@@ -58,6 +58,8 @@ class WebShopEnv(TextEnv):
         self.index = self.catalogue.search_index(self.config.search_fields, self.config.bm25_k1,
                                                  self.config.bm25_b)
         self.nouns = NounExtractor(self.config.reward.noun_extractor)
+        if not self.config.reward.correction("keep_accents"):
+            thefuzz_0_19()  # the original's scoring needs thefuzz 0.19: a wrong install fails here, not at a purchase
         self._noun_table_ready = False
         n, t = self.catalogue.num_goals, self.config.num_test_goals
         if n <= t:
@@ -271,8 +273,9 @@ class WebShopEnv(TextEnv):
                 for group, values in p.options.items():
                     parts.append(group)
                     parts.extend(values)
-                parts += [p.title, f"Price: {p.price_tag}", f"Rating: {p.rating if self.config.show_reviews else 'N.A.'}", "Description", "Features",
-                          "Reviews", "Buy Now"]
+                rating = p.rating if self.config.show_reviews else "N.A."  # the original never shows ratings
+                parts += [p.title, f"Price: {p.price_tag}", f"Rating: {rating}", "Description", "Features", "Reviews",
+                          "Buy Now"]
                 if self.config.show_selected_options:
                     parts += [f"You have clicked {v}." for v in self._options.values()]
             elif page == "description":

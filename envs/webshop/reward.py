@@ -111,7 +111,7 @@ def option_value_matches(goal_name: str | None, goal_value: str, chosen_value: s
     thefuzz 0.19's token-set ratio, where a synthetic goal's option is its ``(group, value)`` pair (a tuple, scored
     by its ``str``: the group's words join the comparison, and any value whose words are a subset matches, e.g.
     "large" for "size x-large"), and neither side is lower-cased before the colour normalisation."""
-    if cfg.exact_sizes and _is_size(goal_name):
+    if cfg.correction("exact_size_options") and _is_size(goal_name):
         return " ".join(chosen_value.lower().split()) == " ".join(goal_value.lower().split())
     goal = goal_value if goal_name is None or cfg.correction("compare_values") else (goal_name, goal_value)
     if cfg.correction("lowercase_options"):

@@ -73,7 +73,7 @@ THEFUZZ_VERSION = "0.19.0"  # the original's pin (requirements.txt of princeton-
 
 
 @functools.lru_cache(maxsize=1)
-def _thefuzz_0_19():
+def thefuzz_0_19():
     """``thefuzz.fuzz`` at the original's version: pure Python over difflib (the original installs no
     python-Levenshtein), so its ratios, its ASCII folding and its treatment of non-strings are the original's."""
     import warnings
@@ -98,7 +98,7 @@ def original_token_set(a, b) -> int:
     """The original reward's ``fuzz.token_set_ratio(a, b)``, on the objects it was given: thefuzz 0.19 drops
     non-ASCII characters ("crème" -> "crme"), keeps "_" inside words, and scores a non-string by its ``str`` (the
     original hands it ``(group, value)`` tuples)."""
-    return int(_thefuzz_0_19().token_set_ratio(a, b))
+    return int(thefuzz_0_19().token_set_ratio(a, b))
 
 
 def s_stem(token: str) -> str:

@@ -176,9 +176,9 @@ def test_the_quirks_one_by_one():
 def test_reward_mode_is_checked_and_needs_the_originals_thefuzz(monkeypatch):
     with pytest.raises(ValueError, match=r"reward.mode='paper'.*original.*corrected"):
         RewardConfig(mode="paper")
-    assert RewardConfig().mode == "original" and not RewardConfig().exact_sizes
+    assert RewardConfig().mode == "original" and not RewardConfig().correction("exact_size_options")
     assert RewardConfig().text_fallback == "never" and RewardConfig(mode="corrected").text_fallback == "missing_group"
-    assert RewardConfig(mode="corrected", exact_size_options=False).exact_sizes is False
+    assert RewardConfig(mode="corrected", exact_size_options=False).correction("exact_size_options") is False
     from envs.webshop.config import CORRECTIONS
 
     assert not any(RewardConfig().correction(c) for c in CORRECTIONS)
@@ -190,10 +190,14 @@ def test_reward_mode_is_checked_and_needs_the_originals_thefuzz(monkeypatch):
 
     from envs.webshop import text
 
-    text._thefuzz_0_19.cache_clear()
+    text.thefuzz_0_19.cache_clear()
     monkeypatch.setattr(thefuzz, "__version__", "0.22.1")
     try:
         with pytest.raises(RuntimeError, match=r"thefuzz==0.19.0.*found 0.22.1.*reward.mode=corrected"):
             text.original_token_set("a", "a")
+        from envs.webshop import WebShopEnv
+
+        with pytest.raises(RuntimeError, match=r"thefuzz==0.19.0"):  # before any episode, not at the first purchase
+            WebShopEnv(reward={"noun_extractor": "heuristic"})
     finally:
-        text._thefuzz_0_19.cache_clear()
+        text.thefuzz_0_19.cache_clear()
