@@ -17,6 +17,15 @@ One pass, three outputs [paper, "Cost": the extra forward BiGPO pays in the pape
 The vocabulary log-softmax is computed in chunks of response tokens, each under activation checkpointing when
 gradients are on, so the (tokens x V) logits never exist at once: memory is O(chunk x V) instead of
 O(N T_r V) (for Qwen2.5 V = 151,936: 2,560 tokens would need 1.5 GB of fp32 logits per row otherwise).
+
+Shared prompt prefixes [choice, issue 19]: the rows of a rollout batch repeat long prompt prefixes (the system
+prompt and task of a group, the history of a turn that G trajectories reached alike). ``pack_rows_shared`` gives
+rows that share a prefix one copy of it: K distinct prefixes (K, L) run first, their KV cache is indexed out to
+the N rows (``row_prefix``), and each row's suffix (the rest of its prompt, then its response) attends to its
+prefix through that cache and to itself causally. Every real token sees exactly the tokens it sees unshared, at
+the same positions, so log-probs, entropy, hidden states and gradients equal the unshared pass up to the order of
+floating-point sums (``tests/trainer/test_prefix_sharing.py``). A row keeps at least one prompt token in its
+suffix, so the hidden state (last prompt token) and every response logit come from the suffix pass.
 """
 from __future__ import annotations
 
@@ -29,9 +38,12 @@ from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "PackedBatch",
+    "PrefixPackedBatch",
     "ActorOutput",
     "ActorModule",
     "pack_rows",
+    "pack_rows_shared",
+    "prefix_order",
     "actor_forward",
     "hidden_state_module",
     "causal_lm_of",
@@ -110,6 +122,86 @@ def pack_rows(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.T
         resp[i, :lr] = r
         rmask[i, :lr] = True
     return PackedBatch(ids, att, p_len, resp, rmask)
+
+
+@dataclass
+class PrefixPackedBatch:
+    """Rows that share prompt prefixes, ready for one prefix forward plus one suffix forward.
+
+    prefix_ids     : LongTensor (K, L)    the K distinct prefixes, right-padded
+    prefix_mask    : LongTensor (K, L)    1 on real prefix tokens (every prefix has >= 1)
+    row_prefix     : LongTensor (N,)      the prefix of each row
+    input_ids      : LongTensor (N, S)    the rest of each row's prompt, then its response, right-padded
+    attention_mask : LongTensor (N, S)    1 on real suffix tokens
+    prompt_len     : LongTensor (N,)      prompt tokens in the suffix, >= 1
+    response_ids   : LongTensor (N, T_r)  as in ``PackedBatch``
+    response_mask  : BoolTensor (N, T_r)
+    """
+
+    prefix_ids: torch.Tensor
+    prefix_mask: torch.Tensor
+    row_prefix: torch.Tensor
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_len: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def to(self, device) -> PrefixPackedBatch:
+        return PrefixPackedBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
+    @property
+    def num_response_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+    @property
+    def num_tokens(self) -> int:
+        """Real tokens the two forwards run (each shared prefix once)."""
+        return int(self.prefix_mask.sum()) + int(self.attention_mask.sum())
+
+    @property
+    def padded_tokens(self) -> int:
+        """Token positions the two forwards compute, padding included."""
+        return int(self.prefix_ids.numel()) + int(self.input_ids.numel())
+
+    def as_kwargs(self) -> dict:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def prefix_order(prompt_ids: Sequence[torch.Tensor]) -> list[int]:
+    """Row indices sorted by prompt tokens (lexicographically), so that rows sharing a prefix are adjacent."""
+    keys = [p.tolist() for p in prompt_ids]
+    return sorted(range(len(keys)), key=keys.__getitem__)
+
+
+def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0,
+                     *, min_saving: float = 0.1) -> PackedBatch | PrefixPackedBatch:
+    """Pack rows so that rows sharing a prompt prefix compute it once; ``PackedBatch`` when that saves too little.
+
+    The rows keep their order; ``agents.prefixes.plan_shared_prefixes`` picks the prefixes (the token positions
+    the two forwards compute, padding included, against those of the unshared packing).
+    """
+    from agents.prefixes import plan_shared_prefixes
+
+    unshared = pack_rows(prompt_ids, response_ids, pad_id)
+    plan = plan_shared_prefixes([p.tolist() for p in prompt_ids], [int(r.numel()) for r in response_ids],
+                                min_saving=min_saving)
+    if plan is None:
+        return unshared
+    prefixes, row_prefix = plan
+    width = max(len(p) for p in prefixes)
+    pre = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
+    pre_mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+    for k, p in enumerate(prefixes):
+        pre[k, : len(p)] = torch.tensor(p, dtype=torch.long)
+        pre_mask[k, : len(p)] = 1
+    cut = [len(prefixes[k]) for k in row_prefix]
+    rest = pack_rows([prompt_ids[r][cut[r]:] for r in range(len(prompt_ids))], list(response_ids), pad_id)
+    return PrefixPackedBatch(pre, pre_mask, torch.tensor(row_prefix, dtype=torch.long), rest.input_ids,
+                             rest.attention_mask, rest.prompt_len, rest.response_ids, rest.response_mask)
 
 
 @dataclass
@@ -206,11 +298,16 @@ def actor_forward(
     compute_entropy: bool = True,
     chunk_tokens: int = 1024,
     temperature: float = 1.0,
+    prefix_ids: torch.Tensor | None = None,
+    prefix_mask: torch.Tensor | None = None,
+    row_prefix: torch.Tensor | None = None,
 ) -> ActorOutput:
     """One forward of ``model`` (a causal LM, possibly peft-wrapped) over packed rows; see the module docstring.
 
-    Shapes as in ``PackedBatch``. Gradients flow to ``logprobs``/``entropy`` when grad mode is on. ``temperature``
-    divides the logits as the sampler did, so that ratios compare the same distributions [GiGPO/verl].
+    Shapes as in ``PackedBatch``, or, with ``prefix_ids``/``prefix_mask``/``row_prefix``, as in
+    ``PrefixPackedBatch`` (the rows' suffixes then attend to their shared prefix through its KV cache). Gradients
+    flow to ``logprobs``/``entropy`` when grad mode is on, through the shared prefix too. ``temperature`` divides
+    the logits as the sampler did, so that ratios compare the same distributions [GiGPO/verl].
     """
     lm = causal_lm_of(model)
     decoder = lm.get_decoder()
@@ -220,6 +317,25 @@ def actor_forward(
     prompt_len = prompt_len.to(device)
     last_prompt = prompt_len - 1  # (N,)
     rows = torch.arange(n, device=device)
+
+    call: dict = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+    if prefix_ids is not None:
+        if prefix_mask is None or row_prefix is None:
+            raise ValueError("actor_forward: prefix_ids needs prefix_mask and row_prefix (pack_rows_shared)")
+        if getattr(lm, "is_gradient_checkpointing", False) and torch.is_grad_enabled():
+            raise ValueError("actor_forward: a shared prefix passes its KV cache to the rows, which Hugging Face "
+                             "gradient checkpointing turns off; pack with pack_rows (trainer.prefix_sharing=false)")
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=lm.config)
+        decoder(input_ids=prefix_ids, attention_mask=prefix_mask, past_key_values=cache, use_cache=True)
+        row_prefix = row_prefix.to(device)
+        cache.batch_select_indices(row_prefix)  # (K, ...) -> (N, ...): each row's prefix keys and values
+        shared = prefix_mask.to(device)[row_prefix]  # (N, L)
+        offset = shared.sum(1, keepdim=True)  # (N, 1): a suffix starts at its prefix's length
+        call = {"input_ids": input_ids, "attention_mask": torch.cat([shared, attention_mask], dim=1),
+                "position_ids": offset + torch.arange(input_ids.shape[1], device=device).unsqueeze(0),
+                "past_key_values": cache, "use_cache": True}
 
     captured: dict[str, torch.Tensor] = {}
     handle = None
@@ -232,7 +348,7 @@ def actor_forward(
 
         handle = module.register_forward_hook(hook)
     try:
-        out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        out = decoder(**call)
     finally:
         if handle is not None:
             handle.remove()
@@ -289,8 +405,10 @@ class ActorModule(nn.Module):
         self.lm = lm
 
     def forward(self, input_ids, attention_mask, prompt_len, response_ids, response_mask, hidden_layer=None,
-                compute_entropy=True, chunk_tokens=1024, temperature=1.0) -> dict[str, torch.Tensor | None]:
+                compute_entropy=True, chunk_tokens=1024, temperature=1.0, prefix_ids=None, prefix_mask=None,
+                row_prefix=None) -> dict[str, torch.Tensor | None]:
         out = actor_forward(self.lm, input_ids, attention_mask, prompt_len, response_ids, response_mask,
                             hidden_layer=hidden_layer, compute_entropy=compute_entropy,
-                            chunk_tokens=chunk_tokens, temperature=temperature)
+                            chunk_tokens=chunk_tokens, temperature=temperature, prefix_ids=prefix_ids,
+                            prefix_mask=prefix_mask, row_prefix=row_prefix)
         return dict(vars(out))

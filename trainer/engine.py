@@ -41,7 +41,15 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .actor import ActorModule, ActorOutput, causal_lm_of, hidden_state_module, pack_rows
+from .actor import (
+    ActorModule,
+    ActorOutput,
+    causal_lm_of,
+    hidden_state_module,
+    pack_rows,
+    pack_rows_shared,
+    prefix_order,
+)
 from .config import ModelConfig, TrainerConfig
 from .loss import ppo_loss
 
@@ -351,6 +359,14 @@ class ActorEngine:
         return contextlib.nullcontext()
 
     # ---------------------------------------------------------------------------- log-prob passes
+    def pack(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int, *,
+             grad: bool):
+        """The rows of one forward: shared prompt prefixes computed once (``trainer.prefix_sharing``), except
+        under gradient checkpointing in a pass with gradients (Hugging Face then turns the KV cache off)."""
+        if self.cfg.prefix_sharing and not (grad and getattr(self.lm, "is_gradient_checkpointing", False)):
+            return pack_rows_shared(prompt_ids, response_ids, pad_id)
+        return pack_rows(prompt_ids, response_ids, pad_id)
+
     @torch.no_grad()
     def compute_logprobs(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], *,
                          reference: bool = False, hidden_layer: int | None | str = "config",
@@ -367,8 +383,11 @@ class ActorEngine:
         n = len(prompt_ids)
         if n == 0:
             raise ValueError("compute_logprobs: no rows")
-        lengths = torch.tensor([int(p.numel() + r.numel()) for p, r in zip(prompt_ids, response_ids)])
-        order = torch.argsort(lengths, descending=True, stable=True).tolist()
+        if self.cfg.prefix_sharing:  # rows sharing a prefix side by side, so that a batch computes it once
+            order = prefix_order(prompt_ids)
+        else:
+            lengths = torch.tensor([int(p.numel() + r.numel()) for p, r in zip(prompt_ids, response_ids)])
+            order = torch.argsort(lengths, descending=True, stable=True).tolist()
         bsz = self.cfg.logprob_batch_rows
         chunks = [order[i: i + bsz] for i in range(0, n, bsz)]
         n_chunks = int(self._allreduce(torch.tensor([len(chunks)]), "max").item())
@@ -389,7 +408,8 @@ class ActorEngine:
         with ctx:
             for k in range(n_chunks):
                 idx = chunks[k] if k < len(chunks) else chunks[0][:1]  # extra chunks: equal forward counts
-                packed = pack_rows([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id).to(self.device)
+                packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
+                                   grad=False).to(self.device)
                 out = ActorOutput(**model(**packed.as_kwargs(), hidden_layer=hidden_layer,
                                           compute_entropy=compute_entropy, chunk_tokens=self.cfg.logprob_chunk_tokens,
                                           temperature=self.temperature))
@@ -489,10 +509,13 @@ class ActorEngine:
         n_micro = int(self._allreduce(torch.tensor([n_micro]), "max").item())
         sums: dict[str, float] = defaultdict(float)
         bad_rows: list = []
+        if cfg.prefix_sharing:  # the gradient is a sum over micro-batches: their make-up is free to choose
+            mb = [mb[k] for k in prefix_order([prompt_ids[i] for i in mb])]
         for micro in split_even(mb, n_micro):
             dummy = len(micro) == 0
             idx = micro if not dummy else [0]  # a zero-weight row keeps the ranks' backward counts equal
-            packed = pack_rows([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id).to(self.device)
+            packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
+                               grad=True).to(self.device)
             out = ActorOutput(**self.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
                                             chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature))
             w = out.logprobs.shape[1]

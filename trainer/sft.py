@@ -432,14 +432,17 @@ class SFTEngine:
         token, response = the rest of the prompt + the response, with token weights w on the former prompt and 1
         on the response, so the actor's own forward computes every log-prob needed.
         """
-        from trainer.actor import ActorOutput, pack_rows
+        from trainer.actor import ActorOutput, prefix_order
         from trainer.engine import split_even
 
         act = self.actor
         n = len(prompt_ids)
         r_len = [int(r.numel()) for r in response_ids]
         n_micro = max(1, math.ceil(n / self.cfg.micro_batch_rows))
-        order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
+        if self.cfg.prefix_sharing and self.prompt_weight == 0:  # shared prefixes side by side (trainer/actor.py)
+            order = prefix_order(prompt_ids)
+        else:
+            order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
         w = self.prompt_weight
         for micro in split_even(order, n_micro):
             if w > 0:
@@ -448,7 +451,7 @@ class SFTEngine:
             else:
                 ps = [prompt_ids[i] for i in micro]
                 rs = [response_ids[i] for i in micro]
-            packed = pack_rows(ps, rs, pad_id).to(act.device)
+            packed = act.pack(ps, rs, pad_id, grad=True).to(act.device)
             out = ActorOutput(**act.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=False,
                                            chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0))
             mask = out.mask.float()  # (n_micro_rows, T_r)

@@ -142,12 +142,15 @@ def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, 
     assert all(torch.equal(before[k], after[k]) for k in before)  # parameters untouched
     opt_after, _ = eng.optimizer_state()
     assert all(torch.equal(opt_before[k], opt_after[k]) for k in opt_before)  # optimizer state untouched
-    # non-finite logits (a poisoned forward) are caught the same way, with the row id
+    # non-finite logits (a poisoned forward) are caught the same way, with the row id. The hook poisons the second
+    # row of every forward, so rows must reach the forwards in their own order: no reordering by shared prefix
+    eng.cfg.prefix_sharing = False
     h = eng.lm.model.norm.register_forward_hook(lambda mod, i, o: o.index_fill(0, torch.tensor([1]), float("inf")))
     try:
         m = eng.update(batch.prompt_ids, batch.response_ids, advantages(n, 2), old.logprobs, row_ids=row_ids)
     finally:
         h.remove()
+        eng.cfg.prefix_sharing = True
     assert m["loss/skipped_steps"] == 1.0 and "row1" in eng.last_nonfinite_rows and eng.consecutive_skips == 2
     # a good step resets the run of skips
     m = eng.update(batch.prompt_ids, batch.response_ids, advantages(n, 3), old.logprobs)

@@ -1,0 +1,159 @@
+"""Shared prompt prefixes in the trainer's forwards (``trainer.actor.pack_rows_shared``): on real rollout rows
+(TextCraft, the tiny model, G copies per goal, several turns) the shared pass gives the unshared pass's log-probs,
+entropy, hidden states and gradients; the packing computes fewer positions; and the engine's passes with
+``trainer.prefix_sharing`` on and off agree."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.engines import SamplingConfig, make_engine
+from agents.rollout import collect, prompt_config_for
+from envs.pool import EnvPool, TaskSampler
+from trainer.actor import (
+    PackedBatch,
+    PrefixPackedBatch,
+    actor_forward,
+    pack_rows,
+    pack_rows_shared,
+    prefix_order,
+)
+
+
+@pytest.fixture(scope="module")
+def hf_engine(tiny_dir):
+    return make_engine("hf", tiny_dir, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def rollout_rows(hf_engine):
+    """Rows of 2 TextCraft goals x 4 copies, up to 4 turns each, sampled by the tiny model (real prompts)."""
+    tok = hf_engine.tokenizer
+    with EnvPool("TextCraft-v0", 8, env_kwargs={"max_steps": 4}, mode="inline") as pool:
+        tasks = TaskSampler("train", pool.num_tasks("train"), seed=3).sample(2)
+        batch, _ = collect(pool, hf_engine, tok, tasks, group_size=4,
+                           sampling=SamplingConfig(temperature=1.0, max_tokens=16),
+                           prompt_config=prompt_config_for(tok, 2048), seed=2, max_prompt_tokens=2048)
+    assert len(batch) >= 16
+    return batch
+
+
+def _grads(model, packed) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    out = actor_forward(model, **packed.as_kwargs(), compute_entropy=True)
+    # a loss that weighs each token differently, so that a row given another row's prefix would show
+    w = torch.linspace(0.5, 1.5, out.logprobs.numel()).reshape(out.logprobs.shape)
+    ((out.logprobs * w).sum() + 0.3 * (out.entropy * w).sum()).backward()
+    return {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def test_shared_packing_equals_unshared_on_rollout_rows(hf_engine, rollout_rows):
+    model = hf_engine.model
+    rows = prefix_order(rollout_rows.prompt_ids)
+    ps = [rollout_rows.prompt_ids[i] for i in rows]
+    rs = [rollout_rows.response_ids[i] for i in rows]
+    plain = pack_rows(ps, rs, pad_id=hf_engine.pad_id)
+    shared = pack_rows_shared(ps, rs, pad_id=hf_engine.pad_id)
+    assert isinstance(shared, PrefixPackedBatch)
+    assert shared.padded_tokens < 0.9 * plain.input_ids.numel()
+    assert shared.num_response_tokens == plain.num_response_tokens
+    # every row keeps >= 1 prompt token after its prefix, and prefix + suffix rebuild the row
+    assert bool((shared.prompt_len >= 1).all())
+    for j in range(len(ps)):
+        k = int(shared.row_prefix[j])
+        pre = shared.prefix_ids[k][shared.prefix_mask[k].bool()]
+        suf = shared.input_ids[j][shared.attention_mask[j].bool()]
+        assert torch.equal(torch.cat([pre, suf]), torch.cat([ps[j], rs[j]]))
+
+    model.eval()
+    with torch.no_grad():
+        a = actor_forward(model, **plain.as_kwargs(), hidden_layer=-2)
+        b = actor_forward(model, **shared.as_kwargs(), hidden_layer=-2)
+    torch.testing.assert_close(b.logprobs, a.logprobs, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(b.entropy, a.entropy, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(b.hidden, a.hidden, atol=1e-5, rtol=1e-5)
+    assert torch.equal(b.mask, a.mask)
+
+    ga, gb = _grads(model, plain), _grads(model, shared)
+    assert set(ga) == set(gb)
+    for k in ga:
+        torch.testing.assert_close(gb[k], ga[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_a_wrong_prefix_is_seen():
+    """The comparison above can fail: rows pointed at another row's prefix give other log-probs."""
+    from tests.trainer.helpers import tiny_qwen2
+
+    model = tiny_qwen2(vocab=64).eval()
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randint(2, 64, (12,), generator=g) for _ in range(2)]
+    ps = [torch.cat([base[i // 3], torch.randint(2, 64, (3,), generator=g)]) for i in range(6)]
+    rs = [torch.randint(2, 64, (4,), generator=g) for _ in range(6)]
+    shared = pack_rows_shared(ps, rs, min_saving=0.0)
+    assert isinstance(shared, PrefixPackedBatch) and shared.prefix_ids.shape[0] == 2
+    with torch.no_grad():
+        right = actor_forward(model, **shared.as_kwargs()).logprobs
+        shared.row_prefix = 1 - shared.row_prefix
+        wrong = actor_forward(model, **shared.as_kwargs()).logprobs
+        plain = actor_forward(model, **pack_rows(ps, rs).as_kwargs()).logprobs
+    torch.testing.assert_close(right, plain, atol=1e-5, rtol=1e-5)
+    assert (wrong - plain).abs().max() > 1e-2
+
+
+def test_packing_falls_back_when_nothing_is_shared():
+    g = torch.Generator().manual_seed(1)
+    ps = [torch.randint(2, 64, (n,), generator=g) for n in (5, 7, 3)]
+    rs = [torch.randint(2, 64, (2,), generator=g) for _ in ps]
+    assert isinstance(pack_rows_shared(ps, rs), PackedBatch)
+    assert isinstance(pack_rows_shared(ps[:1], rs[:1]), PackedBatch)
+    one_token = [torch.tensor([5]), torch.tensor([5])]  # a row must keep a prompt token: nothing to share
+    assert isinstance(pack_rows_shared(one_token, rs[:2], min_saving=0.0), PackedBatch)
+
+
+def test_gradient_checkpointing_refuses_a_shared_prefix():
+    from tests.trainer.helpers import tiny_qwen2
+
+    model = tiny_qwen2(vocab=64)
+    model.gradient_checkpointing_enable()
+    model.train()
+    base = torch.arange(2, 14)
+    ps = [torch.cat([base, torch.tensor([20 + i])]) for i in range(4)]
+    rs = [torch.tensor([30, 31]) for _ in ps]
+    shared = pack_rows_shared(ps, rs, min_saving=0.0)
+    with pytest.raises(ValueError, match="gradient checkpointing"):
+        actor_forward(model, **shared.as_kwargs())
+
+
+def test_engine_passes_agree_with_and_without_sharing(tiny_dir, rollout_rows):
+    """``ActorEngine.compute_logprobs`` and ``update`` with ``prefix_sharing`` on and off: same log-probs, hidden
+    states, loss metrics and updated weights (float tolerance)."""
+    from agents.models import load_model
+    from trainer.config import ModelConfig, TrainerConfig
+    from trainer.engine import ActorEngine, shutdown_distributed
+
+    results = {}
+    for share in (False, True):
+        model = load_model(tiny_dir, dtype="float32", device="cpu")
+        cfg = TrainerConfig(lr=1e-3, zero_stage=0, mini_batch_rows=8, micro_batch_rows=4, logprob_batch_rows=8,
+                            use_kl_loss=False, prefix_sharing=share, shuffle_minibatches=True)
+        eng = ActorEngine(model, cfg, model_cfg=ModelConfig(path="tiny", hidden_layer=-2), temperature=1.0,
+                          device="cpu")
+        try:
+            old = eng.compute_logprobs(rollout_rows.prompt_ids, rollout_rows.response_ids, pad_id=0)
+            adv = torch.linspace(-1, 1, len(rollout_rows))
+            m = eng.update(rollout_rows.prompt_ids, rollout_rows.response_ids, adv, old.logprobs,
+                           generator=torch.Generator().manual_seed(0), pad_id=0)
+            w = {k: v.detach().clone() for k, v in eng.lm.named_parameters()}
+        finally:
+            shutdown_distributed()
+        results[share] = (old, m, w)
+    (o0, m0, w0), (o1, m1, w1) = results[False], results[True]
+    torch.testing.assert_close(o1.logprobs, o0.logprobs, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(o1.hidden, o0.hidden, atol=1e-5, rtol=1e-5)
+    for k in ("loss/policy", "loss/entropy", "loss/grad_norm", "loss/optimizer_steps"):
+        assert m1[k] == pytest.approx(m0[k], rel=1e-4, abs=1e-6), k
+    # AdamW divides by sqrt(v): an entry whose gradient is ~0 moves by up to lr either way on float noise, so the
+    # weights are compared entry by entry and nearly all must agree
+    diff = torch.cat([(w1[k] - w0[k]).abs().flatten() for k in w0])
+    print(f"weights within 1e-6: {float((diff <= 1e-6).float().mean()):.5f}, max diff {float(diff.max()):.2e}")
+    assert float((diff <= 1e-6).float().mean()) > 0.999
