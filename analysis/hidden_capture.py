@@ -248,9 +248,13 @@ class CapturingEngine(RolloutEngine):
         if min(len(p) for p in prompts) < 2:
             raise ValueError("CapturingEngine: a prompt of fewer than 2 tokens cannot be told from a decode step")
         handles = _layer_hooks(self.engine.model, self.layers, record)
+        # one prefill forward over the whole prompts: a shared-prefix prefill would run two (agents/engines/hf.py)
+        shared = getattr(self.engine, "share_prefixes", False)
+        self.engine.share_prefixes = False
         try:
             gens = self.engine.generate(prompts, sampling, seeds=seeds)
         finally:
+            self.engine.share_prefixes = shared
             for hd in handles:
                 hd.remove()
         per_layer = {layer: torch.cat(c) if c else torch.zeros(0) for layer, c in chunks.items()}

@@ -37,12 +37,19 @@ class HFEngine(RolloutEngine):
     dtype          : when loading from a folder: auto | float32 | bfloat16 | float16
     device         : when loading from a folder (default: cuda if available, else cpu)
     max_batch_size : prompts per forward batch (None = all at once); bounds KV-cache memory
+    decode         : auto | lean | hf. The prompt always runs through the model's own forward; each decode step
+                     runs ``agents.engines.lean`` (the same arithmetic, preallocated KV cache: 2-3x faster steps
+                     on a CPU) or Hugging Face's forward. auto = lean where the model supports it
+                     (``lean_support``), else hf [choice]
+    share_prefixes : prompts of one batch that share a prefix (a group's G copies, the task text) compute it once:
+                     the prefixes run first, their KV cache is indexed out to the rows, then the rest of each
+                     prompt runs (left-padded) at its true positions [choice; same tokens, log-probs within 1e-5]
     """
 
     name = "hf"
 
     def __init__(self, model, tokenizer=None, dtype: str = "auto", device: str | None = None,
-                 max_batch_size: int | None = None):
+                 max_batch_size: int | None = None, decode: str = "auto", share_prefixes: bool = True):
         from agents.models import load_model, load_tokenizer
 
         if isinstance(model, (str, os.PathLike)):
@@ -57,6 +64,15 @@ class HFEngine(RolloutEngine):
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"HFEngine max_batch_size={max_batch_size} must be >= 1 or None")
         self.max_batch_size = max_batch_size
+        from .lean import lean_support
+
+        if decode not in ("auto", "lean", "hf"):
+            raise ValueError(f"HFEngine decode={decode!r} must be auto | lean | hf")
+        why = lean_support(self.model)
+        if decode == "lean" and why is not None:
+            raise ValueError(f"HFEngine decode='lean' cannot serve this model: {why}; use decode='hf' or 'auto'")
+        self.decode = "lean" if (decode != "hf" and why is None) else "hf"
+        self.share_prefixes = bool(share_prefixes)
         self.device = next(self.model.parameters()).device
         self._home_device = self.device
         self.supports_sleep = self.device.type != "cpu"
@@ -97,14 +113,30 @@ class HFEngine(RolloutEngine):
 
         model, dev = self.model, self.device
         b = len(prompts)
-        width = max(len(p) for p in prompts)
+        cache = DynamicCache(config=model.config)
+        shared = self._shared_prefixes(prompts) if self.share_prefixes else None
+        if shared is not None:  # [shared prefixes, right-padded | rest of each prompt, left-padded]
+            pre_ids, pre_mask, row_prefix, rest = shared
+            model(input_ids=pre_ids.to(dev), attention_mask=pre_mask.to(dev), past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+            row_prefix = row_prefix.to(dev)
+            cache.batch_select_indices(row_prefix)  # (K, ...) -> (B, ...)
+            pre_mask = pre_mask.to(dev)[row_prefix]
+            offset = pre_mask.sum(1, keepdim=True)  # (B, 1)
+            prompts_now = rest
+        else:
+            prompts_now = prompts
+        width = max(len(p) for p in prompts_now)
         input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # (B, T_p) left-padded
         attn = torch.zeros((b, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
+        for i, p in enumerate(prompts_now):
             input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             attn[i, width - len(p):] = 1
         input_ids, attn = input_ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, T_p)
+        if shared is not None:
+            pos = pos + offset
+            attn = torch.cat([pre_mask, attn], dim=1)  # the mask over [prefix | rest]
         gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
         stop_window = max((len(s.encode()) for s in sampling.stop), default=0) + 1
 
@@ -113,12 +145,19 @@ class HFEngine(RolloutEngine):
         finish: list[str | None] = [None] * b
         stop_hit: list[str | None] = [None] * b
         live = list(range(b))  # original row index of each live row
-        cache = DynamicCache(config=model.config)
         out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
                     use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1, :]
+        lean = None
+        if self.decode == "lean":
+            from .lean import LeanDecoder
+
+            lean = LeanDecoder(model)
+            lean.start(cache, attn, capacity=sampling.max_tokens)
+            cache = None
         next_pos = pos[:, -1] + 1  # (B',)
         for _ in range(sampling.max_tokens):
-            new, lps = self._sample(out.logits[:, -1, :], sampling, [gens[r] for r in live])  # (B',), (B',)
+            new, lps = self._sample(logits, sampling, [gens[r] for r in live])  # (B',), (B',)
             new_l, lps_l = new.tolist(), lps.tolist()
             keep = []
             for j, r in enumerate(live):
@@ -137,14 +176,21 @@ class HFEngine(RolloutEngine):
                 break
             if len(keep) < len(live):  # finished rows leave the batch and the KV cache
                 idx = torch.tensor(keep, dtype=torch.long, device=dev)
-                cache.batch_select_indices(idx)
+                if lean is not None:
+                    lean.keep(idx)
+                else:
+                    cache.batch_select_indices(idx)
                 attn, next_pos, new = attn[idx], next_pos[idx], new[idx]
                 live = [live[j] for j in keep]
-            attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)  # (B', T + 1)
-            out = model(input_ids=new[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                        past_key_values=cache, use_cache=True)
+            if lean is not None:
+                logits = lean.step(new, next_pos)
+            else:
+                attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)  # (B', T + 1)
+                out = model(input_ids=new[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                            past_key_values=cache, use_cache=True)
+                logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
-        del cache
+        del cache, lean
 
         result = []
         for r in range(b):
@@ -155,6 +201,25 @@ class HFEngine(RolloutEngine):
                                      logprobs=logprobs[r] if sampling.logprobs else None,
                                      stop_string=stop_hit[r]))
         return result
+
+    @staticmethod
+    def _shared_prefixes(prompts: list[list[int]]):
+        """(prefix ids (K, L) right-padded, prefix mask (K, L), prefix of each row (B,), the rest of each prompt)
+        when the rows share prompt prefixes worth computing once (``agents.prefixes``), else None."""
+        from agents.prefixes import plan_shared_prefixes
+
+        plan = plan_shared_prefixes(prompts)
+        if plan is None:
+            return None
+        prefixes, row_prefix = plan
+        width = max(len(p) for p in prefixes)
+        ids = torch.zeros((len(prefixes), width), dtype=torch.long)
+        mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+        for k, p in enumerate(prefixes):
+            ids[k, : len(p)] = torch.tensor(p, dtype=torch.long)
+            mask[k, : len(p)] = 1
+        rest = [p[len(prefixes[k]):] for p, k in zip(prompts, row_prefix)]
+        return ids, mask, torch.tensor(row_prefix, dtype=torch.long), rest
 
     @staticmethod
     def _sample(logits: torch.Tensor, sampling: SamplingConfig,

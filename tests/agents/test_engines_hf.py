@@ -108,12 +108,23 @@ def test_closing_action_tag_stops(tiny_dir, action_biased_state, prompts):
             assert g.finish_reason == "length" and len(g.token_ids) == 40 and g.truncated
 
 
-def test_finished_rows_leave_the_batch(engine, prompts):
+@pytest.mark.parametrize("decode", ["hf", "lean"])
+def test_finished_rows_leave_the_batch(engine, prompts, decode, monkeypatch):
+    from agents.engines.lean import LeanDecoder
+
+    engine = HFEngine(engine.model, engine.tokenizer, decode=decode)
     free = engine.generate(prompts[:1], SAMPLE, seeds=[7])[0]
     stop = free.text[6:10]
     sizes = []
     hook = engine.model.model.register_forward_pre_hook(
         lambda mod, args, kw: sizes.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    lean_step = LeanDecoder.step
+
+    def counted(self, tokens, positions):
+        sizes.append(tokens.shape[0])
+        return lean_step(self, tokens, positions)
+
+    monkeypatch.setattr(LeanDecoder, "step", counted)
     try:
         gens = engine.generate([prompts[0], prompts[1]], SamplingConfig(temperature=1.0, max_tokens=24, stop=(stop,)),
                                seeds=[7, 8])
@@ -176,3 +187,143 @@ def test_generate_rejects_bad_arguments(engine, prompts):
     with pytest.raises(ValueError, match="unknown rollout engine"):
         make_engine("tgi", "x")
     assert engine.generate([], SAMPLE, seeds=[]) == []
+
+
+# ------------------------------------------------------------------------------------ lean decode step
+def _agree(model_dir, prompts_fn, max_tokens=32):
+    hf = HFEngine(model_dir, dtype="float32", decode="hf")
+    lean = HFEngine(hf.model, hf.tokenizer, decode="lean")
+    assert hf.decode == "hf" and lean.decode == "lean"
+    prompts = prompts_fn(hf.tokenizer)
+    for cfg in (SamplingConfig(temperature=1.0, max_tokens=max_tokens, stop=("</action>", ".")),
+                SamplingConfig(temperature=0.0, max_tokens=max_tokens, stop=()),
+                SamplingConfig(temperature=0.7, top_p=0.9, max_tokens=max_tokens, stop=())):
+        seeds = list(range(3, 3 + len(prompts)))
+        a, b = hf.generate(prompts, cfg, seeds=seeds), lean.generate(prompts, cfg, seeds=seeds)
+        assert [g.token_ids for g in b] == [g.token_ids for g in a]
+        assert [g.finish_reason for g in b] == [g.finish_reason for g in a]
+        for x, y in zip(a, b):
+            assert y.logprobs == pytest.approx(x.logprobs, abs=1e-5)
+    return prompts
+
+
+def test_lean_decode_equals_hugging_face_decode_tiny(tiny_dir):
+    """Qwen2 (the tiny model): the same tokens and log-probs, rows of other lengths finishing at other steps."""
+    _agree(tiny_dir, lambda tok: _chat(tok, ["Goal: craft stick.", "hi", "get 2 oak log and then craft 1 table",
+                                             "Crafting commands:\ncraft 4 oak planks using 1 oak log"]))
+
+
+def test_lean_decode_equals_hugging_face_decode_smollm2(smollm2_dir):
+    """Llama with grouped-query attention (SmolLM2-135M: 9 query heads, 3 key/value heads) and tied embeddings."""
+    _agree(smollm2_dir, lambda tok: _chat(tok, ["Name a colour.", "Count from one to five."]), max_tokens=12)
+
+
+def test_lean_step_logits_equal_the_model_forward(tiny_dir):
+    """One step on its own: logits of the lean step after a prefill = the model's logits at that position."""
+    from transformers import DynamicCache
+
+    from agents.engines.lean import LeanDecoder
+
+    eng = HFEngine(tiny_dir, dtype="float32", decode="hf")
+    ids = torch.tensor([_chat(eng.tokenizer, ["Goal: craft stick."])[0]])
+    nxt = torch.tensor([7])
+    with torch.no_grad():
+        cache = DynamicCache(config=eng.model.config)
+        eng.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        dec = LeanDecoder(eng.model)
+        dec.start(cache, torch.ones_like(ids), capacity=4)
+        got = dec.step(nxt, torch.tensor([ids.shape[1]]))
+        ref = eng.model(torch.cat([ids, nxt[None]], 1)).logits[:, -1]
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    # and a wrong position (RoPE) is seen: the comparison can fail
+    dec2 = LeanDecoder(eng.model)
+    with torch.no_grad():
+        cache = DynamicCache(config=eng.model.config)
+        eng.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        dec2.start(cache, torch.ones_like(ids), capacity=4)
+        off = dec2.step(nxt, torch.tensor([ids.shape[1] + 5]))
+    assert (off - ref).abs().max() > 1e-3
+
+
+def test_unsupported_models_keep_the_hugging_face_step(tiny_dir):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from agents.engines.lean import lean_support
+
+    tok = HFEngine(tiny_dir, decode="hf").tokenizer
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=len(tok)))
+    assert "gpt2" in lean_support(gpt2)
+    assert HFEngine(gpt2, tok).decode == "hf"
+    with pytest.raises(ValueError, match="cannot serve this model"):
+        HFEngine(gpt2, tok, decode="lean")
+    with pytest.raises(ValueError, match="auto | lean | hf"):
+        HFEngine(tiny_dir, decode="fast")
+    # a projection whose forward is not weight @ x + bias (as LoRA injects) keeps the Hugging Face step
+    eng = HFEngine(tiny_dir, decode="hf")
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.weight, self.bias = inner, inner.weight, inner.bias
+
+        def forward(self, x):
+            return self.inner(x) + 1.0
+
+    eng.model.model.layers[0].mlp.up_proj = Wrapped(eng.model.model.layers[0].mlp.up_proj)
+    assert "Wrapped" in lean_support(eng.model)
+    assert HFEngine(eng.model, tok).decode == "hf"
+
+
+# ------------------------------------------------------------------------------ shared prompt prefixes
+def _grouped_prompts(tok):
+    """Two goals x three copies: the copies share the whole prompt, the goals share the chat header."""
+    head = "You are playing a crafting game. Commands: get, craft, inventory. " * 3
+    rows = []
+    for goal in ("Goal: craft stick.", "Goal: craft 4 oak planks from 1 oak log."):
+        rows += _chat(tok, [head + goal] * 3)
+    rows += _chat(tok, [head + "Goal: craft stick. You hold nothing."])
+    return rows
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_shared_prefix_prefill_gives_the_unshared_generations(model, tiny_dir, smollm2_dir, monkeypatch):
+    path = tiny_dir if model == "tiny" else smollm2_dir
+    plain = HFEngine(path, dtype="float32", share_prefixes=False)
+    shared = HFEngine(plain.model, plain.tokenizer, share_prefixes=True)
+    prompts = _grouped_prompts(plain.tokenizer)
+    used = []
+    real = HFEngine._shared_prefixes
+
+    def spy(ps):
+        out = real(ps)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(HFEngine, "_shared_prefixes", staticmethod(spy))
+    cfg = SamplingConfig(temperature=1.0, max_tokens=16 if model == "tiny" else 8, stop=())
+    seeds = list(range(20, 20 + len(prompts)))
+    a, b = plain.generate(prompts, cfg, seeds=seeds), shared.generate(prompts, cfg, seeds=seeds)
+    assert used == [True]  # the plain engine never asks
+    assert [g.token_ids for g in b] == [g.token_ids for g in a]
+    tol = 1e-5 if model == "tiny" else 5e-5  # SmolLM2's 30 fp32 layers: up to 1.8e-5 measured (float rounding)
+    for x, y in zip(a, b):
+        assert y.logprobs == pytest.approx(x.logprobs, abs=tol)
+    # the three copies of a goal with the same seed are the same row, so they also equal each other
+    again = shared.generate(prompts[:3], cfg, seeds=[5, 5, 5])
+    assert again[0].token_ids == again[1].token_ids == again[2].token_ids
+
+
+def test_prefix_plan_keeps_a_prompt_token_per_row_and_skips_what_saves_little():
+    from agents.prefixes import plan_shared_prefixes
+
+    head = list(range(10, 60))
+    prompts = [head + [1, 2], head + [1, 3, 4], head + [7], list(range(100, 140))]
+    prefixes, row_prefix = plan_shared_prefixes(prompts)
+    for p, k in zip(prompts, row_prefix):
+        pre = prefixes[k]
+        assert p[: len(pre)] == pre and len(pre) < len(p)
+    assert row_prefix[0] == row_prefix[1] == row_prefix[2] != row_prefix[3]
+    assert len(prefixes[row_prefix[0]]) == 50
+    assert plan_shared_prefixes([[5, 6, 7], [8, 9, 10]]) is None  # nothing in common
+    assert plan_shared_prefixes([head + [1]]) is None  # one row
+    assert plan_shared_prefixes([[5], [5]]) is None  # one-token prompts keep their token
