@@ -16,8 +16,6 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONHASHSEED ?= 0
-# OpenMP threads sleep instead of spinning while they wait: a busy core elsewhere no longer stalls torch (trainer/threads.py)
-export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup setup-vllm test test-fast test-vllm lint clean-venv demo disk-check
 

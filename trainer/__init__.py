@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import importlib
 
-from .threads import use_passive_wait
-
-use_passive_wait()  # before torch loads OpenMP: waiting threads sleep instead of spinning (trainer/threads.py)
-
 _EXPORTS = {
     "RunConfig": "config", "load_config": "config", "save_config": "config", "config_from_argv": "config",
     "ConfigError": "config", "EnvConfig": "config", "ModelConfig": "config", "RolloutConfig": "config",

@@ -2,12 +2,17 @@
 
 OpenMP worker threads spin while they wait for each other; when one of them has no core (another process holds
 it), every parallel region waits for the descheduled thread, and a 2-thread process beside one busy process ran
-~10x slower than alone (``results/benchmarks/threads.md``). Two remedies, both applied by default:
+~3.5x slower than alone (``results/benchmarks/threads.md``). What the repo does:
 
-* ``OMP_WAIT_POLICY=PASSIVE`` (set by ``use_passive_wait`` before torch is first imported, unless the variable is
-  already set): waiting threads sleep instead of spinning, so a taken core costs its share of the work, not all;
+* runs that share the machine get one thread each: ``experiments.sweep``/``experiments.study --jobs N`` set
+  ``OMP_NUM_THREADS`` to cores / N, the SFT warm start defaults to one thread; a one-thread process has no worker
+  threads to stall;
 * ``threads=0`` ("auto"): as many threads as cores that are free right now (``free_cores``: the cores the
-  scheduler gives this process minus the ones other processes kept busy over a short sample).
+  scheduler gives this process minus the ones other processes kept busy over a short sample);
+* the wait policy is OpenMP's own (spin briefly, then sleep). ``OMP_WAIT_POLICY=PASSIVE`` (sleep at once) halves
+  the damage beside a busy process but costs a process that has the cores to itself 13% of an SFT step and 1.7x
+  in generation, whose many small kernels wait often (``results/benchmarks/phases.md``); set it yourself when a
+  multi-thread run must share its cores. The repo set it by default until 2026-12-02.
 
 A thread count can change the order of floating-point sums, so runs that must match bit for bit fix it
 (``--threads N``); the sweep gives each of its parallel runs ``cores / jobs`` threads.
@@ -17,12 +22,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["use_passive_wait", "free_cores", "configure_threads"]
-
-
-def use_passive_wait() -> None:
-    """``OMP_WAIT_POLICY=PASSIVE`` unless set (effective only before the OpenMP runtime loads, i.e. torch)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+__all__ = ["free_cores", "configure_threads"]
 
 
 def _cpu_times() -> tuple[float, float] | None:
