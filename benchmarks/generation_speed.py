@@ -1,9 +1,12 @@
-"""Benchmark: generated tokens per second, Hugging Face engine vs vLLM (CPU build here), by batch size.
+"""Benchmark: generated tokens per second, Hugging Face engine (its own decode step and the lean one) vs vLLM
+(CPU build here), by batch size.
 
     python -m benchmarks.generation_speed              # SmolLM2-135M and the default tiny model, batches 1, 16, 64
     python -m benchmarks.generation_speed --quick      # tiny model only, batches 1 and 4, few tokens
 
-One command produces the whole table: the HF rows run in this interpreter; the vLLM rows run in a
+One command produces the whole table: the HF rows run in this interpreter, once with Hugging Face's decode step
+(``decode="hf"``, the engine before 2026-12-02) and once with ``agents/engines/lean.py`` (``decode="lean"``, the
+default now); the vLLM rows run in a
 subprocess of the interpreter that has vLLM (this one if it can import vllm, else ``.venv-vllm/bin/python``
 from ``make setup-vllm``), with the same prompts, sampling config, seeds and thread count. Each cell:
 one small warm-up call per engine and model, then the median over ``--repeats`` timed calls of ``engine.generate`` on B prompts.
@@ -61,9 +64,12 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
     torch.set_num_threads(threads)
     rows = []
     for label, path in models.items():
-        kw = {"dtype": "float32"} if engine_name == "hf" else {"dtype": "float32", "max_model_len": 2048}
+        if engine_name.startswith("hf"):
+            kw = {"dtype": "float32", "decode": "lean" if engine_name == "hf-lean" else "hf"}
+        else:
+            kw = {"dtype": "float32", "max_model_len": 2048}
         t0 = time.perf_counter()
-        eng = make_engine(engine_name, path, **kw)
+        eng = make_engine(engine_name.split("-")[0], path, **kw)
         start_s = time.perf_counter() - t0
         sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=max_tokens, stop=(), logprobs=False)
         warm = _prompts(eng.tokenizer, 2)
@@ -138,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = _loadavg()
     print(f"machine: {_machine()}; load average {load0}")
     rows = run_cells("hf", models, batches, max_tokens, repeats, args.threads)
+    rows += run_cells("hf-lean", models, batches, max_tokens, repeats, args.threads)
 
     vllm_note = ""
     vpy = None if args.skip_vllm else _vllm_python()
@@ -186,15 +193,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _table(rows: list[dict], models: dict, batches: list[int]) -> str:
     by = {(r["engine"], r["model"], r["batch"]): r for r in rows}
-    lines = ["| model | batch | prompt tokens (mean) | HF tok/s | vLLM tok/s | vLLM / HF |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| model | batch | prompt tokens (mean) | HF tok/s (HF step) | HF tok/s (lean step) | lean / HF step | "
+             "vLLM tok/s | vLLM / HF lean |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in models:
         for b in batches:
-            h, v = by.get(("hf", m, b)), by.get(("vllm", m, b))
-            ratio = f"{v['tok_s'] / h['tok_s']:.2f}x" if h and v else "–"
-            lines.append(f"| {m} | {b} | {h['prompt_tokens']:.0f} | {h['tok_s']:.1f} | "
-                         f"{v['tok_s']:.1f} | {ratio} |" if v else
-                         f"| {m} | {b} | {h['prompt_tokens']:.0f} | {h['tok_s']:.1f} | – | – |")
+            h, hl, v = by.get(("hf", m, b)), by.get(("hf-lean", m, b)), by.get(("vllm", m, b))
+            lean = f"{hl['tok_s']:.1f} | {hl['tok_s'] / h['tok_s']:.2f}x" if hl else "– | –"
+            best = hl or h
+            vl = f"{v['tok_s']:.1f} | {v['tok_s'] / best['tok_s']:.2f}x" if v else "– | –"
+            lines.append(f"| {m} | {b} | {h['prompt_tokens']:.0f} | {h['tok_s']:.1f} | {lean} | {vl} |")
     starts = {(r["engine"], r["model"]): r["start_s"] for r in rows}
     lines.append("")
     lines.append("Engine start (load + warm-up excluded): " + "; ".join(
