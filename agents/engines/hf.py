@@ -38,8 +38,8 @@ class HFEngine(RolloutEngine):
     device         : when loading from a folder (default: cuda if available, else cpu)
     max_batch_size : prompts per forward batch (None = all at once); bounds KV-cache memory
     decode         : auto | lean | hf. The prompt always runs through the model's own forward; each decode step
-                     runs ``agents.engines.lean`` (the same arithmetic, preallocated KV cache: 2-3x faster steps
-                     on a CPU) or Hugging Face's forward. auto = lean where the model supports it
+                     runs ``agents.engines.lean`` (the same arithmetic, preallocated KV cache: 1.0-1.3x the
+                     generation rate on one CPU thread, results/benchmarks/generation.md) or Hugging Face's forward. auto = lean where the model supports it
                      (``lean_support``), else hf [choice]
     share_prefixes : prompts of one batch that share a prefix (a group's G copies, the task text) compute it once:
                      the prefixes run first, their KV cache is indexed out to the rows, then the rest of each

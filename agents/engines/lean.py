@@ -14,6 +14,9 @@ Per step, for B' live rows, layer by layer (D width, H query heads, H_kv key/val
     h  += W_down (silu(RMSNorm(h) W_gate) * RMSNorm(h) W_up)
 logits = RMSNorm(h) W_lm. The rotary cos/sin come from the model's own rotary module (every RoPE variant it knows).
 
+What it buys is modest: 1.0-1.3x the HF step's generation rate on one thread (``results/benchmarks/generation.md``)
+and ~1.15x on the demo's 2-thread rollout; most of that rollout's 1.95x comes from the shared-prefix prefill.
+
 ``lean_support(model)`` says why a model cannot use it (the engine then keeps Hugging Face's step). Tested equal to
 the Hugging Face step in logits (1e-5) and in the sampled tokens (``tests/agents/test_engines_hf.py``).
 """

