@@ -17,7 +17,8 @@ Layout (read by ``analysis.runs``; docs/conventions.md, "Run folders")::
 ``error``). A new invocation on a folder whose status is ``finished`` with every iteration done does nothing;
 anything else resumes from the newest usable checkpoint (``trainer.resume``). The config of a resumed run must
 equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (the folder's location, logging, the length
-of the run, checkpoint frequency, worker count, the warm start's settings, whose folder `sft.init_from` is compared):
+of the run, checkpoint frequency, worker count, the warm start's settings, whose folder `sft.init_from` is compared,
+the speed switches that change results only by float rounding):
 changing anything else would mix two experiments in one folder.
 """
 from __future__ import annotations
@@ -42,8 +43,10 @@ __all__ = ["RunFolder", "RunStatus", "RESUMABLE_CHANGES", "git_commit", "config_
 
 #: config keys (dotted prefixes) that may differ between the saved config and a resuming invocation [choice]
 #: ``sft.warmstart`` describes how ``sft.init_from`` was made; the folder it names (compared) is what a run starts from
+#: The speed switches (shared prefixes, the decode step) change results only by float rounding (their tests).
 RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.resume", "trainer.save_every",
-                     "trainer.keep_last", "env.num_workers", "sft.warmstart", "sft.warmstart.")
+                     "trainer.keep_last", "env.num_workers", "sft.warmstart", "sft.warmstart.",
+                     "trainer.prefix_sharing", "rollout.hf_decode", "rollout.hf_share_prefixes")
 
 
 @dataclass

@@ -234,3 +234,21 @@ def test_sft_warmstart_section():
     assert config_differences(saved, config_to_dict(cfg)) == []
     moved = config_to_dict(load_config("configs/cpu/textcraft_tiny_sft.yaml", ["sft.init_from=/elsewhere"]))
     assert config_differences(saved, moved) == ["sft.init_from: None -> '/elsewhere'"]
+
+
+def test_speed_switches_do_not_block_a_resume():
+    """``trainer.prefix_sharing``, ``rollout.hf_decode`` and ``rollout.hf_share_prefixes`` change results only by
+    float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
+    resumes too; a real change (the learning rate) still blocks."""
+    from trainer.config import config_to_dict, load_config
+    from trainer.run_folder import config_differences
+
+    base = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
+    other = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", [
+        "trainer.prefix_sharing=false", "rollout.hf_decode=hf", "rollout.hf_share_prefixes=false"]))
+    assert config_differences(base, other) == []
+    old = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
+    del old["trainer"]["prefix_sharing"], old["rollout"]["hf_decode"], old["rollout"]["hf_share_prefixes"]
+    assert config_differences(old, base) == []
+    lr = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", ["trainer.lr=0.5"]))
+    assert config_differences(base, lr) == ["trainer.lr: 0.0001 -> 0.5"]
