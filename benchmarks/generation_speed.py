@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += json.loads(lines[-1][len("BENCH_JSON "):])
         vver = subprocess.run([vpy, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                               text=True, env=env).stdout.strip()
-        vllm_note = f"vLLM {vver} ({vpy})."
+        shown = os.path.relpath(vpy, REPO) if os.path.abspath(vpy).startswith(str(REPO)) else os.path.basename(vpy)
+        vllm_note = f"vLLM {vver} ({shown})."  # no absolute path of this machine in a committed table
 
     load1 = _loadavg()
     table = _table(rows, models, batches)
