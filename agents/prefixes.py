@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["plan_shared_prefixes"]
+__all__ = ["plan_shared_prefixes", "prefix_tensors"]
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -84,3 +84,17 @@ def plan_shared_prefixes(prompts: Sequence[list[int]], extra: Sequence[int] | No
         row_prefix[r] = len(prefixes)
         prefixes.append(list(prompts[r][: shared_len[r]]))
     return prefixes, row_prefix
+
+
+def prefix_tensors(prefixes: Sequence[list[int]], pad_id: int = 0):
+    """The prefixes as (ids (K, L), mask (K, L)) LongTensors, right-padded with ``pad_id``."""
+    import torch
+
+    width = max(len(p) for p in prefixes)
+    ids = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+    for k, p in enumerate(prefixes):
+        ids[k, : len(p)] = torch.tensor(p, dtype=torch.long)
+        mask[k, : len(p)] = 1
+    return ids, mask
+

@@ -184,20 +184,14 @@ def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[
     The rows keep their order; ``agents.prefixes.plan_shared_prefixes`` picks the prefixes (the token positions
     the two forwards compute, padding included, against those of the unshared packing).
     """
-    from agents.prefixes import plan_shared_prefixes
+    from agents.prefixes import plan_shared_prefixes, prefix_tensors
 
-    unshared = pack_rows(prompt_ids, response_ids, pad_id)
     plan = plan_shared_prefixes([p.tolist() for p in prompt_ids], [int(r.numel()) for r in response_ids],
                                 min_saving=min_saving)
     if plan is None:
-        return unshared
+        return pack_rows(prompt_ids, response_ids, pad_id)
     prefixes, row_prefix = plan
-    width = max(len(p) for p in prefixes)
-    pre = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
-    pre_mask = torch.zeros((len(prefixes), width), dtype=torch.long)
-    for k, p in enumerate(prefixes):
-        pre[k, : len(p)] = torch.tensor(p, dtype=torch.long)
-        pre_mask[k, : len(p)] = 1
+    pre, pre_mask = prefix_tensors(prefixes, pad_id)
     cut = [len(prefixes[k]) for k in row_prefix]
     rest = pack_rows([prompt_ids[r][cut[r]:] for r in range(len(prompt_ids))], list(response_ids), pad_id)
     return PrefixPackedBatch(pre, pre_mask, torch.tensor(row_prefix, dtype=torch.long), rest.input_ids,

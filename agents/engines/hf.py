@@ -206,18 +206,13 @@ class HFEngine(RolloutEngine):
     def _shared_prefixes(prompts: list[list[int]]):
         """(prefix ids (K, L) right-padded, prefix mask (K, L), prefix of each row (B,), the rest of each prompt)
         when the rows share prompt prefixes worth computing once (``agents.prefixes``), else None."""
-        from agents.prefixes import plan_shared_prefixes
+        from agents.prefixes import plan_shared_prefixes, prefix_tensors
 
         plan = plan_shared_prefixes(prompts)
         if plan is None:
             return None
         prefixes, row_prefix = plan
-        width = max(len(p) for p in prefixes)
-        ids = torch.zeros((len(prefixes), width), dtype=torch.long)
-        mask = torch.zeros((len(prefixes), width), dtype=torch.long)
-        for k, p in enumerate(prefixes):
-            ids[k, : len(p)] = torch.tensor(p, dtype=torch.long)
-            mask[k, : len(p)] = 1
+        ids, mask = prefix_tensors(prefixes)
         rest = [p[len(prefixes[k]):] for p, k in zip(prompts, row_prefix)]
         return ids, mask, torch.tensor(row_prefix, dtype=torch.long), rest
 
