@@ -88,8 +88,14 @@ def _normalise_groups(values, keys, mode, singleton_identity, unbiased=True):
     return out
 
 
-def reference_clusters(batch: StepBatch, cfg: EstimatorConfig) -> list[int]:
-    """Greedy single pass per prompt group in (trajectory, step) order, one row at a time."""
+def reference_clusters(batch: StepBatch, cfg: EstimatorConfig, margins: list[float] | None = None) -> list[int]:
+    """Greedy single pass per prompt group in (trajectory, step) order, one row at a time.
+
+    margins: if a list is given, each join-or-open decision appends |d - (epsilon + 1e-6)|, the distance of
+    its cosine distance d from the threshold. The vectorised clustering computes the similarities in float32
+    (about 1e-7 relative error), so a decision closer than ~1e-5 to the threshold may legitimately go either
+    way; tests use the margins to skip such knife-edge examples.
+    """
     g, t, s, _, _ = _rows(batch)
     h = batch.hidden.double()
     if cfg.center_states:  # minus the mean state of the row's prompt group, one group at a time
@@ -115,6 +121,8 @@ def reference_clusters(batch: StepBatch, cfg: EstimatorConfig) -> list[int]:
                 cos = float(phi[i] @ c) / cn if cn > 0 else 0.0
                 if cos > best:
                     best, best_k = cos, k
+            if margins is not None and best_k >= 0:
+                margins.append(abs(1.0 - best - (cfg.epsilon + 1e-6)))
             if best_k >= 0 and 1.0 - best <= cfg.epsilon + 1e-6:
                 label[i] = ids[best_k]
                 sums[best_k] = sums[best_k] + phi[i]
