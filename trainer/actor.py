@@ -207,6 +207,12 @@ class ActorOutput:
     mask          : BoolTensor (N, T_r)   response_mask
     hidden        : FloatTensor (N, D)    layer-L state at the last prompt token, fp32, detached (None if not asked)
     nonfinite_rows: LongTensor (K,)       rows whose log-probs or entropy hold NaN/Inf on real tokens
+
+    With ``prefix_targets`` (a shared batch; the SFT warm start's prompt-token loss):
+    prefix_logprobs: FloatTensor (K, L)   column j >= 1: log pi(prefix_j | prefix_<j) of shared prefix k, computed
+                                          once for all its rows; 0 in column 0 and on padding
+    bridge_logprobs: FloatTensor (N,)     log pi(first suffix token of row i | its prefix), which the prefix's last
+                                          position predicts
     """
 
     logprobs: torch.Tensor
@@ -214,6 +220,8 @@ class ActorOutput:
     mask: torch.Tensor
     hidden: torch.Tensor | None
     nonfinite_rows: torch.Tensor
+    prefix_logprobs: torch.Tensor | None = None
+    bridge_logprobs: torch.Tensor | None = None
 
 
 def causal_lm_of(model: nn.Module) -> nn.Module:
@@ -280,6 +288,26 @@ def _chunk_logprob_entropy(h: torch.Tensor, targets: torch.Tensor, lm_head: nn.M
     return logp, ent
 
 
+def _logprobs_chunked(h: torch.Tensor, y: torch.Tensor, lm_head: nn.Module, temperature: float,
+                      want_entropy: bool, chunk_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """h (M, D), y (M,) -> (log p (M,), entropy (M,)) through the LM head in chunks of ``chunk_tokens`` positions,
+    each recomputed in the backward (activation checkpointing) so that no (M, V) logits tensor is kept."""
+    inv_temp = 1.0 / float(temperature) if temperature and temperature > 0 else 1.0
+    logp_parts, ent_parts = [], []
+    use_ckpt = torch.is_grad_enabled() and h.requires_grad
+    for start in range(0, h.shape[0], max(1, chunk_tokens)):
+        h_c, y_c = h[start: start + chunk_tokens], y[start: start + chunk_tokens]
+        if use_ckpt:
+            lp, en = checkpoint(_chunk_logprob_entropy, h_c, y_c, lm_head, inv_temp, want_entropy, use_reentrant=False)
+        else:
+            lp, en = _chunk_logprob_entropy(h_c, y_c, lm_head, inv_temp, want_entropy)
+        logp_parts.append(lp)
+        ent_parts.append(en)
+    if not logp_parts:
+        return h.new_zeros(0, dtype=torch.float32), h.new_zeros(0, dtype=torch.float32)
+    return torch.cat(logp_parts), torch.cat(ent_parts)
+
+
 def actor_forward(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -295,6 +323,7 @@ def actor_forward(
     prefix_ids: torch.Tensor | None = None,
     prefix_mask: torch.Tensor | None = None,
     row_prefix: torch.Tensor | None = None,
+    prefix_targets: bool = False,
 ) -> ActorOutput:
     """One forward of ``model`` (a causal LM, possibly peft-wrapped) over packed rows; see the module docstring.
 
@@ -302,6 +331,9 @@ def actor_forward(
     ``PrefixPackedBatch`` (the rows' suffixes then attend to their shared prefix through its KV cache). Gradients
     flow to ``logprobs``/``entropy`` when grad mode is on, through the shared prefix too. ``temperature`` divides
     the logits as the sampler did, so that ratios compare the same distributions [GiGPO/verl].
+    ``prefix_targets`` (shared batches only) also scores the shared prefixes' own tokens and each row's first
+    suffix token (``ActorOutput.prefix_logprobs`` / ``bridge_logprobs``), so that a loss over every prompt token
+    (SFT's ``prompt_weight``) needs no unshared pass.
     """
     lm = causal_lm_of(model)
     decoder = lm.get_decoder()
@@ -313,6 +345,9 @@ def actor_forward(
     rows = torch.arange(n, device=device)
 
     call: dict = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+    prefix_extra: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
+    if prefix_targets and prefix_ids is None:
+        raise ValueError("actor_forward: prefix_targets needs a shared batch (prefix_ids)")
     if prefix_ids is not None:
         if prefix_mask is None or row_prefix is None:
             raise ValueError("actor_forward: prefix_ids needs prefix_mask and row_prefix (pack_rows_shared)")
@@ -322,8 +357,12 @@ def actor_forward(
         from transformers import DynamicCache
 
         cache = DynamicCache(config=lm.config)
-        decoder(input_ids=prefix_ids, attention_mask=prefix_mask, past_key_values=cache, use_cache=True)
+        pre_out = decoder(input_ids=prefix_ids, attention_mask=prefix_mask, past_key_values=cache, use_cache=True)
         row_prefix = row_prefix.to(device)
+        if prefix_targets:
+            pre_last = pre_out.last_hidden_state if hasattr(pre_out, "last_hidden_state") else pre_out[0]  # (K, L, D)
+            prefix_extra = _prefix_target_logprobs(pre_last, prefix_ids.to(device), prefix_mask.to(device),
+                                                   row_prefix, input_ids[:, 0], lm_head, temperature, chunk_tokens)
         cache.batch_select_indices(row_prefix)  # (K, ...) -> (N, ...): each row's prefix keys and values
         shared = prefix_mask.to(device)[row_prefix]  # (N, L)
         offset = shared.sum(1, keepdim=True)  # (N, 1): a suffix starts at its prefix's length
@@ -356,21 +395,7 @@ def actor_forward(
     h_sel = last[sel_rows, pos[sel_rows, sel_t]]  # (M, D)
     y_sel = response_ids.to(device)[sel_rows, sel_t]  # (M,)
 
-    inv_temp = 1.0 / float(temperature) if temperature and temperature > 0 else 1.0
-    logp_parts, ent_parts = [], []
-    use_ckpt = torch.is_grad_enabled() and h_sel.requires_grad
-    for start in range(0, h_sel.shape[0], max(1, chunk_tokens)):
-        h_c = h_sel[start: start + chunk_tokens]
-        y_c = y_sel[start: start + chunk_tokens]
-        if use_ckpt:
-            lp, en = checkpoint(_chunk_logprob_entropy, h_c, y_c, lm_head, inv_temp, compute_entropy,
-                                use_reentrant=False)
-        else:
-            lp, en = _chunk_logprob_entropy(h_c, y_c, lm_head, inv_temp, compute_entropy)
-        logp_parts.append(lp)
-        ent_parts.append(en)
-    logp_flat = torch.cat(logp_parts) if logp_parts else last.new_zeros(0, dtype=torch.float32)
-    ent_flat = torch.cat(ent_parts) if ent_parts else last.new_zeros(0, dtype=torch.float32)
+    logp_flat, ent_flat = _logprobs_chunked(h_sel, y_sel, lm_head, temperature, compute_entropy, chunk_tokens)
 
     logprobs = torch.zeros((n, t_r), dtype=torch.float32, device=device).index_put((sel_rows, sel_t), logp_flat)
     entropy = None
@@ -381,8 +406,30 @@ def actor_forward(
     if compute_entropy:
         bad_tok |= ~torch.isfinite(ent_flat.detach())
     bad_rows = torch.unique(sel_rows[bad_tok]) if bool(bad_tok.any()) else sel_rows.new_zeros(0)
+    pre_lp, bridge_lp = prefix_extra
+    if pre_lp is not None:  # a non-finite shared token poisons every row of its prefix
+        bad = ~torch.isfinite(bridge_lp.detach()) | ~torch.isfinite(pre_lp.detach()).all(1)[row_prefix]
+        if bool(bad.any()):
+            bad_rows = torch.unique(torch.cat([bad_rows, torch.nonzero(bad).flatten()]))
     return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=captured.get("h"),
-                       nonfinite_rows=bad_rows)
+                       nonfinite_rows=bad_rows, prefix_logprobs=pre_lp, bridge_logprobs=bridge_lp)
+
+
+def _prefix_target_logprobs(pre_last: torch.Tensor, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor,
+                            row_prefix: torch.Tensor, first_suffix: torch.Tensor, lm_head: nn.Module,
+                            temperature: float, chunk_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(K, L) log-probs of each prefix's tokens 1.. under the prefix itself, and (N,) of each row's first suffix
+    token under its prefix's last position (``ActorOutput.prefix_logprobs`` / ``bridge_logprobs``)."""
+    k, width = prefix_ids.shape
+    lengths = prefix_mask.sum(1)  # (K,)
+    tgt = prefix_mask[:, 1:].bool()  # (K, L-1): real targets at columns 1..
+    sel_k, sel_j = torch.nonzero(tgt, as_tuple=True)
+    h = torch.cat([pre_last[sel_k, sel_j], pre_last[row_prefix, lengths[row_prefix] - 1]])  # (M + N, D)
+    y = torch.cat([prefix_ids[sel_k, sel_j + 1], first_suffix])
+    logp, _ = _logprobs_chunked(h, y, lm_head, temperature, False, chunk_tokens)
+    m = sel_k.shape[0]
+    pre_lp = torch.zeros((k, width), dtype=torch.float32, device=pre_last.device).index_put((sel_k, sel_j + 1), logp[:m])
+    return pre_lp, logp[m:]
 
 
 class ActorModule(nn.Module):
@@ -400,9 +447,9 @@ class ActorModule(nn.Module):
 
     def forward(self, input_ids, attention_mask, prompt_len, response_ids, response_mask, hidden_layer=None,
                 compute_entropy=True, chunk_tokens=1024, temperature=1.0, prefix_ids=None, prefix_mask=None,
-                row_prefix=None) -> dict[str, torch.Tensor | None]:
+                row_prefix=None, prefix_targets=False) -> dict[str, torch.Tensor | None]:
         out = actor_forward(self.lm, input_ids, attention_mask, prompt_len, response_ids, response_mask,
                             hidden_layer=hidden_layer, compute_entropy=compute_entropy,
                             chunk_tokens=chunk_tokens, temperature=temperature, prefix_ids=prefix_ids,
-                            prefix_mask=prefix_mask, row_prefix=row_prefix)
+                            prefix_mask=prefix_mask, row_prefix=row_prefix, prefix_targets=prefix_targets)
         return dict(vars(out))

@@ -381,10 +381,17 @@ class SFTEngine:
     the number of response tokens) [choice; default 0 = response tokens only, as SFT of an instruct model does].
     It gives a model trained from scratch a learning signal at every position of the ~10x longer prompt for no
     extra forward or backward pass (only the LM head runs on more positions).
+
+    ``share_prompt_loss`` (with ``prompt_weight`` > 0 and ``cfg.prefix_sharing``): rows of a micro-batch that share
+    a prompt prefix compute it once (``trainer.actor.pack_rows_shared``'s plan); its tokens' log-probs, the same
+    for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows), so the loss and
+    its gradient equal the unshared pass's to float tolerance (tests/trainer/test_sft_sharing.py) [choice: off by
+    default, because the float order, and so a warm start's weights, change]. Without a prompt loss, rows share
+    prefixes whenever ``cfg.prefix_sharing`` is on, as in the RL update.
     """
 
     def __init__(self, model, cfg, *, device: str = "cpu", schedule: str = "cosine", total_steps: int = 0,
-                 min_lr_ratio: float = 0.1, prompt_weight: float = 0.0):
+                 min_lr_ratio: float = 0.1, prompt_weight: float = 0.0, share_prompt_loss: bool = False):
         from trainer.config import ModelConfig
 
         if schedule not in ("constant", "linear", "cosine"):
@@ -405,6 +412,7 @@ class SFTEngine:
         self.total_steps = int(total_steps)
         self.min_lr_ratio = float(min_lr_ratio)
         self.prompt_weight = float(prompt_weight)
+        self.share_prompt_loss = bool(share_prompt_loss)
         self.actor = _Engine(model, cfg, model_cfg=ModelConfig(path="sft", hidden_layer=-1), temperature=1.0,
                              device=device)
 
@@ -439,12 +447,19 @@ class SFTEngine:
         n = len(prompt_ids)
         r_len = [int(r.numel()) for r in response_ids]
         n_micro = max(1, math.ceil(n / self.cfg.micro_batch_rows))
-        if self.cfg.prefix_sharing and self.prompt_weight == 0:  # shared prefixes side by side (trainer/actor.py)
+        w = self.prompt_weight
+        share_w = w > 0 and self.share_prompt_loss and self.cfg.prefix_sharing
+        if self.cfg.prefix_sharing and (w == 0 or share_w):  # shared prefixes side by side (trainer/actor.py)
             order = prefix_order(prompt_ids)
         else:
             order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
-        w = self.prompt_weight
         for micro in split_even(order, n_micro):
+            if share_w:
+                shared = _pack_prompt_loss_shared([prompt_ids[i] for i in micro], [response_ids[i] for i in micro],
+                                                  pad_id)
+                if shared is not None:
+                    yield self._shared_prompt_loss(micro, shared, r_len, total)
+                    continue
             if w > 0:
                 ps = [prompt_ids[i][:1] for i in micro]
                 rs = [torch.cat([prompt_ids[i][1:], response_ids[i]]) for i in micro]
@@ -468,6 +483,30 @@ class SFTEngine:
             nll_resp = -(out.logprobs * resp_mask).sum()
             loss = -(out.logprobs * mask).sum() / total
             yield micro, [micro[j] for j in out.nonfinite_rows.tolist()], loss, nll_resp
+
+    def _shared_prompt_loss(self, micro, shared, r_len, total):
+        """``_micro_losses``' tuple for one micro-batch packed by ``_pack_prompt_loss_shared``: the suffix
+        log-probs (the rest of each prompt at weight w, then the response at 1), each row's first suffix token
+        (weight w) and each shared prefix's tokens (weight w x the rows that hold it)."""
+        from trainer.actor import ActorOutput
+
+        act, w = self.actor, self.prompt_weight
+        packed, rest_prompt = shared
+        out = ActorOutput(**act.engine(**packed.to(act.device).as_kwargs(), hidden_layer=None, compute_entropy=False,
+                                       chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0,
+                                       prefix_targets=True))
+        weights = torch.zeros_like(out.logprobs)
+        resp_mask = torch.zeros_like(out.logprobs)
+        for j, i in enumerate(micro):
+            lp = rest_prompt[j]  # prompt tokens of the suffix's "response" part
+            weights[j, :lp] = w
+            weights[j, lp: lp + r_len[i]] = 1.0
+            resp_mask[j, lp: lp + r_len[i]] = 1.0
+        rows_of = torch.bincount(packed.row_prefix, minlength=packed.prefix_ids.shape[0]).to(out.logprobs)  # (K,)
+        prompt_part = (out.prefix_logprobs.sum(1) * rows_of).sum() + out.bridge_logprobs.sum()
+        nll_resp = -(out.logprobs * resp_mask).sum()
+        loss = -((out.logprobs * weights).sum() + w * prompt_part) / total
+        return micro, [micro[j] for j in out.nonfinite_rows.tolist()], loss, nll_resp
 
     def step(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0
              ) -> dict[str, float]:
@@ -503,6 +542,50 @@ class SFTEngine:
         return self.actor.export_hf(out_dir, tokenizer=tokenizer)
 
 
+def _pack_prompt_loss_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int):
+    """(``PrefixPackedBatch``, prompt tokens in each row's suffix target) for a loss over every prompt token, or
+    None when sharing saves too little (``agents.prefixes.plan_shared_prefixes``).
+
+    Row i = prefix P[:L] + suffix: the suffix's one-token "prompt" is P[L], its "response" P[L+1:] and then the
+    response, so that the suffix forward scores every token after P[L]; P[1:L] and P[L] come from the prefix
+    forward (``actor_forward(prefix_targets=True)``).
+    """
+    from agents.prefixes import plan_shared_prefixes, prefix_tensors
+    from trainer.actor import PrefixPackedBatch, pack_rows
+
+    plan = plan_shared_prefixes([p.tolist() for p in prompt_ids], [int(r.numel()) for r in response_ids])
+    if plan is None:
+        return None
+    prefixes, row_prefix = plan
+    pre, pre_mask = prefix_tensors(prefixes, pad_id)
+    cut = [len(prefixes[k]) for k in row_prefix]
+    rest = pack_rows([p[c: c + 1] for p, c in zip(prompt_ids, cut)],
+                     [torch.cat([p[c + 1:], r]) for p, r, c in zip(prompt_ids, response_ids, cut)], pad_id)
+    packed = PrefixPackedBatch(pre, pre_mask, torch.tensor(row_prefix, dtype=torch.long), rest.input_ids,
+                               rest.attention_mask, rest.prompt_len, rest.response_ids, rest.response_mask)
+    return packed, [int(p.numel()) - c - 1 for p, c in zip(prompt_ids, cut)]
+
+
+#: how ``train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" = the rows of
+#: shuffled episodes in turn (a batch holds one or two episodes' rows, which share most of their prompt)
+BATCH_BY = ("row", "episode")
+
+
+def _episode_batches(data: EncodedRows, batch_rows: int, generator: torch.Generator) -> list[list[int]]:
+    """Mini-batches of ``batch_rows`` rows cut from the rows of the episodes in a shuffled order (each episode's
+    rows in their order), then shuffled [choice]: rows that share a prompt prefix land in one batch."""
+    if len(data.episode) != len(data):
+        raise ValueError("train_sft(batch_by='episode'): the rows carry no episode ids (EncodedRows.episode)")
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, e in enumerate(data.episode):
+        members[e].append(i)
+    keys = sorted(members)
+    flat = [i for k in torch.randperm(len(keys), generator=generator).tolist() for i in members[keys[k]]]
+    out = [flat[k: k + batch_rows] for k in range(0, len(flat), batch_rows)]
+    order = torch.randperm(len(out), generator=generator).tolist()
+    return [out[k] for k in order]
+
+
 def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, bucket: int = 8) -> list[list[int]]:
     """Shuffled mini-batches of row indices; rows of similar length share a batch (less padding) [choice]:
     shuffle, cut into chunks of ``bucket`` batches, sort each chunk by length, split, shuffle the batches."""
@@ -520,14 +603,15 @@ def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, buc
 
 def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batch_rows: int = 32, seed: int = 0,
               pad_id: int = 0, progress: bool = False, desc: str = "sft", time_budget_s: float | None = None,
-              log_every: int = 50, on_log: Callable[[dict], None] | None = None, budget_clock: str = "wall"
-              ) -> dict[str, float]:
+              log_every: int = 50, on_log: Callable[[dict], None] | None = None, budget_clock: str = "wall",
+              batch_by: str = "row") -> dict[str, float]:
     """``epochs`` passes (fractions allowed) of shuffled mini-batches of ``batch_rows`` rows.
 
     Stops early when ``time_budget_s`` (wall seconds) runs out; with a budget, the engine's ``total_steps`` (the
     end of its learning-rate decay) is re-fitted after 10 and 50 steps to the steps the budget allows at the pace
     measured so far, so the decay ends with the budget. ``budget_clock``: ``wall`` (elapsed seconds) or ``cpu``
-    (this process's CPU seconds, all threads: the same amount of training on a busy or an idle machine) [choice]. Returns summary metrics: ``loss/sft_first``,
+    (this process's CPU seconds, all threads: the same amount of training on a busy or an idle machine) [choice].
+    ``batch_by``: ``BATCH_BY``. Returns summary metrics: ``loss/sft_first``,
     ``loss/sft_last`` (mean of the last ``log_every`` steps), ``perf/steps``, ``perf/tokens``,
     ``perf/tokens_per_s``, ``perf/seconds``.
     """
@@ -535,16 +619,19 @@ def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batc
         raise ValueError("train_sft: no rows to train on")
     if budget_clock not in ("wall", "cpu"):
         raise ValueError(f"train_sft: budget_clock={budget_clock!r} must be 'wall' or 'cpu'")
+    if batch_by not in BATCH_BY:
+        raise ValueError(f"train_sft: batch_by={batch_by!r} must be one of {BATCH_BY}")
+    batches = _batches if batch_by == "row" else _episode_batches
     clock = time.perf_counter if budget_clock == "wall" else time.process_time
     b0 = clock()
     g = torch.Generator().manual_seed(int(seed))
     plan: list[list[int]] = []
     whole = int(math.floor(epochs))
     for _ in range(whole):
-        plan.extend(_batches(data, batch_rows, g))
+        plan.extend(batches(data, batch_rows, g))
     frac = epochs - whole
     if frac > 0:
-        extra = _batches(data, batch_rows, g)
+        extra = batches(data, batch_rows, g)
         plan.extend(extra[: max(1, int(round(frac * len(extra))))])
     bar = _bar(len(plan), desc, progress)
     t0 = time.perf_counter()

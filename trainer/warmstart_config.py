@@ -83,6 +83,14 @@ class WarmStartConfig:
     """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTEngine``)."""
     batch_rows: int = 8
     """Step rows per optimizer step."""
+    batch_by: str = "row"
+    """How the rows form mini-batches (``trainer.sft.BATCH_BY``): ``row`` (shuffled rows, similar lengths together)
+    or ``episode`` (the rows of shuffled episodes in turn, so that a batch's rows share most of their prompt, which
+    ``share_prefixes`` then computes once) [choice]."""
+    share_prefixes: bool = False
+    """Rows of a batch that share a prompt prefix compute it once, its tokens' loss counted once per row
+    (``trainer.sft.SFTEngine``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
+    (``results/benchmarks/sft.md``)."""
     warmup_steps: int = 20
     """Warm-up optimizer steps of each round."""
     dagger_rounds: int = 1
@@ -154,6 +162,12 @@ class WarmStartConfig:
         positive("train_budget_s", integer=False, zero_ok=True)
         positive("eval_train_tasks", zero_ok=True)
         positive("train_tasks", zero_ok=True)
+        from trainer.sft import BATCH_BY
+
+        if self.batch_by not in BATCH_BY:
+            raise ValueError(f"WarmStartConfig.batch_by={self.batch_by!r} must be one of {BATCH_BY}")
+        if not isinstance(self.share_prefixes, bool):
+            raise ValueError(f"WarmStartConfig.share_prefixes={self.share_prefixes!r} must be true or false")
         if self.train_budget_clock not in ("wall", "cpu"):
             raise ValueError(f"WarmStartConfig.train_budget_clock={self.train_budget_clock!r} must be 'wall' or 'cpu'")
         if not 0.0 <= float(self.prompt_weight) <= 1.0:
@@ -200,6 +214,10 @@ class WarmStartConfig:
             d.pop("rename_copies")
         if self.threads == 1:  # added later: the default keeps the keys of entries built before (with 1 thread)
             d.pop("threads")
+        if self.batch_by == "row":  # added later: the batches every earlier entry was built with
+            d.pop("batch_by")
+        if not self.share_prefixes:  # added later: the unshared pass every earlier entry was built with
+            d.pop("share_prefixes")
         data = self.data_from_environment()
         if data is not None:  # added later: absent for the generated default, so earlier entries keep their keys
             d["data"] = data
