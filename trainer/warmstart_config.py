@@ -25,6 +25,10 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+#: ``trainer.sft.BATCH_BY``, spelled out here: importing trainer.sft would close an import cycle (tested equal)
+BATCH_BY = ("row", "episode")
+
+
 @dataclass
 class WarmStartConfig:
     """Settings of one warm start. Every field except ``progress``/``cache_root`` enters the key (``threads`` only
@@ -162,8 +166,6 @@ class WarmStartConfig:
         positive("train_budget_s", integer=False, zero_ok=True)
         positive("eval_train_tasks", zero_ok=True)
         positive("train_tasks", zero_ok=True)
-        from trainer.sft import BATCH_BY
-
         if self.batch_by not in BATCH_BY:
             raise ValueError(f"WarmStartConfig.batch_by={self.batch_by!r} must be one of {BATCH_BY}")
         if not isinstance(self.share_prefixes, bool):

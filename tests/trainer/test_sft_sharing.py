@@ -161,8 +161,10 @@ def test_episode_batches_cover_every_row_once(tiny, rows):
 def test_warm_start_options_are_keyed_and_checked():
     """batch_by / share_prefixes: the old values keep the cache keys of earlier entries, new values get their own;
     bad values fail with the field's name before any compute."""
+    from trainer import warmstart_config
     from trainer.warmstart import WarmStartConfig, cache_key
 
+    assert warmstart_config.BATCH_BY == sft.BATCH_BY
     assert cache_key(WarmStartConfig(env="textcraft", batch_by="row", share_prefixes=False)) == "ee351835b46a"
     keys = {cache_key(WarmStartConfig(env="textcraft", batch_by=b, share_prefixes=s))
             for b in ("row", "episode") for s in (False, True)}
