@@ -62,7 +62,7 @@ def packed_work(prompt_ids, response_ids, bsz: int, share: bool) -> tuple[int, i
     as ``ActorEngine.compute_logprobs`` packs them (dense attention over each batch's padded width)."""
     import torch
 
-    from trainer.actor import PrefixPackedBatch, pack_rows, pack_rows_shared, prefix_order
+    from trainer.actor import pack_rows, pack_rows_shared, prefix_order
 
     n = len(prompt_ids)
     if share:
@@ -74,18 +74,22 @@ def packed_work(prompt_ids, response_ids, bsz: int, share: bool) -> tuple[int, i
     for k in range(0, n, bsz):
         idx = order[k: k + bsz]
         ps, rs = [prompt_ids[i] for i in idx], [response_ids[i] for i in idx]
-        b = pack_rows_shared(ps, rs) if share else pack_rows(ps, rs)
-        real += b.num_tokens
-        if isinstance(b, PrefixPackedBatch):
-            kk, ll = b.prefix_ids.shape
-            nn_, ss = b.input_ids.shape
-            pos += kk * ll + nn_ * ss
-            att += kk * ll * ll + nn_ * ss * (ll + ss)
-        else:
-            nn_, tt = b.input_ids.shape
-            pos += nn_ * tt
-            att += nn_ * tt * tt
+        p_, a_, r_ = batch_work(pack_rows_shared(ps, rs) if share else pack_rows(ps, rs))
+        pos, att, real = pos + p_, att + a_, real + r_
     return pos, att, real
+
+
+def batch_work(b) -> tuple[int, int, int]:
+    """(token positions, attended keys, real tokens) of one forward over a ``PackedBatch`` or a
+    ``PrefixPackedBatch`` (dense attention over the padded widths)."""
+    from trainer.actor import PrefixPackedBatch
+
+    if isinstance(b, PrefixPackedBatch):
+        kk, ll = b.prefix_ids.shape
+        nn_, ss = b.input_ids.shape
+        return kk * ll + nn_ * ss, kk * ll * ll + nn_ * ss * (ll + ss), b.num_tokens
+    nn_, tt = b.input_ids.shape
+    return nn_ * tt, nn_ * tt * tt, b.num_tokens
 
 
 def floor_work(prompt_ids, response_ids) -> tuple[int, int]:

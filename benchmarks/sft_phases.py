@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.iteration_phases import floor_work, forward_flops, matmul_gflops, model_shape
+from benchmarks.iteration_phases import batch_work, floor_work, forward_flops, matmul_gflops, model_shape
 
 VARIANTS = [("row", False), ("row", True), ("episode", False), ("episode", True)]
 
@@ -38,18 +38,12 @@ def step_work(prompt_ids, response_ids, share: bool) -> tuple[int, int, int]:
     ``SFTEngine`` packs them with a prompt-token loss (one micro-batch)."""
     import torch
 
-    from trainer import sft
-    from trainer.actor import pack_rows
+    from trainer.actor import pack_rows, pack_rows_shared
 
-    packed = sft._pack_prompt_loss_shared(prompt_ids, response_ids, 0) if share else None
-    if packed is not None:
-        b = packed[0]
-        kk, ll = b.prefix_ids.shape
-        nn_, ss = b.input_ids.shape
-        return kk * ll + nn_ * ss, kk * ll * ll + nn_ * ss * (ll + ss), b.num_tokens
-    b = pack_rows([p[:1] for p in prompt_ids], [torch.cat([p[1:], r]) for p, r in zip(prompt_ids, response_ids)])
-    nn_, tt = b.input_ids.shape
-    return nn_ * tt, nn_ * tt * tt, b.num_tokens
+    if share:
+        return batch_work(pack_rows_shared(prompt_ids, response_ids, 0, score_prompt=True))
+    return batch_work(pack_rows([p[:1] for p in prompt_ids],
+                                [torch.cat([p[1:], r]) for p, r in zip(prompt_ids, response_ids)]))
 
 
 def run(steps: int, episodes: int, threads: int) -> dict:

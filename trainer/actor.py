@@ -178,22 +178,34 @@ def prefix_order(prompt_ids: Sequence[torch.Tensor]) -> list[int]:
 
 
 def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0,
-                     *, min_saving: float = 0.1) -> PackedBatch | PrefixPackedBatch:
+                     *, min_saving: float = 0.1, score_prompt: bool = False) -> PackedBatch | PrefixPackedBatch:
     """Pack rows so that rows sharing a prompt prefix compute it once; ``PackedBatch`` when that saves too little.
 
     The rows keep their order; ``agents.prefixes.plan_shared_prefixes`` picks the prefixes (the token positions
     the two forwards compute, padding included, against those of the unshared packing).
+
+    ``score_prompt`` (a loss on prompt tokens too, SFT's ``prompt_weight``): every token after the first is a
+    target. Row i = prefix P[:L] + a suffix whose one-token prompt is P[L] and whose "response" is P[L+1:] and
+    then the response; P[1:L] and P[L] are scored by the prefix forward (``actor_forward(prefix_targets=True)``).
+    Unshared, the prompt is P[:1] and the "response" P[1:] + the response.
     """
     from agents.prefixes import plan_shared_prefixes, prefix_tensors
+
+    def split(p: torch.Tensor, r: torch.Tensor, c: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(suffix prompt, suffix targets) of a row whose first c prompt tokens come from elsewhere."""
+        return (p[c: c + 1], torch.cat([p[c + 1:], r])) if score_prompt else (p[c:], r)
 
     plan = plan_shared_prefixes([p.tolist() for p in prompt_ids], [int(r.numel()) for r in response_ids],
                                 min_saving=min_saving)
     if plan is None:
-        return pack_rows(prompt_ids, response_ids, pad_id)
+        if not score_prompt:
+            return pack_rows(prompt_ids, response_ids, pad_id)
+        ps, rs = zip(*(split(p, r, 0) for p, r in zip(prompt_ids, response_ids)))
+        return pack_rows(list(ps), list(rs), pad_id)
     prefixes, row_prefix = plan
     pre, pre_mask = prefix_tensors(prefixes, pad_id)
-    cut = [len(prefixes[k]) for k in row_prefix]
-    rest = pack_rows([prompt_ids[r][cut[r]:] for r in range(len(prompt_ids))], list(response_ids), pad_id)
+    ps, rs = zip(*(split(p, r, len(prefixes[k])) for p, r, k in zip(prompt_ids, response_ids, row_prefix)))
+    rest = pack_rows(list(ps), list(rs), pad_id)
     return PrefixPackedBatch(pre, pre_mask, torch.tensor(row_prefix, dtype=torch.long), rest.input_ids,
                              rest.attention_mask, rest.prompt_len, rest.response_ids, rest.response_mask)
 

@@ -48,6 +48,8 @@ from typing import Any
 
 import torch
 
+from trainer.warmstart_config import BATCH_BY
+
 __all__ = [
     "SFTRow",
     "EncodedRows",
@@ -383,7 +385,7 @@ class SFTEngine:
     extra forward or backward pass (only the LM head runs on more positions).
 
     ``share_prompt_loss`` (with ``prompt_weight`` > 0 and ``cfg.prefix_sharing``): rows of a micro-batch that share
-    a prompt prefix compute it once (``trainer.actor.pack_rows_shared``'s plan); its tokens' log-probs, the same
+    a prompt prefix compute it once (``trainer.actor.pack_rows_shared(score_prompt=True)``); its tokens' log-probs, the same
     for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows), so the loss and
     its gradient equal the unshared pass's to float tolerance (tests/trainer/test_sft_sharing.py) [choice: off by
     default, because the float order, and so a warm start's weights, change]. Without a prompt loss, rows share
@@ -440,7 +442,7 @@ class SFTEngine:
         token, response = the rest of the prompt + the response, with token weights w on the former prompt and 1
         on the response, so the actor's own forward computes every log-prob needed.
         """
-        from trainer.actor import ActorOutput, prefix_order
+        from trainer.actor import ActorOutput, PrefixPackedBatch, pack_rows_shared, prefix_order
         from trainer.engine import split_even
 
         act = self.actor
@@ -455,10 +457,10 @@ class SFTEngine:
             order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
         for micro in split_even(order, n_micro):
             if share_w:
-                shared = _pack_prompt_loss_shared([prompt_ids[i] for i in micro], [response_ids[i] for i in micro],
-                                                  pad_id)
-                if shared is not None:
-                    yield self._shared_prompt_loss(micro, shared, r_len, total)
+                packed = pack_rows_shared([prompt_ids[i] for i in micro], [response_ids[i] for i in micro], pad_id,
+                                          score_prompt=True)
+                if isinstance(packed, PrefixPackedBatch):
+                    yield self._shared_prompt_loss(micro, packed, prompt_ids, r_len, total)
                     continue
             if w > 0:
                 ps = [prompt_ids[i][:1] for i in micro]
@@ -484,21 +486,21 @@ class SFTEngine:
             loss = -(out.logprobs * mask).sum() / total
             yield micro, [micro[j] for j in out.nonfinite_rows.tolist()], loss, nll_resp
 
-    def _shared_prompt_loss(self, micro, shared, r_len, total):
-        """``_micro_losses``' tuple for one micro-batch packed by ``_pack_prompt_loss_shared``: the suffix
-        log-probs (the rest of each prompt at weight w, then the response at 1), each row's first suffix token
-        (weight w) and each shared prefix's tokens (weight w x the rows that hold it)."""
+    def _shared_prompt_loss(self, micro, packed, prompt_ids, r_len, total):
+        """``_micro_losses``' tuple for one micro-batch packed by ``pack_rows_shared(score_prompt=True)``: the
+        suffix log-probs (the rest of each prompt at weight w, then the response at 1), each row's first suffix
+        token (weight w) and each shared prefix's tokens (weight w x the rows that hold it)."""
         from trainer.actor import ActorOutput
 
         act, w = self.actor, self.prompt_weight
-        packed, rest_prompt = shared
+        cut = packed.prefix_mask.sum(1)[packed.row_prefix].tolist()  # each row's prefix length
         out = ActorOutput(**act.engine(**packed.to(act.device).as_kwargs(), hidden_layer=None, compute_entropy=False,
                                        chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0,
                                        prefix_targets=True))
         weights = torch.zeros_like(out.logprobs)
         resp_mask = torch.zeros_like(out.logprobs)
         for j, i in enumerate(micro):
-            lp = rest_prompt[j]  # prompt tokens of the suffix's "response" part
+            lp = int(prompt_ids[i].numel()) - cut[j] - 1  # prompt tokens of the suffix's "response" part
             weights[j, :lp] = w
             weights[j, lp: lp + r_len[i]] = 1.0
             resp_mask[j, lp: lp + r_len[i]] = 1.0
@@ -540,35 +542,6 @@ class SFTEngine:
     def export(self, out_dir: str | Path, tokenizer=None) -> Path | None:
         """The trained model as a Hugging Face folder (``ActorEngine.export_hf``)."""
         return self.actor.export_hf(out_dir, tokenizer=tokenizer)
-
-
-def _pack_prompt_loss_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int):
-    """(``PrefixPackedBatch``, prompt tokens in each row's suffix target) for a loss over every prompt token, or
-    None when sharing saves too little (``agents.prefixes.plan_shared_prefixes``).
-
-    Row i = prefix P[:L] + suffix: the suffix's one-token "prompt" is P[L], its "response" P[L+1:] and then the
-    response, so that the suffix forward scores every token after P[L]; P[1:L] and P[L] come from the prefix
-    forward (``actor_forward(prefix_targets=True)``).
-    """
-    from agents.prefixes import plan_shared_prefixes, prefix_tensors
-    from trainer.actor import PrefixPackedBatch, pack_rows
-
-    plan = plan_shared_prefixes([p.tolist() for p in prompt_ids], [int(r.numel()) for r in response_ids])
-    if plan is None:
-        return None
-    prefixes, row_prefix = plan
-    pre, pre_mask = prefix_tensors(prefixes, pad_id)
-    cut = [len(prefixes[k]) for k in row_prefix]
-    rest = pack_rows([p[c: c + 1] for p, c in zip(prompt_ids, cut)],
-                     [torch.cat([p[c + 1:], r]) for p, r, c in zip(prompt_ids, response_ids, cut)], pad_id)
-    packed = PrefixPackedBatch(pre, pre_mask, torch.tensor(row_prefix, dtype=torch.long), rest.input_ids,
-                               rest.attention_mask, rest.prompt_len, rest.response_ids, rest.response_mask)
-    return packed, [int(p.numel()) - c - 1 for p, c in zip(prompt_ids, cut)]
-
-
-#: how ``train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" = the rows of
-#: shuffled episodes in turn (a batch holds one or two episodes' rows, which share most of their prompt)
-BATCH_BY = ("row", "episode")
 
 
 def _episode_batches(data: EncodedRows, batch_rows: int, generator: torch.Generator) -> list[list[int]]:

@@ -25,7 +25,9 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-#: ``trainer.sft.BATCH_BY``, spelled out here: importing trainer.sft would close an import cycle (tested equal)
+#: how ``trainer.sft.train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" =
+#: the rows of shuffled episodes in turn (a batch holds one or two episodes' rows, which share most of their prompt).
+#: Defined here, not in trainer.sft, which imports it: the other way round closes an import cycle.
 BATCH_BY = ("row", "episode")
 
 
@@ -88,7 +90,7 @@ class WarmStartConfig:
     batch_rows: int = 8
     """Step rows per optimizer step."""
     batch_by: str = "row"
-    """How the rows form mini-batches (``trainer.sft.BATCH_BY``): ``row`` (shuffled rows, similar lengths together)
+    """How the rows form mini-batches (``BATCH_BY``): ``row`` (shuffled rows, similar lengths together)
     or ``episode`` (the rows of shuffled episodes in turn, so that a batch's rows share most of their prompt, which
     ``share_prefixes`` then computes once) [choice]."""
     share_prefixes: bool = False

@@ -10,6 +10,7 @@ import torch
 
 from envs.pool import Task
 from trainer import sft
+from trainer.actor import PrefixPackedBatch, pack_rows_shared
 
 ENV_KW = {"show_inventory": True}
 
@@ -63,7 +64,8 @@ def test_episode_rows_share_most_of_their_prompt(tiny, rows):
     data = _data(rows, tok)
     idx = [i for i, e in enumerate(data.episode) if e == data.episode[0]]
     assert len(idx) >= 3
-    packed, _ = sft._pack_prompt_loss_shared([data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx], 0)
+    packed = pack_rows_shared([data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx], 0,
+                              score_prompt=True)
     unshared = sum(int(data.prompt_ids[i].numel() + data.response_ids[i].numel()) for i in idx)
     assert packed.num_tokens < 0.75 * unshared
 
@@ -78,11 +80,13 @@ def test_shared_prompt_loss_equals_unshared(tiny, rows, w, monkeypatch):
     idx = [i for i, e in enumerate(data.episode) if e in eps]
     a = _loss_and_grads(path, data, idx, share=False, w=w, micro=(len(idx) + 1) // 2)
     packs = []
-    real = sft._pack_prompt_loss_shared
-    monkeypatch.setattr(sft, "_pack_prompt_loss_shared", lambda *x: packs.append(real(*x)) or packs[-1])
+    import trainer.actor as actor_mod
+
+    real = actor_mod.pack_rows_shared
+    monkeypatch.setattr(actor_mod, "pack_rows_shared", lambda *a, **k: packs.append(real(*a, **k)) or packs[-1])
     b = _loss_and_grads(path, data, idx, share=True, w=w, micro=(len(idx) + 1) // 2)
-    assert len(packs) == 2 and all(p is not None for p in packs)  # both micro-batches really shared
-    assert sum(int((p[0].row_prefix == k).sum()) > 1 for p in packs for k in range(p[0].prefix_ids.shape[0])) >= 2
+    assert len(packs) == 2 and all(isinstance(p, PrefixPackedBatch) for p in packs)  # both really shared
+    assert sum(int((p.row_prefix == k).sum()) > 1 for p in packs for k in range(p.prefix_ids.shape[0])) >= 2
     assert b[0] == pytest.approx(a[0], rel=1e-5)
     assert b[1] == pytest.approx(a[1], rel=1e-5)
     assert set(a[2]) == set(b[2])
@@ -132,7 +136,8 @@ def test_shared_prompt_loss_poisoned_prefix_marks_its_rows(tiny, rows):
     path, tok = tiny
     data = _data(rows, tok)
     idx = [i for i, e in enumerate(data.episode) if e == data.episode[0]]
-    packed, _ = sft._pack_prompt_loss_shared([data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx], 0)
+    packed = pack_rows_shared([data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx], 0,
+                              score_prompt=True)
     model = load_model(path, dtype="float32")
     with torch.no_grad():
         model.get_output_embeddings().weight[int(packed.prefix_ids[0, 1])] = float("nan")
@@ -164,7 +169,7 @@ def test_warm_start_options_are_keyed_and_checked():
     from trainer import warmstart_config
     from trainer.warmstart import WarmStartConfig, cache_key
 
-    assert warmstart_config.BATCH_BY == sft.BATCH_BY
+    assert sft.BATCH_BY is warmstart_config.BATCH_BY
     assert cache_key(WarmStartConfig(env="textcraft", batch_by="row", share_prefixes=False)) == "ee351835b46a"
     keys = {cache_key(WarmStartConfig(env="textcraft", batch_by=b, share_prefixes=s))
             for b in ("row", "episode") for s in (False, True)}
