@@ -69,16 +69,20 @@ class Values:
 
 
 def evaluate_policy(mdp: TabularMDP, pi: np.ndarray) -> Values:
-    """Exact finite-horizon V^π, Q^π, A^π by backward induction (module docstring)."""
-    if pi.shape != (mdp.num_states, mdp.num_actions):
-        raise ValueError(f"policy has shape {pi.shape}, the MDP needs ({mdp.num_states}, {mdp.num_actions})")
+    """Exact finite-horizon V^π, Q^π, A^π by backward induction (module docstring).
+
+    pi : (S, A) a stationary policy, or (H, S, A) one that depends on the step, π_t(a|s) (a language model's
+    action distribution does: its prompt shows the step), with ``V_t(s) = Σ_a π_t(a|s) Q_t(s,a)``.
+    """
     H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
+    if pi.shape not in ((S, A), (H, S, A)):
+        raise ValueError(f"policy has shape {pi.shape}, the MDP needs ({S}, {A}) or ({H}, {S}, {A})")
     V = np.zeros((H + 1, S))
     Q = np.zeros((H, S, A))
     r, cont = mdp.expected_reward, mdp.continuation  # (S, A), CSR (S·A, S)
     for t in range(H - 1, -1, -1):
         Q[t] = r + mdp.gamma * (cont @ V[t + 1]).reshape(S, A)  # Σ_k p_k [r_k + γ (1 − done_k) V_{t+1}(s'_k)]
-        V[t] = (pi * Q[t]).sum(-1)
+        V[t] = ((pi[t] if pi.ndim == 3 else pi) * Q[t]).sum(-1)
     return Values(V=V, Q=Q, A=Q - V[:H, :, None])
 
 
