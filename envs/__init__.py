@@ -1,4 +1,5 @@
-"""Text environments (TextCraft, ALFWorld, WebShop) behind one gymnasium interface, and the group pool.
+"""Text environments (TextCraft, ALFWorld, WebShop, and the finite worlds of ``groundtruth``) behind one gymnasium
+interface, and the group pool.
 
 Importing ``envs`` registers the gymnasium ids (lazily: the environment modules load on ``make``):
 
@@ -8,7 +9,13 @@ id              entry point                        default horizon (``max_steps`
 TextCraft-v0    ``envs.textcraft:TextCraftEnv``    50
 ALFWorld-v0     ``envs.alfworld:ALFWorldEnv``      50
 WebShop-v0      ``envs.webshop:WebShopEnv``        15
+FiniteCraft-v0  ``groundtruth.textenv:CraftEnv``   50 (the MDP's horizon)
+FiniteRooms-v0  ``groundtruth.textenv:RoomsEnv``   50 (the MDP's horizon)
 =============== ================================== ===========================================
+
+The two finite worlds take ``surface`` (``groundtruth.text`` presets), ``alias`` and the family's size options as
+keyword arguments (``env.kwargs`` in a config); their ``info["state_key"]`` is the MDP state, whose exact
+values ``groundtruth.onpolicy`` computes.
 
 No ``max_episode_steps`` is registered: the horizon is the env's own ``max_steps`` argument (it sets
 ``truncated``), so gymnasium's ``TimeLimit`` never doubles it. ``expert_action(env)`` returns the next
@@ -29,6 +36,8 @@ ENV_IDS = {
     "TextCraft-v0": "envs.textcraft:TextCraftEnv",
     "ALFWorld-v0": "envs.alfworld:ALFWorldEnv",
     "WebShop-v0": "envs.webshop:WebShopEnv",
+    "FiniteCraft-v0": "groundtruth.textenv:CraftEnv",
+    "FiniteRooms-v0": "groundtruth.textenv:RoomsEnv",
 }
 
 

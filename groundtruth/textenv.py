@@ -20,7 +20,7 @@ from .families import make_family
 from .mdp import MALFORMED_ACTION, TabularMDP, build_mdp
 from .text import surface_preset
 
-__all__ = ["FiniteMDPEnv"]
+__all__ = ["FiniteMDPEnv", "CraftEnv", "RoomsEnv"]
 
 
 class FiniteMDPEnv(TextEnv):
@@ -104,3 +104,21 @@ class FiniteMDPEnv(TextEnv):
 
     def _current_info(self) -> dict:
         return self._info(False)
+
+
+class CraftEnv(FiniteMDPEnv):
+    """``FiniteCraft-v0``: the TextCraft-like family (``envs`` registers the id)."""
+
+    def __init__(self, surface: str = "high", alias: float = 0.5, max_steps: int | None = None,
+                 render_mode: str | None = None, **family_kwargs):
+        super().__init__("craft", surface=surface, alias=alias, max_steps=max_steps, render_mode=render_mode,
+                         **family_kwargs)
+
+
+class RoomsEnv(FiniteMDPEnv):
+    """``FiniteRooms-v0``: the ALFWorld-like family (``envs`` registers the id)."""
+
+    def __init__(self, surface: str = "high", alias: float = 0.5, max_steps: int | None = None,
+                 render_mode: str | None = None, **family_kwargs):
+        super().__init__("rooms", surface=surface, alias=alias, max_steps=max_steps, render_mode=render_mode,
+                         **family_kwargs)

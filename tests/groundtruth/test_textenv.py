@@ -37,3 +37,33 @@ def test_unknown_action_is_a_noop_and_reset_is_reproducible():
         env.reset(seed=0, options={"task_index": 99})
     with pytest.raises(ValueError, match="split"):
         env.reset(seed=0, options={"split": "test"})
+
+
+@pytest.mark.parametrize("env_id,family,kw", [("FiniteCraft-v0", "craft", dict(n_intermediates=2, n_base_per=1)),
+                                              ("FiniteRooms-v0", "rooms", dict(n_locations=4))])
+def test_gymnasium_ids_play_the_same_world(env_id, family, kw):
+    """The registered ids make the family's env (options passed through) and the expert wins through wrappers."""
+    import gymnasium as gym
+
+    import envs
+
+    env = gym.make(env_id, surface="high", alias=0.5, max_steps=30, **kw)
+    direct = FiniteMDPEnv(family, surface="high", alias=0.5, max_steps=30, **kw)
+    assert envs.unwrap(env).mdp.num_states == direct.mdp.num_states
+    obs, info = env.reset(seed=1, options={"task_index": 0})
+    assert obs == direct.reset(seed=1, options={"task_index": 0})[0]
+    for _ in range(30):
+        obs, reward, terminated, truncated, info = env.step(envs.expert_action(env))
+        if terminated or truncated:
+            break
+    assert terminated and info["won"]
+    with pytest.raises(ValueError, match="alias"):
+        gym.make(env_id, alias=2.0)
+
+
+def test_a_config_may_name_the_finite_worlds():
+    from trainer.config import EnvConfig
+
+    EnvConfig(id="FiniteRooms-v0", kwargs={"surface": "low", "alias": 0.0}).validate()
+    with pytest.raises(ValueError, match="did you mean 'FiniteRooms-v0'"):
+        EnvConfig(id="FiniteRoom-v0").validate()
