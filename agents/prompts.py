@@ -278,6 +278,23 @@ PROMPT_BUILDERS: dict[str, PromptBuilder] = {
         "page and 'click[button or item]' to open results, pick options and buy.",
         action_hint="Choose the action that best finds and buys the product matching every requirement.",
     ),
+    # the finite worlds of groundtruth (FiniteCraft-v0 / FiniteRooms-v0): their action strings are exact, so the
+    # wording says so; the recipe book of the craft world is in its first observation, kept like TextCraft's
+    "finitecraft": PromptBuilder(
+        env_name="finitecraft",
+        role="You are crafting items in a text world. Commands: 'get 1 item' fetches a base item, 'craft 1 item using "
+        "...' crafts it when you hold every ingredient and must repeat a line of the recipe book exactly, "
+        "'inventory' lists what you hold.",
+        action_hint="Choose the next command that moves you towards crafting the goal item.",
+        keep_first_observation=True,
+        first_observation_label="The recipe book",
+    ),
+    "finiterooms": PromptBuilder(
+        env_name="finiterooms",
+        role="You are a household robot in a text world of furniture and appliances. Commands: 'go to X', 'open X', "
+        "'take Y from X', 'put Y in X', 'clean Y', 'look', with the names exactly as the room shows them.",
+        action_hint="Choose the action that brings you closest to finishing the task.",
+    ),
 }
 _GENERIC = PromptBuilder(
     env_name="text",

@@ -109,6 +109,8 @@ class FiniteMDPEnv(TextEnv):
 class CraftEnv(FiniteMDPEnv):
     """``FiniteCraft-v0``: the TextCraft-like family (``envs`` registers the id)."""
 
+    env_name = "finitecraft"
+
     def __init__(self, surface: str = "high", alias: float = 0.5, max_steps: int | None = None,
                  render_mode: str | None = None, **family_kwargs):
         super().__init__("craft", surface=surface, alias=alias, max_steps=max_steps, render_mode=render_mode,
@@ -117,6 +119,8 @@ class CraftEnv(FiniteMDPEnv):
 
 class RoomsEnv(FiniteMDPEnv):
     """``FiniteRooms-v0``: the ALFWorld-like family (``envs`` registers the id)."""
+
+    env_name = "finiterooms"
 
     def __init__(self, surface: str = "high", alias: float = 0.5, max_steps: int | None = None,
                  render_mode: str | None = None, **family_kwargs):

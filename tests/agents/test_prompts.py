@@ -100,3 +100,28 @@ def test_length_is_always_bounded(pairs, obs, admissible, budget):
     for env in ("alfworld", "textcraft", "webshop"):
         text = get_prompt_builder(env).build(t, PromptConfig(max_chars=budget))
         assert len(text) <= budget and "<action> </action>" in text
+
+
+def test_finite_worlds_get_their_own_builders_on_real_observations():
+    """FiniteCraft keeps its recipe book in the prompt after the first step; FiniteRooms lists admissible actions."""
+    import gymnasium as gym
+
+    import envs
+
+    craft = gym.make("FiniteCraft-v0", n_intermediates=2, n_base_per=1)
+    obs, info = craft.reset(seed=0, options={"task_index": 0})
+    builder = get_prompt_builder(envs.unwrap(craft).env_name)
+    assert builder.env_name == get_prompt_builder("FiniteCraft-v0").env_name == "finitecraft"
+    t = Transcript.start(obs, info)
+    for _ in range(3):
+        a = envs.expert_action(craft)
+        obs, _, term, _, info = craft.step(a)
+        t.record(a, obs, info)
+        if term:
+            break
+    text = builder.build(t)
+    assert "The recipe book:" in text and "craft 1" in text.split("The recipe book:")[1]
+    rooms = gym.make("FiniteRooms-v0", n_locations=4)
+    obs, info = rooms.reset(seed=0, options={"task_index": 0})
+    text = get_prompt_builder("FiniteRooms-v0").build(Transcript.start(obs, info))
+    assert "household robot" in text and f"'{info['admissible_actions'][0]}'" in text
