@@ -1,0 +1,164 @@
+"""The ground truth of a training batch in a finite world, and every estimator scored against it.
+
+A run on ``FiniteCraft-v0`` / ``FiniteRooms-v0`` returns rows whose ``state_key`` is the MDP state. For such a
+batch ``batch_truth`` computes, under the actor being trained, the exact ``A^π_t(s, a)`` of each row
+(``groundtruth.onpolicy``), and ``score_estimators`` runs every registered estimator on the same step batch and
+reports how close each comes (Pearson, Spearman, sign agreement, rows with zero signal, singleton rate and pair
+precision/recall of its state groups against ``state_key``). One estimator trains; all are scored on identical
+data, which costs one scoring forward and the estimators' own (vectorised) work.
+
+Row → MDP action [choice]: the projected action when it is one of the MDP's action strings, else the malformed
+action (the env plays an unknown or untagged response as the "not understood" no-op, which is the malformed
+event of the MDP).
+
+Each row's context for the scoring forward [choice]: its prompt, then its own response up to the first
+``<action>`` (the thought it produced); for a response without ``<action>``, up to the end of ``</think>`` when
+present, else nothing. Every action is scored as ``<action>{a}</action>`` followed by the end-of-sequence token.
+The model's tokenisation of its own response may differ at the cut from the re-tokenised text; the difference
+is in the conditioning only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .mdp import TabularMDP
+from .metrics import _corr, pair_stats, singleton_rate
+from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
+
+__all__ = ["BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators"]
+
+
+@dataclass
+class BatchTruth:
+    """The truth of one batch: per-row arrays (N,) and the DP result."""
+
+    step: np.ndarray
+    state: np.ndarray
+    action: np.ndarray
+    truth: OnPolicyTruth
+
+    @property
+    def advantages(self) -> np.ndarray:
+        return self.truth.A
+
+
+def row_actions(mdp: TabularMDP, actions, valid) -> np.ndarray:
+    """(N,) MDP action index of each row: its projected action, or the malformed one (module docstring)."""
+    index = {a: i for i, a in enumerate(mdp.actions)}
+    m = mdp.malformed_action
+    out = np.empty(len(actions), dtype=np.int64)
+    for i, (a, v) in enumerate(zip(actions, valid)):
+        j = index.get(str(a).strip().lower()) if bool(v) else None
+        if j is None or j == m:
+            if m is None:
+                raise ValueError(f"row {i}: action {a!r} is not one of the MDP's actions and the MDP has no "
+                                 "malformed action to stand for it")
+            j = m
+        out[i] = j
+    return out
+
+
+def _thought(text: str) -> str:
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case has another length: cut the lowered text
+        text = low
+    k = low.find("<action>")
+    if k >= 0:
+        return text[:k]
+    k = low.find("</think>")
+    return text[: k + len("</think>")] if k >= 0 else ""
+
+
+def row_contexts(tokenizer, prompt_ids, response_text) -> list[torch.Tensor]:
+    """Each row's prompt tokens followed by the tokens of its thought (module docstring)."""
+    out = []
+    for p, text in zip(prompt_ids, response_text):
+        t = _thought(text or "")
+        ids = tokenizer(t, add_special_tokens=False)["input_ids"] if t else []
+        out.append(torch.cat([p.to(torch.long), torch.tensor(ids, dtype=torch.long)]))
+    return out
+
+
+def action_token_ids(tokenizer, mdp: TabularMDP) -> list[torch.Tensor]:
+    """Token ids of ``<action>{a}</action>`` + EOS for each named action of ``mdp`` (the malformed one gets the
+    EOS alone, a placeholder: ``row_distributions`` ignores its score)."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for i, a in enumerate(mdp.actions):
+        if i == mdp.malformed_action:
+            out.append(torch.tensor(eos or [0], dtype=torch.long))
+            continue
+        ids = tokenizer(f"<action>{a}</action>", add_special_tokens=False)["input_ids"] + eos
+        out.append(torch.tensor(ids, dtype=torch.long))
+    return out
+
+
+def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float = 1.0, fallback=None,
+                pad_id: int = 0, max_rows: int = 64) -> BatchTruth:
+    """The exact advantage of each row of a ``RolloutBatch`` under ``model`` (module docstring)."""
+    state = np.asarray([int(s) if s is not None else -1 for s in batch.state_key], dtype=np.int64)
+    if (state < 0).any():
+        i = int(np.flatnonzero(state < 0)[0])
+        raise ValueError(f"row {i} has no state_key: the ground truth needs a finite world (FiniteCraft-v0 or "
+                         "FiniteRooms-v0)")
+    step = batch.step.numpy().astype(np.int64)
+    action = row_actions(mdp, batch.action, batch.valid.tolist())
+    contexts = row_contexts(tokenizer, batch.prompt_ids, batch.response_text)
+    acts = action_token_ids(tokenizer, mdp)
+    lp = score_actions(model, contexts, acts, pad_id=pad_id, temperature=temperature, max_rows=max_rows)
+    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback)
+    return BatchTruth(step=step, state=state, action=action, truth=truth)
+
+
+def advantage_metrics(adv: np.ndarray, true_adv: np.ndarray, group: np.ndarray, state: np.ndarray,
+                      cluster: np.ndarray | None) -> dict[str, float]:
+    """Agreement of one estimator's advantages with the truth on one batch (module docstring)."""
+    adv = np.asarray(adv, dtype=np.float64)
+    true_adv = np.asarray(true_adv, dtype=np.float64)
+    nz = np.abs(true_adv) > 1e-9
+    out = {
+        "pearson": _corr(adv, true_adv, "pearson"),
+        "spearman": _corr(adv, true_adv, "spearman"),
+        "sign_agree": float((np.sign(adv[nz]) == np.sign(true_adv[nz])).mean()) if nz.any() else math.nan,
+        "zero_signal": float((np.abs(adv) <= 1e-9).mean()),
+    }
+    if cluster is None:
+        out["singleton"] = out["pair_precision"] = out["pair_recall"] = math.nan
+    else:
+        out["singleton"] = singleton_rate(group, cluster)
+        out["pair_precision"], out["pair_recall"] = pair_stats(group, cluster, state)
+    return out
+
+
+def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None) -> dict[str, float]:
+    """``groundtruth/<estimator>/<metric>`` for every registered estimator (or ``names``) on ``step_batch``.
+
+    ``base_cfg`` is the run's ``EstimatorConfig`` (its ε, weights and backend); only the name changes. An
+    estimator that needs hidden states is skipped when the batch has none. Also ``groundtruth/true_abs_mean``,
+    ``groundtruth/true_zero`` (rows whose true advantage is 0) and ``groundtruth/visited_cells`` (the (step, state)
+    cells whose policy came from the batch's own rows).
+    """
+    import dataclasses
+
+    from estimators import compute_advantages
+    from estimators.registry import ESTIMATORS
+
+    group = step_batch.group_id.numpy()
+    out: dict[str, float] = {
+        "groundtruth/true_abs_mean": float(np.abs(truth.advantages).mean()),
+        "groundtruth/true_zero": float((np.abs(truth.advantages) <= 1e-9).mean()),
+        "groundtruth/visited_cells": float(truth.truth.visited.sum()),
+    }
+    for name in names or sorted(ESTIMATORS):
+        if ESTIMATORS[name].needs_hidden and step_batch.hidden is None:
+            continue
+        cfg = dataclasses.replace(base_cfg, name=name)
+        res = compute_advantages(step_batch, cfg, diagnostics=False)
+        cluster = res.cluster_id.numpy() if res.cluster_id is not None else None
+        m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster)
+        out.update({f"groundtruth/{name}/{k}": v for k, v in m.items()})
+    return out

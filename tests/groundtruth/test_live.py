@@ -1,0 +1,118 @@
+"""The truth of a real rollout batch on a finite world, and every estimator scored on it (groundtruth.live)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agents.engines import SamplingConfig
+from agents.rollout import collect, prompt_config_for
+from envs.pool import EnvPool, Task
+from groundtruth.live import advantage_metrics, batch_truth, row_actions, row_contexts, score_estimators
+from groundtruth.onpolicy import row_distributions
+from tests.agents.rollout_helpers import ExpertEngine
+
+ROOMS = {"surface": "high", "alias": 0.5, "n_locations": 4, "n_objects": 1, "n_tasks": 2, "max_steps": 8}
+
+
+@pytest.fixture(scope="module")
+def model_and_tok(tmp_path_factory):
+    from agents.models.loading import load_model_and_tokenizer
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+
+    d = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", TinyModelConfig(layers=2, hidden=64, heads=2))
+    model, tok = load_model_and_tokenizer(d, dtype="float32")
+    return model.eval(), tok
+
+
+@pytest.fixture(scope="module")
+def rollout(model_and_tok):
+    """2 tasks x 4 copies on FiniteRooms-v0; the expert plays even slots, the odd ones answer without tags."""
+    _, tok = model_and_tok
+    import gymnasium as gym
+
+    mdp = gym.make("FiniteRooms-v0", **ROOMS).unwrapped.mdp
+    with EnvPool("FiniteRooms-v0", num_envs=8, mode="inline", env_kwargs=ROOMS) as pool:
+        engine = ExpertEngine(tok, pool, play=lambda slot: slot % 2 == 0)
+        batch, _ = collect(pool, engine, tok, [Task("train", 0, 1), Task("train", 1, 2)], group_size=4,
+                           sampling=SamplingConfig(temperature=1.0, max_tokens=12),
+                           prompt_config=prompt_config_for(tok, 2048), seed=0, max_prompt_tokens=2048)
+    return mdp, batch
+
+
+def test_rows_map_to_the_mdp(rollout, model_and_tok):
+    mdp, batch = rollout
+    _, tok = model_and_tok
+    act = row_actions(mdp, batch.action, batch.valid.tolist())
+    m = mdp.malformed_action
+    valid = batch.valid.numpy()
+    assert valid.any() and (~valid).any()
+    assert (act[~valid] == m).all()
+    assert [mdp.actions[a] for a in act[valid]] == [a for a, v in zip(batch.action, valid) if v]
+    ctx = row_contexts(tok, batch.prompt_ids, batch.response_text)
+    for c, p, text in zip(ctx, batch.prompt_ids, batch.response_text):
+        assert torch.equal(c[: p.numel()], p)
+        if "<action>" in text:  # the thought is kept, the action cut off
+            assert tok.decode(c[p.numel():]).strip() == text[: text.index("<action>")].strip()
+
+
+def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, model_and_tok):
+    """The returned advantages are those of DP on the policy that the rows' scored distributions define, and the
+    distribution of every row is a proper one over the MDP's actions."""
+    from groundtruth.policy import evaluate_policy
+
+    mdp, batch = rollout
+    model, tok = model_and_tok
+    bt = batch_truth(mdp, batch, model, tok, pad_id=tok.pad_token_id or 0, max_rows=5)
+    n = len(batch)
+    assert bt.advantages.shape == (n,) and np.isfinite(bt.advantages).all()
+    v = evaluate_policy(mdp, bt.truth.pi)
+    np.testing.assert_allclose(bt.advantages, v.A[bt.step, bt.state, bt.action], atol=1e-12)
+    assert bt.truth.visited[bt.step, bt.state].all()
+    assert bt.truth.visited.sum() == len(set(zip(bt.step.tolist(), bt.state.tolist())))
+    # a random tiny model spreads mass over the whole vocabulary: most of it is "malformed"
+    pi_rows = bt.truth.pi[bt.step, bt.state]
+    np.testing.assert_allclose(pi_rows.sum(1), 1.0)
+    assert (pi_rows[:, mdp.malformed_action] > 0.5).all()
+    # every estimator is scored on the same batch; the metric names are fixed
+    from estimators.config import EstimatorConfig
+
+    step_batch = batch.to_step_batch(hidden=torch.randn(n, 16, generator=torch.Generator().manual_seed(0)))
+    m = score_estimators(step_batch, bt, EstimatorConfig(name="gigpo"))
+    names = {k.split("/")[1] for k in m if k.count("/") == 2}
+    assert names == {"grpo", "gigpo", "bigpo", "bipace_q", "bipace_v", "hgpo", "rloo"}
+    assert all(math.isfinite(m[f"groundtruth/{e}/zero_signal"]) for e in names)
+    assert math.isnan(m["groundtruth/grpo/singleton"]) or 0 <= m["groundtruth/grpo/singleton"] <= 1
+    assert 0 <= m["groundtruth/gigpo/pair_precision"] <= 1
+
+
+def test_advantage_metrics_on_known_inputs():
+    truth = np.array([1.0, -1.0, 0.5, 0.0, -0.2])
+    group = np.zeros(5, dtype=np.int64)
+    state = np.array([0, 1, 2, 3, 4])
+    m = advantage_metrics(truth * 3, truth, group, state, cluster=np.arange(5))
+    assert m["pearson"] == pytest.approx(1.0) and m["spearman"] == pytest.approx(1.0)
+    assert m["sign_agree"] == 1.0 and m["zero_signal"] == pytest.approx(0.2)
+    assert m["singleton"] == 1.0
+    m = advantage_metrics(-truth, truth, group, state, cluster=None)
+    assert m["pearson"] == pytest.approx(-1.0) and m["sign_agree"] == 0.0 and math.isnan(m["singleton"])
+
+
+def test_a_batch_without_states_is_refused(rollout, model_and_tok):
+    import dataclasses
+
+    mdp, batch = rollout
+    model, tok = model_and_tok
+    bad = dataclasses.replace(batch, state_key=[None] * len(batch))
+    with pytest.raises(ValueError, match="no state_key"):
+        batch_truth(mdp, bad, model, tok)
+
+
+def test_malformed_scores_are_ignored(rollout):
+    mdp, _ = rollout
+    lp = np.full((1, mdp.num_actions), -5.0)
+    lp[0, mdp.malformed_action] = 123.0  # whatever the placeholder scored
+    d = row_distributions(mdp, lp)
+    assert d[0, mdp.malformed_action] == pytest.approx(1 - (mdp.num_actions - 1) * math.exp(-5.0))
