@@ -29,7 +29,10 @@ from .mdp import TabularMDP
 from .metrics import _corr, pair_stats, singleton_rate
 from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
 
-__all__ = ["BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators"]
+#: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
+WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
+
+__all__ = ["WORLD_IDS", "BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators"]
 
 
 @dataclass
@@ -99,7 +102,8 @@ def action_token_ids(tokenizer, mdp: TabularMDP) -> list[torch.Tensor]:
 
 def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float = 1.0, fallback=None,
                 pad_id: int = 0, max_rows: int = 64) -> BatchTruth:
-    """The exact advantage of each row of a ``RolloutBatch`` under ``model`` (module docstring)."""
+    """The exact advantage of each row of a ``RolloutBatch`` under ``model`` (a causal LM, or a scoring function:
+    ``onpolicy.score_actions``) (module docstring)."""
     state = np.asarray([int(s) if s is not None else -1 for s in batch.state_key], dtype=np.int64)
     if (state < 0).any():
         i = int(np.flatnonzero(state < 0)[0])

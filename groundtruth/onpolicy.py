@@ -136,7 +136,10 @@ def exact_row_advantages(mdp: TabularMDP, step: np.ndarray, state: np.ndarray, a
 
 def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: float = 1.0,
                   max_rows: int = 256) -> np.ndarray:
-    """(N, A) log P(action_ids[a] | context_ids[i]) under ``model`` (a causal LM), the sum over a's tokens.
+    """(N, A) log P(action_ids[a] | context_ids[i]) under ``model``, the sum over a's tokens.
+
+    model : a causal LM (``torch.nn.Module``), or a function ``(prompts, responses) -> ActorOutput`` such as the
+            trainer engine's ``compute_logprobs``, which knows the run's sharding and chunking.
 
     context_ids : N 1-D LongTensors, each row's prompt followed by its response up to where the action text starts.
     action_ids  : A 1-D LongTensors, the token ids of each action's text (end-of-sequence included, so that a
@@ -156,9 +159,12 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
             ctx = context_ids[lo: lo + max_rows]
             prompts = [c for c in ctx for _ in range(n_act)]
             responses = [a for _ in ctx for a in action_ids]
-            packed = pack_rows_shared(prompts, responses, pad_id)
-            res = actor_forward(model, **packed.as_kwargs(), compute_entropy=False, temperature=temperature)
-            lp = (res.logprobs.double() * res.mask).sum(1)
+            if isinstance(model, torch.nn.Module):
+                packed = pack_rows_shared(prompts, responses, pad_id)
+                res = actor_forward(model, **packed.as_kwargs(), compute_entropy=False, temperature=temperature)
+            else:
+                res = model(prompts, responses)
+            lp = (res.logprobs.double().cpu() * res.mask.cpu()).sum(1)
             if res.nonfinite_rows is not None and res.nonfinite_rows.numel():
                 raise ValueError(f"score_actions: non-finite log-probs in rows "
                                  f"{(res.nonfinite_rows // n_act + lo).unique().tolist()[:5]}")

@@ -9,6 +9,7 @@ Metric names live in one namespace (docs/conventions.md, "Metric namespace"), th
 ``loss/...``                policy/KL/entropy losses, clip fractions, grad norm, lr, skipped steps
 ``perf/...``                throughput and seconds per phase
 ``eval/<env>/<split>/...``  evaluation success (overall and per task family)
+``groundtruth/...``         finite worlds only: every estimator against the exact advantages (groundtruth/live.py)
 ==========================  ==================================================================
 
 ``MetricLogger.log(iteration, metrics)`` writes one JSON line per call to ``<run>/metrics.jsonl``

@@ -15,7 +15,7 @@ from estimators import EstimatorConfig
 KNOWN_ENV_IDS = ("TextCraft-v0", "ALFWorld-v0", "WebShop-v0")
 TRAIN_SAMPLING = ("epoch", "replacement")
 MODEL_ALIASES = ("smollm2",)
-METRIC_NAMESPACES = ("rollout/", "adv/", "group/", "loss/", "perf/", "eval/")
+METRIC_NAMESPACES = ("rollout/", "adv/", "group/", "loss/", "perf/", "eval/", "groundtruth/")
 
 
 class ConfigError(ValueError):
