@@ -113,6 +113,28 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
+#: a JIT build of a DeepSpeed op takes ~2 min here; a build lock older than this was left by a killed build
+STALE_BUILD_LOCK_S = 900.0
+
+
+def stale_build_lock(name: str = "deepspeed_shm_comm", max_age_s: float = STALE_BUILD_LOCK_S) -> Path | None:
+    """The lock file of torch's extension build folder for ``name`` when it is older than ``max_age_s``, else None.
+
+    DeepSpeed builds its CPU communication op (``deepspeed_shm_comm``) on first use, under a lock file in
+    ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``). A build that is killed leaves the lock behind,
+    and every later start then waits on it forever, silently."""
+    import time
+
+    from torch.utils.cpp_extension import _get_build_directory
+
+    lock = Path(_get_build_directory(name, verbose=False)) / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    return lock if age > max_age_s else None
+
+
 def init_distributed(device: str) -> tuple[int, int, int]:
     """Start torch.distributed once (gloo on CPU, NCCL on GPU); returns (rank, world_size, local_rank).
 
@@ -132,6 +154,12 @@ def init_distributed(device: str) -> tuple[int, int, int]:
             "anything imports deepspeed (or run with device=cuda)"
         )
     if not dist.is_initialized():
+        lock = stale_build_lock() if device == "cpu" else None
+        if lock is not None:
+            raise RuntimeError(
+                f"DeepSpeed's CPU communication op has been locked by {lock} for more than "
+                f"{STALE_BUILD_LOCK_S / 60:.0f} minutes: a build of it was killed, and every start would wait on the "
+                f"lock forever. Remove the folder {lock.parent} and start again (the op is rebuilt in a minute or two)")
         added: list[str] = []
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:  # a plain `python` process: rank 0 of 1
             single = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -293,3 +294,30 @@ def test_engine_after_the_process_group_was_destroyed():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "two engines" in out.stdout
+
+
+def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
+    """A lock left in torch's extension folder by a killed DeepSpeed op build: a fresh one is a build in progress
+    (None), an old one is named, with the folder to remove."""
+    import os
+    import time
+
+    from trainer.engine import stale_build_lock
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert stale_build_lock() is None
+    folder = tmp_path / "deepspeed_shm_comm"
+    folder.mkdir(exist_ok=True)
+    lock = folder / "lock"
+    lock.touch()
+    assert stale_build_lock() is None  # a build may be running now
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    assert stale_build_lock() == lock
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path), OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-c", "from trainer.engine import init_distributed; init_distributed('cpu')"],
+                         cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and f"Remove the folder {folder}" in res.stderr
