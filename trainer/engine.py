@@ -117,22 +117,30 @@ def shutdown_distributed() -> None:
 STALE_BUILD_LOCK_S = 900.0
 
 
-def stale_build_lock(name: str = "deepspeed_shm_comm", max_age_s: float = STALE_BUILD_LOCK_S) -> Path | None:
-    """The lock file of torch's extension build folder for ``name`` when it is older than ``max_age_s``, else None.
+def wait_for_build_lock(name: str = "deepspeed_shm_comm", max_age_s: float = STALE_BUILD_LOCK_S,
+                        poll_s: float = 2.0) -> None:
+    """Wait while another process JIT-builds the DeepSpeed op ``name``; raise when its lock is stale.
 
-    DeepSpeed builds its CPU communication op (``deepspeed_shm_comm``) on first use, under a lock file in
-    ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``). A build that is killed leaves the lock behind,
-    and every later start then waits on it forever, silently."""
+    DeepSpeed builds its CPU communication op (``deepspeed_shm_comm``) on first use, and again whenever another venv
+    loads it, under a lock file in ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``). A build that
+    is killed leaves the lock behind, and torch then waits on it forever, silently. Here a lock is waited on while
+    it is younger than ``max_age_s`` (a build takes ~2 min), then reported with its path and the fix."""
     import time
 
     from torch.utils.cpp_extension import _get_build_directory
 
     lock = Path(_get_build_directory(name, verbose=False)) / "lock"
-    try:
-        age = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
-        return None
-    return lock if age > max_age_s else None
+    while True:
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if age > max_age_s:
+            raise RuntimeError(
+                f"DeepSpeed's op {name} has been locked by {lock} for {age / 60:.0f} minutes: a build of it was "
+                f"killed, and every start would wait on the lock forever. Remove the folder {lock.parent} and start "
+                "again (the op is rebuilt in a minute or two)")
+        time.sleep(poll_s)
 
 
 def init_distributed(device: str) -> tuple[int, int, int]:
@@ -154,12 +162,8 @@ def init_distributed(device: str) -> tuple[int, int, int]:
             "anything imports deepspeed (or run with device=cuda)"
         )
     if not dist.is_initialized():
-        lock = stale_build_lock() if device == "cpu" else None
-        if lock is not None:
-            raise RuntimeError(
-                f"DeepSpeed's CPU communication op has been locked by {lock} for more than "
-                f"{STALE_BUILD_LOCK_S / 60:.0f} minutes: a build of it was killed, and every start would wait on the "
-                f"lock forever. Remove the folder {lock.parent} and start again (the op is rebuilt in a minute or two)")
+        if device == "cpu":
+            wait_for_build_lock()
         added: list[str] = []
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:  # a plain `python` process: rank 0 of 1
             single = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}

@@ -297,23 +297,29 @@ def test_engine_after_the_process_group_was_destroyed():
 
 
 def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
-    """A lock left in torch's extension folder by a killed DeepSpeed op build: a fresh one is a build in progress
-    (None), an old one is named, with the folder to remove."""
+    """A lock left in torch's extension folder by a killed DeepSpeed op build: no lock returns at once, a lock that a
+    running build removes is waited out, a lock older than the limit is named with the folder to remove."""
     import os
+    import threading
     import time
 
-    from trainer.engine import stale_build_lock
+    from trainer.engine import wait_for_build_lock
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    assert stale_build_lock() is None
+    wait_for_build_lock()
     folder = tmp_path / "deepspeed_shm_comm"
     folder.mkdir(exist_ok=True)
     lock = folder / "lock"
     lock.touch()
-    assert stale_build_lock() is None  # a build may be running now
+    threading.Timer(0.3, lock.unlink).start()  # a build that finishes
+    t = time.perf_counter()
+    wait_for_build_lock(poll_s=0.05)
+    assert 0.2 < time.perf_counter() - t and not lock.exists()
+    lock.touch()  # a build that never finishes: reported once the lock is older than the limit
+    with pytest.raises(RuntimeError, match=f"Remove the folder {folder}"):
+        wait_for_build_lock(max_age_s=0.3, poll_s=0.05)
     old = time.time() - 3600
     os.utime(lock, (old, old))
-    assert stale_build_lock() == lock
     import subprocess
     import sys
 
