@@ -172,9 +172,11 @@ def init_distributed(device: str) -> tuple[int, int, int]:
                     os.environ[k] = v
                     added.append(k)
         os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's engine reads it
-        deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
-        for k in added:  # child processes must not inherit the address of this process's rendezvous
-            os.environ.pop(k, None)
+        try:
+            deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False)
+        finally:  # child processes (and a retry after a failure) must not inherit this rendezvous's address
+            for k in added:
+                os.environ.pop(k, None)
     _drop_stale_deepspeed_groups()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device == "cuda":

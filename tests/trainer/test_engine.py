@@ -269,6 +269,33 @@ def test_single_process_rendezvous_is_not_inherited():
     assert "MASTER_PORT" not in os.environ and "RANK" not in os.environ
 
 
+_FAILED_START_SCRIPT = """
+import os, deepspeed
+from trainer.engine import init_distributed
+def broken(**kw):
+    raise RuntimeError("no rendezvous")
+deepspeed.init_distributed = broken  # the rendezvous fails (the ImportError of a half-built op, a refused port)
+try:
+    init_distributed("cpu")
+except RuntimeError as e:
+    print("raised:", e)
+print("left:", sorted(k for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if k in os.environ))
+"""
+
+
+def test_a_failed_rendezvous_leaves_no_address_behind():
+    """Seen in a fresh clone: a start that failed inside DeepSpeed left MASTER_PORT set, and every later start of the
+    same process (and its subprocesses) tried to join that dead rendezvous."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    res = subprocess.run([sys.executable, "-c", _FAILED_START_SCRIPT], cwd=Path(__file__).resolve().parents[2],
+                         env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert "raised: no rendezvous" in res.stdout and "left: []" in res.stdout, res.stdout + res.stderr
+
+
 _RESTART_SCRIPT = """
 import torch, torch.distributed as dist
 from tests.trainer.helpers import tiny_qwen2
