@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
     if not cfg.trainer.resume:
         folder.start_fresh()
 
+    from groundtruth.live import probe_for
     from trainer.engine import NonFiniteError
     from trainer.loop import Trainer, TrainingFailed
 
-    trainer = Trainer(cfg, folder, rollout_fns=rollout_fns)
+    trainer = Trainer(cfg, folder, rollout_fns=rollout_fns, batch_probe=probe_for(cfg))
     try:
         trainer.run()
         return 0

@@ -32,7 +32,7 @@ from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
 #: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
 WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 
-__all__ = ["WORLD_IDS", "BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators"]
+__all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators"]
 
 
 @dataclass
@@ -166,3 +166,38 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None) -> dic
         m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster)
         out.update({f"groundtruth/{name}/{k}": v for k, v in m.items()})
     return out
+
+
+class TruthProbe:
+    """The trainer's batch probe on a finite world (``trainer.loop.Trainer(batch_probe=...)``): every row's exact
+    advantage under the actor as it is now, and every registered estimator scored against it on this very batch;
+    the finite ``groundtruth/...`` metrics. The scoring forward goes through the trainer's engine (its sharding and
+    chunking), once per rank."""
+
+    def __init__(self, env_id: str, env_kwargs: dict):
+        import gymnasium as gym
+
+        import envs  # noqa: F401  (registers the ids)
+
+        self.mdp = gym.make(env_id, **env_kwargs).unwrapped.mdp  # the pool's world, enumerated once for DP
+
+    def __call__(self, trainer, batch, hidden: torch.Tensor | None) -> dict[str, float]:
+        def scorer(prompts, responses):
+            return trainer.engine.compute_logprobs(prompts, responses, hidden_layer=None, pad_id=trainer.pad_id)
+
+        bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch))
+        if hidden is not None and not bool(torch.isfinite(hidden).all()):
+            hidden = None  # the hidden-state estimators are skipped on this batch
+        metrics = score_estimators(batch.to_step_batch(hidden=hidden), bt, trainer.estimator_cfg)
+        return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+
+def probe_for(cfg) -> TruthProbe | None:
+    """The probe for a run config: a ``TruthProbe`` on a finite world (same kwargs and horizon as the run's pool),
+    else None."""
+    if cfg.env.id not in WORLD_IDS:
+        return None
+    kwargs = dict(cfg.env.kwargs)
+    if cfg.env.max_steps is not None:
+        kwargs["max_steps"] = cfg.env.max_steps
+    return TruthProbe(cfg.env.id, kwargs)

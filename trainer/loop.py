@@ -160,8 +160,11 @@ class Trainer:
     """
 
     def __init__(self, cfg: RunConfig, folder: RunFolder, *, rollout_fns: RolloutFns | None = None,
-                 progress_file=None):
+                 progress_file=None, batch_probe: Callable | None = None):
         self.cfg = cfg
+        # batch_probe(trainer, batch, hidden) -> metrics, run on every training batch before the update (e.g. the
+        # exact advantages of a finite world, groundtruth.live.probe_for; experiments.train passes it)
+        self.batch_probe = batch_probe
         self.folder = folder
         self.fns = rollout_fns
         self.progress_file = progress_file
@@ -176,7 +179,6 @@ class Trainer:
         self.saved_iteration = 0  # iteration of the newest checkpoint (where a restart would resume)
         self.evals_done: list[int] = []
         self.epsilon: float | None = None  # estimator.epsilon=auto: the value frozen at the first training step
-        self.truth_mdp = None  # a finite world's MDP (groundtruth.live): the exact advantages are logged
 
     # =========================================================================================== set-up
     def setup(self) -> None:
@@ -221,12 +223,6 @@ class Trainer:
         mode = "inline" if cfg.env.num_workers == 0 else "process"
         self.pool = EnvPool(cfg.env.id, num_envs=self.groups_local * cfg.env.group_size,
                             num_workers=cfg.env.num_workers or None, mode=mode, env_kwargs=env_kwargs)
-        from groundtruth.live import WORLD_IDS
-
-        if cfg.env.id in WORLD_IDS:  # the same world as the pool's (same kwargs), enumerated once for DP
-            import gymnasium as gym
-
-            self.truth_mdp = gym.make(cfg.env.id, **env_kwargs).unwrapped.mdp
         self.train_split = cfg.env.train_split or self.pool.splits[0]
         self.eval_splits = list(cfg.env.eval_splits if cfg.env.eval_splits is not None else self.pool.eval_splits)
         for key, split in [("env.train_split", self.train_split)] + [("env.eval_splits", s) for s in self.eval_splits]:
@@ -429,21 +425,6 @@ class Trainer:
             adv[bad] = float("nan")
         return adv, result
 
-    def groundtruth(self, batch, hidden: torch.Tensor | None) -> dict[str, float]:
-        """Finite worlds only: every row's exact advantage under the actor as it is now, and every registered
-        estimator scored against it on this very batch (``groundtruth.live``); the finite ``groundtruth/...``
-        metrics. The scoring forward goes through the engine (its sharding and chunking), once per rank."""
-        from groundtruth.live import batch_truth, score_estimators
-
-        def scorer(prompts, responses):
-            return self.engine.compute_logprobs(prompts, responses, hidden_layer=None, pad_id=self.pad_id)
-
-        bt = batch_truth(self.truth_mdp, batch, scorer, self.tokenizer, pad_id=self.pad_id, max_rows=len(batch))
-        if hidden is not None and not bool(torch.isfinite(hidden).all()):
-            hidden = None  # the hidden-state estimators are skipped on this batch
-        metrics = score_estimators(batch.to_step_batch(hidden=hidden), bt, self.estimator_cfg)
-        return {k: v for k, v in metrics.items() if math.isfinite(v)}
-
     @property
     def estimator_cfg(self):
         """The estimator settings the run uses: ``cfg.estimator`` with ``epsilon: auto`` replaced by the frozen value."""
@@ -595,10 +576,10 @@ class Trainer:
             old, ref = self.logprobs(batch)
         with timer("advantages"):
             adv, result = self.advantages(batch, old.hidden, iteration)
-        m_truth: dict[str, float] = {}
-        if self.truth_mdp is not None:  # before the update: the truth of the policy that sampled the batch
-            with timer("groundtruth"):
-                m_truth = self.groundtruth(batch, old.hidden)
+        m_probe: dict[str, float] = {}
+        if self.batch_probe is not None:  # before the update: it sees the policy that sampled the batch
+            with timer("probe"):
+                m_probe = self.batch_probe(self, batch, old.hidden)
         with timer("update"):
             m_loss = self.update(batch, adv, old, ref)
         with timer("weight_sync"):
@@ -606,7 +587,7 @@ class Trainer:
 
         n = len(batch)
         tokens = _tokens(batch.prompt_ids) + _tokens(batch.response_ids)
-        metrics = {**m_rollout, **result.metrics, **m_truth, **m_loss}
+        metrics = {**m_rollout, **result.metrics, **m_probe, **m_loss}
         if batch.rollout_logprobs is not None:  # sampler vs trainer log-probs: checks the weight refresh
             diffs = [(old.logprobs[i, : lp.numel()] - lp.float()).abs() for i, lp in enumerate(batch.rollout_logprobs)
                      if lp is not None and lp.numel()]
