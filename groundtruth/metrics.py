@@ -74,13 +74,13 @@ def batch_metrics(adv: np.ndarray, step: np.ndarray | None, cluster: np.ndarray 
                   group: np.ndarray, state: np.ndarray, action: np.ndarray, pi: np.ndarray,
                   g_target: np.ndarray, g_objective: np.ndarray) -> dict[str, float]:
     """All metrics of the module docstring for one batch (arrays (N,); pi, g_* (S, A))."""
+    from .live import (
+        advantage_metrics,  # the metrics a training run logs; the step and gradient ones are added here
+    )
+
     adv = np.asarray(adv, dtype=np.float64)
-    out = {
-        "pearson": _corr(adv, true_adv, "pearson"),
-        "spearman": _corr(adv, true_adv, "spearman"),
-    }
-    nz = np.abs(true_adv) > 1e-9
-    out["sign_agree"] = float((np.sign(adv[nz]) == np.sign(true_adv[nz])).mean()) if nz.any() else math.nan
+    out = advantage_metrics(adv, true_adv, group, state, cluster)
+    out.pop("zero_signal")
     if step is None:
         out["pearson_step"] = math.nan
         out["zero_step"] = math.nan
@@ -88,11 +88,6 @@ def batch_metrics(adv: np.ndarray, step: np.ndarray | None, cluster: np.ndarray 
         step = np.asarray(step, dtype=np.float64)
         out["pearson_step"] = _corr(step, true_adv, "pearson")
         out["zero_step"] = float((step == 0).mean())
-    if cluster is None:
-        out["singleton"] = out["pair_precision"] = out["pair_recall"] = math.nan
-    else:
-        out["singleton"] = singleton_rate(group, cluster)
-        out["pair_precision"], out["pair_recall"] = pair_stats(group, cluster, state)
     g_hat = score_gradient(pi, state, action, adv)
     out["grad_cos"] = cosine(g_hat, g_target)
     out["grad_cos_obj"] = cosine(g_hat, g_objective)
