@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .mdp import TabularMDP
-from .metrics import _corr, pair_stats, singleton_rate
+from .metrics import advantage_metrics
 from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
 
 #: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
@@ -116,26 +116,6 @@ def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float 
     lp = score_actions(model, contexts, acts, pad_id=pad_id, temperature=temperature, max_rows=max_rows)
     truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback)
     return BatchTruth(step=step, state=state, action=action, truth=truth)
-
-
-def advantage_metrics(adv: np.ndarray, true_adv: np.ndarray, group: np.ndarray, state: np.ndarray,
-                      cluster: np.ndarray | None) -> dict[str, float]:
-    """Agreement of one estimator's advantages with the truth on one batch (module docstring)."""
-    adv = np.asarray(adv, dtype=np.float64)
-    true_adv = np.asarray(true_adv, dtype=np.float64)
-    nz = np.abs(true_adv) > 1e-9
-    out = {
-        "pearson": _corr(adv, true_adv, "pearson"),
-        "spearman": _corr(adv, true_adv, "spearman"),
-        "sign_agree": float((np.sign(adv[nz]) == np.sign(true_adv[nz])).mean()) if nz.any() else math.nan,
-        "zero_signal": float((np.abs(adv) <= 1e-9).mean()),
-    }
-    if cluster is None:
-        out["singleton"] = out["pair_precision"] = out["pair_recall"] = math.nan
-    else:
-        out["singleton"] = singleton_rate(group, cluster)
-        out["pair_precision"], out["pair_recall"] = pair_stats(group, cluster, state)
-    return out
 
 
 def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None) -> dict[str, float]:

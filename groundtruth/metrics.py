@@ -70,14 +70,30 @@ def _corr(x: np.ndarray, y: np.ndarray, kind: str) -> float:
     return float(sps.spearmanr(x, y).statistic)
 
 
+def advantage_metrics(adv: np.ndarray, true_adv: np.ndarray, group: np.ndarray, state: np.ndarray,
+                      cluster: np.ndarray | None) -> dict[str, float]:
+    """Agreement of one estimator's advantages with the truth on one batch (the metrics a training run logs, ``groundtruth.live``)."""
+    adv = np.asarray(adv, dtype=np.float64)
+    true_adv = np.asarray(true_adv, dtype=np.float64)
+    nz = np.abs(true_adv) > 1e-9
+    out = {
+        "pearson": _corr(adv, true_adv, "pearson"),
+        "spearman": _corr(adv, true_adv, "spearman"),
+        "sign_agree": float((np.sign(adv[nz]) == np.sign(true_adv[nz])).mean()) if nz.any() else math.nan,
+        "zero_signal": float((np.abs(adv) <= 1e-9).mean()),
+    }
+    if cluster is None:
+        out["singleton"] = out["pair_precision"] = out["pair_recall"] = math.nan
+    else:
+        out["singleton"] = singleton_rate(group, cluster)
+        out["pair_precision"], out["pair_recall"] = pair_stats(group, cluster, state)
+    return out
+
+
 def batch_metrics(adv: np.ndarray, step: np.ndarray | None, cluster: np.ndarray | None, true_adv: np.ndarray,
                   group: np.ndarray, state: np.ndarray, action: np.ndarray, pi: np.ndarray,
                   g_target: np.ndarray, g_objective: np.ndarray) -> dict[str, float]:
     """All metrics of the module docstring for one batch (arrays (N,); pi, g_* (S, A))."""
-    from .live import (
-        advantage_metrics,  # the metrics a training run logs; the step and gradient ones are added here
-    )
-
     adv = np.asarray(adv, dtype=np.float64)
     out = advantage_metrics(adv, true_adv, group, state, cluster)
     out.pop("zero_signal")
