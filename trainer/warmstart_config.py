@@ -22,6 +22,11 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "textcraft": ("TextCraft-v0", {"show_inventory": True, "max_steps": 15}),
     "alfworld": ("ALFWorld-v0", {}),
     "webshop": ("WebShop-v0", {}),
+    # the finite worlds of groundtruth/ (exact advantages known); max_steps is also the MDP's horizon, so the warm
+    # start and RL must share it: the expert needs 8 steps in this rooms world, 7-12 in the default craft world
+    "finiterooms": ("FiniteRooms-v0", {"surface": "high", "alias": 0.0, "n_locations": 4, "n_objects": 1,
+                                       "n_tasks": 2, "max_steps": 10}),
+    "finitecraft": ("FiniteCraft-v0", {"surface": "high", "alias": 0.0, "max_steps": 12}),
 }
 
 
@@ -42,7 +47,8 @@ class WarmStartConfig:
     """
 
     env: str = "textcraft"
-    """Environment: a short name of ``ENV_PRESETS`` (textcraft | alfworld | webshop) or a gymnasium id."""
+    """Environment: a short name of ``ENV_PRESETS`` (textcraft | alfworld | webshop | finiterooms | finitecraft) or
+    a gymnasium id."""
     env_kwargs: dict[str, Any] | None = None
     """Constructor arguments of the env; null = the preset's (TextCraft: ``show_inventory=True``)."""
     model: str = "tiny"

@@ -329,6 +329,8 @@ def test_expert_replayed_through_the_rollout_succeeds(env, split, tok, request):
     assert batch.won.all() and metrics["rollout/success_rate"] == 1.0
     for rows in trajs.values():  # 10 on the winning (last) step only [GiGPO]
         assert batch.reward[rows].tolist() == [0.0] * (len(rows) - 1) + [10.0]
+    assert metrics["rollout/return_mean"] == 10.0  # every episode's summed reward
+    assert metrics["rollout/reward_mean"] == pytest.approx(10.0 * len(trajs) / len(batch))
     assert metrics["rollout/valid_action_rate"] == 1.0
     assert all(metrics[f"rollout/family/{f}/success_rate"] == 1.0 for f in set(batch.task_family))
     if env == "webshop":
