@@ -4,7 +4,8 @@ A run on ``FiniteCraft-v0`` / ``FiniteRooms-v0`` returns rows whose ``state_key`
 batch ``batch_truth`` computes, under the actor being trained, the exact ``A^π_t(s, a)`` of each row
 (``groundtruth.onpolicy``), and ``score_estimators`` runs every registered estimator on the same step batch and
 reports how close each comes (Pearson, Spearman, sign agreement, rows with zero signal, singleton rate and pair
-precision/recall of its state groups against ``state_key``). One estimator trains; all are scored on identical
+precision/recall of its state groups against ``state_key``; the same correlations and sign agreement for the
+estimator's step term alone, ``*_step``, since the episode term is common to every group-based estimator). One estimator trains; all are scored on identical
 data, which costs one scoring forward and the estimators' own (vectorised) work.
 
 Row → MDP action [choice]: the projected action when it is one of the MDP's action strings, else the malformed
@@ -143,7 +144,8 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None) -> dic
         cfg = dataclasses.replace(base_cfg, name=name)
         res = compute_advantages(step_batch, cfg, diagnostics=False)
         cluster = res.cluster_id.numpy() if res.cluster_id is not None else None
-        m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster)
+        m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster,
+                              step=res.step.double().numpy())
         out.update({f"groundtruth/{name}/{k}": v for k, v in m.items()})
     return out
 

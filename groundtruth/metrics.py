@@ -71,8 +71,12 @@ def _corr(x: np.ndarray, y: np.ndarray, kind: str) -> float:
 
 
 def advantage_metrics(adv: np.ndarray, true_adv: np.ndarray, group: np.ndarray, state: np.ndarray,
-                      cluster: np.ndarray | None) -> dict[str, float]:
-    """Agreement of one estimator's advantages with the truth on one batch (the metrics a training run logs, ``groundtruth.live``)."""
+                      cluster: np.ndarray | None, step: np.ndarray | None = None) -> dict[str, float]:
+    """Agreement of one estimator's advantages with the truth on one batch (the metrics a training run logs,
+    ``groundtruth.live``). With ``step`` (the estimator's step term A^S alone, zeros where it has none), also
+    ``pearson_step``, ``spearman_step``, ``sign_agree_step`` and ``zero_step`` (rows whose step term is exactly 0):
+    the step term is what state grouping changes, while the episode term is the same for every group-based
+    estimator."""
     adv = np.asarray(adv, dtype=np.float64)
     true_adv = np.asarray(true_adv, dtype=np.float64)
     nz = np.abs(true_adv) > 1e-9
@@ -87,6 +91,13 @@ def advantage_metrics(adv: np.ndarray, true_adv: np.ndarray, group: np.ndarray, 
     else:
         out["singleton"] = singleton_rate(group, cluster)
         out["pair_precision"], out["pair_recall"] = pair_stats(group, cluster, state)
+    if step is not None:
+        step = np.asarray(step, dtype=np.float64)
+        out["pearson_step"] = _corr(step, true_adv, "pearson")
+        out["spearman_step"] = _corr(step, true_adv, "spearman")
+        out["sign_agree_step"] = (float((np.sign(step[nz]) == np.sign(true_adv[nz])).mean()) if nz.any()
+                                  else math.nan)
+        out["zero_step"] = float((step == 0).mean())
     return out
 
 
@@ -95,15 +106,11 @@ def batch_metrics(adv: np.ndarray, step: np.ndarray | None, cluster: np.ndarray 
                   g_target: np.ndarray, g_objective: np.ndarray) -> dict[str, float]:
     """All metrics of the module docstring for one batch (arrays (N,); pi, g_* (S, A))."""
     adv = np.asarray(adv, dtype=np.float64)
-    out = advantage_metrics(adv, true_adv, group, state, cluster)
-    out.pop("zero_signal")
+    out = advantage_metrics(adv, true_adv, group, state, cluster, step=step)
+    for k in ("zero_signal", "spearman_step", "sign_agree_step"):
+        out.pop(k, None)
     if step is None:
-        out["pearson_step"] = math.nan
-        out["zero_step"] = math.nan
-    else:
-        step = np.asarray(step, dtype=np.float64)
-        out["pearson_step"] = _corr(step, true_adv, "pearson")
-        out["zero_step"] = float((step == 0).mean())
+        out["pearson_step"] = out["zero_step"] = math.nan
     g_hat = score_gradient(pi, state, action, adv)
     out["grad_cos"] = cosine(g_hat, g_target)
     out["grad_cos_obj"] = cosine(g_hat, g_objective)

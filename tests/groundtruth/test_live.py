@@ -84,6 +84,8 @@ def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, model_and_tok):
     names = {k.split("/")[1] for k in m if k.count("/") == 2}
     assert names == {"grpo", "gigpo", "bigpo", "bipace_q", "bipace_v", "hgpo", "rloo"}
     assert all(math.isfinite(m[f"groundtruth/{e}/zero_signal"]) for e in names)
+    assert all(math.isfinite(m[f"groundtruth/{e}/pearson_step"]) for e in names)
+    assert m["groundtruth/grpo/zero_step"] == 1.0  # GRPO has no step term
     assert math.isnan(m["groundtruth/grpo/singleton"]) or 0 <= m["groundtruth/grpo/singleton"] <= 1
     assert 0 <= m["groundtruth/gigpo/pair_precision"] <= 1
 
@@ -98,6 +100,21 @@ def test_advantage_metrics_on_known_inputs():
     assert m["singleton"] == 1.0
     m = advantage_metrics(-truth, truth, group, state, cluster=None)
     assert m["pearson"] == pytest.approx(-1.0) and m["sign_agree"] == 0.0 and math.isnan(m["singleton"])
+    assert "pearson_step" not in m  # no step term given
+
+
+def test_the_step_term_is_scored_on_its_own():
+    truth = np.array([1.0, -1.0, 0.5, 0.0, -0.2])
+    group, state = np.zeros(5, dtype=np.int64), np.arange(5)
+    episode = np.array([5.0, 5.0, -5.0, -5.0, 5.0])  # the same for every row of a trajectory: no step credit
+    step = np.array([2.0, -2.0, 0.0, 0.0, -0.4])  # right sign where it is not 0, 0 on two rows
+    m = advantage_metrics(episode + step, truth, group, state, cluster=np.arange(5), step=step)
+    assert m["sign_agree_step"] == pytest.approx(3 / 4)  # rows with truth != 0: 1, -1, 0.5 (step 0), -0.2
+    assert m["zero_step"] == pytest.approx(0.4)
+    assert m["pearson_step"] == pytest.approx(float(np.corrcoef(step, truth)[0, 1]))
+    assert m["pearson_step"] > m["pearson"]  # the episode term hides the step credit
+    m = advantage_metrics(episode, truth, group, state, cluster=None, step=np.zeros(5))  # GRPO: no step term
+    assert m["pearson_step"] == 0.0 and m["zero_step"] == 1.0 and m["sign_agree_step"] == 0.0
 
 
 def test_a_batch_without_states_is_refused(rollout, model_and_tok):
