@@ -33,18 +33,22 @@ def method_sort_key(method: str) -> tuple[int, str]:
     return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), method)
 
 
-def plot_curves(runs_by_method: dict[str, list[Run]], key: str, source: str, title: str, out: Path, ylabel: str) -> bool:
+def plot_curves(runs_by_method: dict[str, list[Run]], key: str | None, source: str, title: str, out: Path, ylabel: str,
+                key_of=None, thin: bool = True) -> bool:
     """One panel: thin line per seed, bold mean, shaded 95% bootstrap band, one colour per method.
-    ``source`` is ``metrics`` or ``evals``. Returns False (and writes nothing) if no run has the key."""
+    ``source`` is ``metrics`` or ``evals``. ``key_of(method)``: the key of each line instead of one ``key`` (the
+    ground-truth curves: one estimator per line, all read from the same runs); ``thin=False`` draws no line per
+    run. Returns False (and writes nothing) if no run has the key."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     drawn = False
     for i, method in enumerate(sorted(runs_by_method, key=method_sort_key)):
-        curves = [series(getattr(r, source), key) for r in runs_by_method[method]]
+        k = key_of(method) if key_of is not None else key
+        curves = [series(getattr(r, source), k) for r in runs_by_method[method]]
         curves = [c for c in curves if c[0]]
         if not curves:
             continue
         color = method_color(method, i)
-        for xs, ys in curves:
+        for xs, ys in curves if thin else ():
             ax.plot(xs, ys, color=color, alpha=0.3, linewidth=0.8)
         its, mat = interp_curves(curves)
         if its.size:

@@ -16,6 +16,7 @@ import numpy as np
 from .plots import method_sort_key, plot_curves, plot_diagnostics
 from .runs import CONTROL_METHOD, Run, find_runs, series
 from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci, within_slope_ci
+from .truth import train_aggregate_table, truth_section
 
 __all__ = ["control_end_table", "goal_table", "build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
 
@@ -395,6 +396,20 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
                    "Training-rollout success on each goal of the pool (`rollout/task/<index>/success_rate`), mean over "
                    "the last 8 iterations that played it, in %.", "", goals, ""]
             tables += [goals, ""]
+        if not split_keys:  # no evaluation: the training rollouts are the curves and the scores
+            png = out / f"curves_{tag}_return.png"
+            if plot_curves(by_method, "rollout/return_mean", "metrics", f"{env} / {model}: training rollouts", png,
+                           "episode return (undiscounted)"):
+                md += [f"![training return]({png.name})", ""]
+            agg_train = train_aggregate_table(by_method, baseline=baseline)
+            if agg_train:
+                md += ["### Aggregate over training rollouts (stratified bootstrap)", "",
+                       "Each run's score: its mean training-rollout success over its last 5 iterations.", "",
+                       agg_train, ""]
+                tables += [agg_train, ""]
+        truth_md, truth_tables = truth_section(by_method, out, tag, f"{env} / {model}", baseline)
+        md += truth_md
+        tables += truth_tables
         eff_train = efficiency_table(by_method, "rollout/success_rate", "metrics", thresholds, baseline)
         if eff_train:
             md += ["### Sample efficiency on training rollouts", "", eff_train, ""]

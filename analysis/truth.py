@@ -1,0 +1,190 @@
+"""The report's ground-truth section: runs on a finite world (``groundtruth.live``) log, every iteration, each
+registered estimator's agreement with the exact advantage of the policy that sampled the batch
+(``groundtruth/<estimator>/<metric>``), whichever estimator trained. This module reads those metrics from the run
+folders and writes the tables and curves of ``python -m experiments.report``.
+
+Every estimator is scored on the same batches, so differences between estimators are paired: ``paired_table``
+gives each estimator's difference from the baseline run by run (mean over the run's iterations), with a bootstrap
+interval over runs. Runs are pooled by the epsilon their hidden-state estimators were scored at (``epsilon_label``):
+the calibrated value of ``epsilon: auto`` differs between runs, a fixed epsilon does not.
+
+Training curves without a separate evaluation (``eval.every: 0``) are read from the training rollouts:
+``train_aggregate_table`` scores each run by its mean success over its last iterations (IQM, probability of
+improvement over the baseline, stratified bootstrap), as the evaluation-based table does for evaluation splits.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .plots import method_sort_key, plot_curves
+from .runs import Run, series
+from .stats import iqm, mean_ci, poi_ci, stratified_bootstrap_ci
+
+__all__ = ["TRUTH_METRICS", "STEP_METRICS", "truth_estimators", "epsilon_label", "run_mean", "truth_table", "paired_table",
+           "truth_section", "train_aggregate_table"]
+
+#: the per-estimator metrics of ``groundtruth.live.advantage_metrics``, in table order: of the whole advantage and
+#: the state groups, then of the step term alone
+TRUTH_METRICS = ("pearson", "spearman", "sign_agree", "zero_signal", "singleton", "pair_precision", "pair_recall")
+STEP_METRICS = ("pearson_step", "spearman_step", "sign_agree_step", "zero_step")
+_KEY = re.compile(r"^groundtruth/(?P<est>[^/]+)/(?P<metric>[^/]+)$")
+
+
+def truth_estimators(runs: list[Run]) -> list[str]:
+    """The estimators scored against the truth in any of ``runs`` (method order)."""
+    names = {m["est"] for r in runs for row in r.metrics for k in row if (m := _KEY.match(k))}
+    return sorted(names, key=method_sort_key)
+
+
+def epsilon_label(run: Run) -> str:
+    """``auto`` when the run calibrated its epsilon (``group/epsilon`` logged), else ``<value>`` from its
+    config.yaml (``?`` when there is none)."""
+    if any("group/epsilon" in row for row in run.metrics):
+        return "auto"
+    cfg = run.path / "config.yaml"
+    if cfg.is_file():
+        import yaml
+
+        eps = ((yaml.safe_load(cfg.read_text()) or {}).get("estimator") or {}).get("epsilon")
+        if eps is not None:
+            return f"{float(eps):g}" if not isinstance(eps, str) else eps
+    return "?"
+
+
+def run_mean(run: Run, key: str) -> float | None:
+    """Mean of ``key`` over the run's iterations (None when it never logged it)."""
+    _, ys = series(run.metrics, key)
+    return float(np.mean(ys)) if ys else None
+
+
+def _ci(values: list[float], digits: int = 3) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    m, lo, hi = mean_ci(values)
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def truth_table(runs: list[Run], estimators: list[str], metrics: tuple[str, ...] = TRUTH_METRICS) -> str:
+    """Rows = estimators, columns = ``metrics``: mean over runs of each run's mean over its iterations, with a 95%
+    bootstrap interval over runs; "" when no run logged any of them."""
+    lines = ["| estimator | runs | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    seen = False
+    for e in estimators:
+        cells, n = [], 0
+        for metric in metrics:
+            vals = [v for r in runs if (v := run_mean(r, f"groundtruth/{e}/{metric}")) is not None]
+            n = max(n, len(vals))
+            cells.append(_ci(vals))
+        seen |= n > 0
+        lines.append(f"| {e} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if seen else ""
+
+
+def paired_table(runs: list[Run], estimators: list[str], baseline: str = "gigpo",
+                 metrics: tuple[str, ...] = ("pearson", "pearson_step", "sign_agree_step")) -> str:
+    """Each estimator minus ``baseline`` on the same batches: per run, the mean over iterations of the per-batch
+    difference; then the mean over runs with a 95% bootstrap interval, and the share of runs where it is > 0."""
+    head = ["| estimator | runs | " + " | ".join(f"Δ{m} [95% CI] | runs > 0" for m in metrics) + " |",
+            "|---|---|" + "---|---|" * len(metrics)]
+    lines = list(head)
+    for e in estimators:
+        if e == baseline:
+            continue
+        cells, n = [], 0
+        for metric in metrics:
+            per_run = []
+            for r in runs:
+                d = [row[f"groundtruth/{e}/{metric}"] - row[f"groundtruth/{baseline}/{metric}"] for row in r.metrics
+                     if _finite(row.get(f"groundtruth/{e}/{metric}")) and _finite(row.get(f"groundtruth/{baseline}/{metric}"))]
+                if d:
+                    per_run.append(float(np.mean(d)))
+            n = max(n, len(per_run))
+            cells += [_ci(per_run), f"{sum(v > 0 for v in per_run)}/{len(per_run)}" if per_run else "–"]
+        lines.append(f"| {e} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > len(head) else ""
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def train_aggregate_table(by_method: dict[str, list[Run]], key: str = "rollout/success_rate", last: int = 5,
+                          baseline: str = "gigpo") -> str:
+    """IQM and mean of each run's mean ``key`` over its last ``last`` iterations (stratified bootstrap over runs),
+    and the probability of improvement over ``baseline`` with its interval."""
+    scores = {}
+    for m, rs in by_method.items():
+        vals = []
+        for r in rs:
+            _, ys = series(r.metrics, key)
+            if ys:
+                vals.append(float(np.mean(ys[-last:])))
+        if vals:
+            scores[m] = np.array(vals)[:, None]
+    if not scores:
+        return ""
+    lines = [f"| method | runs | IQM [95% CI] | mean [95% CI] | P(method > {baseline}) [95% CI] |",
+             "|---|---|---|---|---|"]
+    for m in sorted(scores, key=method_sort_key):
+        x = scores[m]
+        q = stratified_bootstrap_ci(x, iqm)
+        mu = stratified_bootstrap_ci(x, lambda a: float(a.mean()))
+        if baseline in scores and m != baseline:
+            p = poi_ci(x, scores[baseline])
+            poi = f"{p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]"
+        else:
+            poi = "–"
+        lines.append(f"| {m} | {x.shape[0]} | {100 * q[0]:.1f} [{100 * q[1]:.1f}, {100 * q[2]:.1f}] | "
+                     f"{100 * mu[0]:.1f} [{100 * mu[1]:.1f}, {100 * mu[2]:.1f}] | {poi} |")
+    return "\n".join(lines)
+
+
+def truth_section(by_method: dict[str, list[Run]], out: Path, tag: str, title: str,
+                  baseline: str = "gigpo") -> tuple[list[str], list[str]]:
+    """(Markdown lines of the report, lines of tables.md) for the runs that logged ``groundtruth/`` metrics;
+    ([], []) when none did."""
+    runs = [r for rs in by_method.values() for r in rs]
+    ests = truth_estimators(runs)
+    if not ests:
+        return [], []
+    md = ["### Agreement with the exact advantage (groundtruth/)", "",
+          "Every iteration of every run scores all estimators on that run's batch against the exact advantage "
+          "A^π(s, a) of the policy that sampled it (dynamic programming over the finite world, "
+          "`groundtruth/live.py`), whichever estimator trained. Cells: mean over runs of each run's mean over its "
+          "iterations, 95% bootstrap interval over runs. `sign_agree` is over rows whose true advantage is not 0; "
+          "an estimator that gives a row 0 disagrees there. `singleton`, `pair_precision` and `pair_recall`: the "
+          "estimator's state groups within a prompt group against the true state (`state_key`).", ""]
+    tables: list[str] = []
+    by_eps: dict[str, list[Run]] = {}
+    for r in runs:
+        by_eps.setdefault(epsilon_label(r), []).append(r)
+    for label in sorted(by_eps, key=lambda s: (s != "auto", s)):
+        rs = by_eps[label]
+        eps_note = ("epsilon calibrated on each run's first batch (`epsilon: auto`)" if label == "auto"
+                    else f"epsilon = {label}")
+        methods = sorted({r.method for r in rs}, key=method_sort_key)
+        t = truth_table(rs, ests)
+        ts = truth_table(rs, ests, STEP_METRICS)
+        p = paired_table(rs, ests, baseline)
+        md += [f"#### {len(rs)} runs with {eps_note} (trained: {', '.join(methods)})", "",
+               "The whole advantage A = A^ep + w A^S, and each estimator's state groups:", "", t, ""]
+        if ts:
+            md += ["The step term A^S alone (what the state grouping changes; 0 for GRPO and RLOO, which have none):",
+                   "", ts, ""]
+        if p:
+            md += [f"Paired differences from {baseline} on the same batches (per run: the mean over its iterations "
+                   "of the per-batch difference):", "", p, ""]
+        for metric in ("pearson", "pearson_step"):
+            png = out / f"truth_{tag}_{metric}_eps-{label}.png"
+            if plot_curves({e: rs for e in ests}, None, "metrics", f"{title}: {metric} vs the truth, eps {label}",
+                           png, f"{metric} with A^pi", key_of=lambda e, m=metric: f"groundtruth/{e}/{m}",
+                           thin=False):
+                md += [f"![{metric} with the true advantage over training]({png.name})", ""]
+        tables += [f"### groundtruth, {eps_note}", "", t, "", ts, "", p, ""]
+    return md, tables

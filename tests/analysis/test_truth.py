@@ -1,0 +1,104 @@
+"""The report's ground-truth section (analysis/truth.py) on run folders written here with known metrics."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.runs import find_runs
+from analysis.truth import epsilon_label, paired_table, train_aggregate_table, truth_estimators, truth_table
+from experiments.report import main as report_main
+
+ESTS = ("grpo", "gigpo", "bipace_q")
+
+
+def write_run(root: Path, method: str, seed: int, pearson: dict[str, list[float]], success: list[float],
+              epsilon=None) -> Path:
+    """A run folder whose iteration k logs ``groundtruth/<e>/pearson = pearson[e][k]`` (and a step term 0.1 lower)."""
+    d = root / "finiterooms" / "tiny" / method / f"seed_{seed}"
+    d.mkdir(parents=True)
+    rows = []
+    for k, s in enumerate(success):
+        row = {"iteration": k + 1, "rollout/success_rate": s, "rollout/return_mean": 10 * s}
+        for e, vals in pearson.items():
+            row[f"groundtruth/{e}/pearson"] = vals[k]
+            row[f"groundtruth/{e}/pearson_step"] = vals[k] - 0.1
+        if epsilon is None:
+            row["group/epsilon"] = 0.001  # calibrated (epsilon: auto)
+        rows.append(row)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "config.yaml").write_text(f"estimator:\n  name: {method.split('-')[0]}\n  epsilon: {epsilon or 'auto'}\n")
+    (d / "run.json").write_text(json.dumps({"env": "finiterooms", "model": "tiny", "method": method, "seed": seed}))
+    return d
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    # two runs at epsilon auto: gigpo and bipace_q trained; bipace_q's advantages track the truth better by 0.2 and 0.1
+    write_run(root, "gigpo", 0, {"grpo": [0.1, 0.1], "gigpo": [0.2, 0.4], "bipace_q": [0.4, 0.6]}, [0.2, 0.4])
+    write_run(root, "bipace_q", 0, {"grpo": [0.1, 0.1], "gigpo": [0.3, 0.3], "bipace_q": [0.4, 0.4]}, [0.5, 0.7])
+    # one run at the paper's epsilon: bipace_q worse than gigpo there
+    write_run(root, "bipace_q-eps0.05", 0, {"grpo": [0.1, 0.1], "gigpo": [0.3, 0.3], "bipace_q": [0.0, 0.2]},
+              [0.1, 0.1], epsilon=0.05)
+    return root
+
+
+def test_estimators_and_epsilon_labels(runs):
+    rs = find_runs(runs)
+    assert truth_estimators(rs) == ["grpo", "gigpo", "bipace_q"]  # method order, not alphabetical
+    assert {r.method: epsilon_label(r) for r in rs} == {"gigpo": "auto", "bipace_q": "auto", "bipace_q-eps0.05": "0.05"}
+
+
+def test_truth_table_averages_iterations_then_runs(runs):
+    rs = [r for r in find_runs(runs) if epsilon_label(r) == "auto"]
+    t = truth_table(rs, list(ESTS), ("pearson",))
+    row = {line.split(" | ")[0].strip("| "): line for line in t.splitlines()[2:]}
+    assert row["gigpo"].startswith("| gigpo | 2 | 0.300")  # (0.3 + 0.3) / 2
+    assert row["bipace_q"].startswith("| bipace_q | 2 | 0.450")  # (0.5 + 0.4) / 2
+    assert truth_table(rs, list(ESTS), ("no_such_metric",)) == ""
+
+
+def test_paired_differences_are_per_batch_against_the_baseline(runs):
+    rs = [r for r in find_runs(runs) if epsilon_label(r) == "auto"]
+    p = paired_table(rs, list(ESTS), "gigpo", metrics=("pearson", "pearson_step"))
+    line = next(x for x in p.splitlines() if x.startswith("| bipace_q"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == "2" and cells[2].startswith("0.150") and cells[3] == "2/2"  # (0.2 + 0.1) / 2
+    assert cells[4].startswith("0.150") and cells[5] == "2/2"  # the step term: the same shift
+    assert not any(x.startswith("| gigpo") for x in p.splitlines())  # no row for the baseline itself
+    grpo = next(x for x in p.splitlines() if x.startswith("| grpo"))
+    assert "0/2" in grpo
+
+
+def test_training_aggregate_scores_the_last_iterations(runs):
+    by_method = {}
+    for r in find_runs(runs):
+        by_method.setdefault(r.method, []).append(r)
+    t = train_aggregate_table(by_method, last=1)
+    line = next(x for x in t.splitlines() if x.startswith("| bipace_q |"))
+    assert "| 70.0 [70.0, 70.0] |" in line and line.endswith("| 1.00 [1.00, 1.00] |")  # 0.7 > gigpo's 0.4
+    assert train_aggregate_table(by_method, key="rollout/no_such_key") == ""
+
+
+def test_report_has_the_truth_section_per_epsilon(runs, tmp_path):
+    out = tmp_path / "report"
+    assert report_main(["--runs", str(runs), "--out", str(out), "--title", "t"]) == 0
+    md = (out / "summary.md").read_text()
+    assert "### Agreement with the exact advantage" in md
+    assert "#### 2 runs with epsilon calibrated" in md and "#### 1 runs with epsilon = 0.05" in md
+    assert "### Aggregate over training rollouts" in md  # no evaluation split: the rollouts are the scores
+    for f in ("truth_finiterooms_tiny_pearson_eps-auto.png", "truth_finiterooms_tiny_pearson_step_eps-0.05.png",
+              "curves_finiterooms_tiny_return.png"):
+        assert (out / f).is_file() and f in md
+
+
+def test_runs_without_truth_metrics_get_no_section(tmp_path):
+    root = tmp_path / "runs"
+    d = write_run(root, "gigpo", 0, {}, [0.2, 0.3])
+    assert np.isclose(json.loads((d / "metrics.jsonl").read_text().splitlines()[0])["rollout/success_rate"], 0.2)
+    out = tmp_path / "report"
+    assert report_main(["--runs", str(root), "--out", str(out)]) == 0
+    assert "Agreement with the exact advantage" not in (out / "summary.md").read_text()
