@@ -67,3 +67,29 @@ def test_a_config_may_name_the_finite_worlds():
     EnvConfig(id="FiniteRooms-v0", kwargs={"surface": "low", "alias": 0.0}).validate()
     with pytest.raises(ValueError, match="did you mean 'FiniteRooms-v0'"):
         EnvConfig(id="FiniteRoom-v0").validate()
+
+
+@pytest.mark.parametrize("name", ["finiterooms", "finitecraft"])
+def test_the_warm_start_presets_of_the_worlds_are_winnable_within_their_horizon(name):
+    """``ENV_PRESETS``' max_steps is also the MDP's horizon: the expert must win every task within it, or the warm
+    start learns from nothing and the truth of every unwinnable task is 0 (the first tiny preset's horizon of 6 made
+    the 8-step task 0 of the rooms world unwinnable)."""
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the ids)
+    from trainer.warmstart_config import ENV_PRESETS, WarmStartConfig
+
+    env_id, kw = ENV_PRESETS[name]
+    assert WarmStartConfig(env=name).env_id == env_id
+    env = gym.make(env_id, **kw)
+    try:
+        u = env.unwrapped
+        for k in range(u.num_tasks("train")):
+            _, info = env.reset(seed=k, options={"task_index": k})
+            for _ in range(kw["max_steps"]):
+                _, _, term, trunc, info = env.step(u.expert_action())
+                if term or trunc:
+                    break
+            assert info["won"], f"{name}: the expert does not win task {k} within {kw['max_steps']} steps"
+    finally:
+        env.close()
