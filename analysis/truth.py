@@ -25,7 +25,7 @@ from .runs import Run, series
 from .stats import iqm, mean_ci, poi_ci, stratified_bootstrap_ci
 
 __all__ = ["TRUTH_METRICS", "STEP_METRICS", "truth_estimators", "epsilon_label", "run_mean", "truth_table", "paired_table",
-           "truth_section", "train_aggregate_table"]
+           "truth_section", "train_aggregate_table", "overview"]
 
 #: the per-estimator metrics of ``groundtruth.live.advantage_metrics``, in table order: of the whole advantage and
 #: the state groups, then of the step term alone
@@ -188,3 +188,76 @@ def truth_section(by_method: dict[str, list[Run]], out: Path, tag: str, title: s
                 md += [f"![{metric} with the true advantage over training]({png.name})", ""]
         tables += [f"### groundtruth, {eps_note}", "", t, "", ts, "", p, ""]
     return md, tables
+
+
+def _cell(values: list[float]) -> str:
+    return _ci(values, 3) if values else "–"
+
+
+def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
+    """Markdown tables across scenarios (``{name: runs}``, e.g. one study folder each): per estimator, the step
+    term's and the whole advantage's Pearson correlation with the truth and the paired difference of the step
+    term's from ``baseline``, over the runs at ``epsilon: auto``; the state groups' singleton rate and pair recall;
+    the epsilon the runs calibrated; and each trained method's training-rollout success over its last 5
+    iterations."""
+    names = list(scenarios)
+    auto = {n: [r for r in rs if epsilon_label(r) == "auto"] for n, rs in scenarios.items()}
+    ests = truth_estimators([r for rs in scenarios.values() for r in rs])
+    head = "| estimator | " + " | ".join(names) + " |\n|---|" + "---|" * len(names)
+    out = []
+
+    def metric_table(metric: str) -> str:
+        rows = [head]
+        for e in ests:
+            rows.append(f"| {e} | " + " | ".join(
+                _cell([v for r in auto[n] if (v := run_mean(r, f"groundtruth/{e}/{metric}")) is not None])
+                for n in names) + " |")
+        return "\n".join(rows)
+
+    def paired(metric: str) -> str:
+        rows = [head]
+        for e in ests:
+            if e == baseline:
+                continue
+            cells = []
+            for n in names:
+                per_run = []
+                for r in auto[n]:
+                    d = [row[f"groundtruth/{e}/{metric}"] - row[f"groundtruth/{baseline}/{metric}"] for row in r.metrics
+                         if _finite(row.get(f"groundtruth/{e}/{metric}"))
+                         and _finite(row.get(f"groundtruth/{baseline}/{metric}"))]
+                    if d:
+                        per_run.append(float(np.mean(d)))
+                cells.append(f"{_cell(per_run)} ({sum(v > 0 for v in per_run)}/{len(per_run)} > 0)" if per_run else "–")
+            rows.append(f"| {e} | " + " | ".join(cells) + " |")
+        return "\n".join(rows)
+
+    runs_line = ", ".join(f"{n}: {len(auto[n])}" for n in names)
+    out += [f"Runs at `epsilon: auto` per scenario: {runs_line}. Cells: mean over runs of each run's mean over its "
+            "iterations [95% bootstrap interval over runs].", "",
+            "#### Step term A^S: Pearson correlation with the true advantage", "", metric_table("pearson_step"), "",
+            f"#### Step term: paired difference from {baseline} (same batches; runs where it is > 0)", "",
+            paired("pearson_step"), "",
+            "#### Whole advantage A = A^ep + w A^S: Pearson correlation with the true advantage", "",
+            metric_table("pearson"), "",
+            "#### State groups: singleton rate (within a prompt group)", "", metric_table("singleton"), "",
+            "#### State groups: pair recall against the true state (pairs of same-state rows grouped together)", "",
+            metric_table("pair_recall"), "",
+            "#### State groups: pair precision against the true state", "", metric_table("pair_precision"), ""]
+    eps = []
+    for n in names:
+        vals = [r.metrics[0]["group/epsilon"] for r in auto[n] if r.metrics and "group/epsilon" in r.metrics[0]]
+        eps.append(f"{np.median(vals):.2g} ({min(vals):.2g}–{max(vals):.2g}, {len(vals)} runs)" if vals else "–")
+    out += ["#### The epsilon `epsilon: auto` chose (median, range over runs)", "",
+            "| | " + " | ".join(names) + " |\n|---|" + "---|" * len(names), "| epsilon | " + " | ".join(eps) + " |", ""]
+    methods = sorted({r.method for rs in scenarios.values() for r in rs}, key=method_sort_key)
+    rows = ["| trained method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for m in methods:
+        cells = []
+        for n in names:
+            vals = [float(np.mean(ys[-5:])) for r in scenarios[n] if r.method == m
+                    for _, ys in [series(r.metrics, "rollout/success_rate")] if ys]
+            cells.append(f"{_cell(vals)} (n={len(vals)})" if vals else "–")
+        rows.append(f"| {m} | " + " | ".join(cells) + " |")
+    out += ["#### Training-rollout success over the last 5 iterations, per trained method", "", "\n".join(rows), ""]
+    return "\n".join(out)
