@@ -2,6 +2,7 @@
 and the grouping diagnostics of docs/method.md over training."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -22,14 +23,14 @@ _COLORS = {"grpo": "#7f7f7f", "rloo": "#bcbd22", "gigpo": "#1f77b4", "hgpo": "#9
 def method_color(method: str, i: int = 0) -> str:
     if method == CONTROL_METHOD:  # black, first
         return "#000000"
-    base = method.split("-")[0]
+    base = re.split("[-@]", method)[0]  # bipace_q-eps0.05 (a variant), bipace_q@oracle (scored at another epsilon)
     return _COLORS.get(base, plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10])
 
 
 def method_sort_key(method: str) -> tuple[int, str]:
     if method == CONTROL_METHOD:  # black, first
         return (-1, method)
-    base = method.split("-")[0]
+    base = re.split("[-@]", method)[0]
     return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), method)
 
 

@@ -18,6 +18,9 @@ result for the run and saves the scan as ``epsilon.json`` in the run folder). Ru
   than the anchors' own pairs justify, so it stays precise where the observations are (ALFWorld's repeated
   "Nothing happens." makes them imprecise, and ``anchor_recall`` then merges too much).
 * ``singleton_match``: the smallest epsilon whose cluster singleton rate is at most the anchors'.
+* ``state_f1`` (an oracle, for worlds that know their states): the smallest epsilon whose clusters agree best, by
+  pair F1, with the true state (``state_key``: the finite worlds of ``groundtruth/``). It says what a calibration
+  could reach; a batch without ``state_key`` is refused.
 
 Without two rows of one observation in any prompt group (every anchor a singleton) neither rule has a reference:
 both fall back to the smallest epsilon whose singleton rate is at most ``FALLBACK_SINGLETON_RATE`` (0.2, about
@@ -50,7 +53,7 @@ DEFAULT_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)
 #: epsilon: auto scans 0 and 10 log-spaced values per decade from 1e-5 to 0.5 (1e-5, 1.26e-5, ..., 0.398, 0.5)
 AUTO_GRID = (0.0,) + tuple(float(f"{10 ** (-5 + k / 10):.3g}") for k in range(47)) + (0.5,)
 #: the rules of ``estimator.epsilon_criterion`` (the module docstring)
-CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match")
+CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match", "state_f1")
 #: the singleton rate the fallback rule aims at (the paper's clusters leave ~17-22% of rows alone)
 FALLBACK_SINGLETON_RATE = 0.2
 
@@ -142,6 +145,18 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_f1", target: float
     """Apply a rule to a scan (``scan_epsilon``'s rows, anchors first, epsilons ascending), e.g. one read back from a
     run's ``epsilon.json``: how ``experiments.epsilon_criteria`` compares the rules on saved first batches."""
     anchor, rows = scan[0], sorted(scan[1:], key=lambda r: r["epsilon"])
+    if criterion == "state_f1":
+        scored = [r for r in rows if "f1" in r and r["f1"] == r["f1"]]
+        if not scored:
+            raise ValueError("epsilon_criterion=state_f1 needs the batch's true states (state_key, as the finite "
+                             "worlds FiniteRooms-v0 / FiniteCraft-v0 give) and two rows of one state in a prompt "
+                             "group; use anchor_f1 elsewhere")
+        best = max(r["f1"] for r in scored)
+        hit = _smallest(scored, lambda r: r["f1"] >= best - 1e-12)
+        return Calibration(hit["epsilon"], criterion, "state_f1",
+                           f"smallest epsilon whose clusters agree best with the true state (pair F1 {best:.3f}: "
+                           f"precision {hit['precision']:.3f}, recall {hit['recall']:.3f}; the anchors' F1 "
+                           f"{anchor.get('f1', float('nan')):.3f})", scan, center)
     has_pairs = anchor["anchor_recall"] == anchor["anchor_recall"]  # not NaN: two rows share an observation
     if has_pairs and criterion == "anchor_recall":
         hit = _smallest(rows, lambda r: r["anchor_recall"] >= target - 1e-12)

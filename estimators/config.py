@@ -19,7 +19,7 @@ CLUSTER_BACKENDS = ("torch", "faiss")
 PACE_KEYS = ("action_tag", "first_tokens")
 PACE_FALLBACKS = ("either", "unique_key", "single_key", "none")
 PACE_NORMS = ("none", "cluster_std")
-EPSILON_CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match")
+EPSILON_CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match", "state_f1")
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -51,8 +51,9 @@ class EstimatorConfig:
     """Rule of ``epsilon: auto`` (``estimators.calibrate.choose_epsilon``): anchor_f1 = the smallest epsilon whose
     clusters agree best (pair F1) with the exact observations (GiGPO's anchors); anchor_recall = the smallest epsilon
     whose clusters keep ``epsilon_target`` of the same-observation pairs together; singleton_match = the smallest
-    epsilon whose cluster singleton rate is at most the anchors' [choice: anchor_f1 came within 0.01 F1 of the best
-    epsilon on 9 first batches, results/epsilon/README.md]."""
+    epsilon whose cluster singleton rate is at most the anchors'; state_f1 = the smallest epsilon whose clusters agree
+    best with the true state (an oracle: only on worlds whose rows carry ``state_key``, the finite worlds) [choice:
+    anchor_f1 came within 0.01 F1 of the best epsilon on 9 first batches, results/epsilon/README.md]."""
     epsilon_target: float = 0.9
     """anchor_recall's target share of same-anchor pairs [choice]."""
     center_states: bool = False

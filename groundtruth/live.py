@@ -33,7 +33,8 @@ from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
 #: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
 WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 
-__all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators"]
+__all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators",
+           "oracle_epsilon", "PROBE_EPSILONS"]
 
 
 @dataclass
@@ -119,13 +120,15 @@ def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float 
     return BatchTruth(step=step, state=state, action=action, truth=truth)
 
 
-def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None) -> dict[str, float]:
+def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
+                     extra_epsilons: dict[str, float] | None = None) -> dict[str, float]:
     """``groundtruth/<estimator>/<metric>`` for every registered estimator (or ``names``) on ``step_batch``.
 
     ``base_cfg`` is the run's ``EstimatorConfig`` (its ε, weights and backend); only the name changes. An
-    estimator that needs hidden states is skipped when the batch has none. Also ``groundtruth/true_abs_mean``,
-    ``groundtruth/true_zero`` (rows whose true advantage is 0) and ``groundtruth/visited_cells`` (the (step, state)
-    cells whose policy came from the batch's own rows).
+    estimator that needs hidden states is skipped when the batch has none. ``extra_epsilons`` ``{label: ε}``: the
+    hidden-state estimators are also scored at each of these ε, as ``groundtruth/<estimator>@<label>/<metric>``.
+    Also ``groundtruth/true_abs_mean``, ``groundtruth/true_zero`` (rows whose true advantage is 0) and
+    ``groundtruth/visited_cells`` (the (step, state) cells whose policy came from the batch's own rows).
     """
     import dataclasses
 
@@ -141,13 +144,22 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None) -> dic
     for name in names or sorted(ESTIMATORS):
         if ESTIMATORS[name].needs_hidden and step_batch.hidden is None:
             continue
-        cfg = dataclasses.replace(base_cfg, name=name)
-        res = compute_advantages(step_batch, cfg, diagnostics=False)
-        cluster = res.cluster_id.numpy() if res.cluster_id is not None else None
-        m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster,
-                              step=res.step.double().numpy())
-        out.update({f"groundtruth/{name}/{k}": v for k, v in m.items()})
+        runs = [(name, base_cfg.epsilon)]
+        if ESTIMATORS[name].needs_hidden:
+            runs += [(f"{name}@{label}", float(eps)) for label, eps in (extra_epsilons or {}).items()]
+        for key, eps in runs:
+            cfg = dataclasses.replace(base_cfg, name=name, epsilon=eps)
+            res = compute_advantages(step_batch, cfg, diagnostics=False)
+            cluster = res.cluster_id.numpy() if res.cluster_id is not None else None
+            m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster,
+                                  step=res.step.double().numpy())
+            out.update({f"groundtruth/{key}/{k}": v for k, v in m.items()})
     return out
+
+
+#: ε labels the probe also scores the hidden-state estimators at: the paper's (Qwen2.5-1.5B), and ``oracle``, the
+#: ε that best recovers this batch's true states (``estimators.calibrate``'s ``state_f1`` rule, rescanned per batch)
+PROBE_EPSILONS = {"eps0.05": 0.05}
 
 
 class TruthProbe:
@@ -170,8 +182,32 @@ class TruthProbe:
         bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch))
         if hidden is not None and not bool(torch.isfinite(hidden).all()):
             hidden = None  # the hidden-state estimators are skipped on this batch
-        metrics = score_estimators(batch.to_step_batch(hidden=hidden), bt, trainer.estimator_cfg)
+        step_batch = batch.to_step_batch(hidden=hidden)
+        base = trainer.estimator_cfg
+        extra, head = dict(PROBE_EPSILONS), {}
+        if hidden is not None:
+            oracle = oracle_epsilon(step_batch, base)
+            if oracle is not None:
+                extra["oracle"] = oracle
+                head["groundtruth/oracle_epsilon"] = oracle
+        metrics = {**head, **score_estimators(step_batch, bt, base, extra_epsilons=extra)}
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+
+def oracle_epsilon(step_batch, cfg) -> float | None:
+    """The ε of ``estimators.calibrate.AUTO_GRID`` whose clusters best recover the batch's true states (pair F1;
+    the ``state_f1`` rule), with the run's centroid, backend and centring; None when no prompt group holds two rows
+    of one state."""
+    from estimators.calibrate import choose_epsilon
+
+    try:
+        cal = choose_epsilon(step_batch, "state_f1", centroid=cfg.centroid, backend=cfg.cluster_backend,
+                             center=cfg.center_states)
+    except ValueError as e:
+        if "state_f1" not in str(e):
+            raise
+        return None
+    return float(cal.epsilon)
 
 
 def probe_for(cfg) -> TruthProbe | None:

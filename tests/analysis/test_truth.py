@@ -15,7 +15,7 @@ ESTS = ("grpo", "gigpo", "bipace_q")
 
 
 def write_run(root: Path, method: str, seed: int, pearson: dict[str, list[float]], success: list[float],
-              epsilon=None) -> Path:
+              epsilon=None, criterion: str = "anchor_f1") -> Path:
     """A run folder whose iteration k logs ``groundtruth/<e>/pearson = pearson[e][k]`` (and a step term 0.1 lower)."""
     d = root / "finiterooms" / "tiny" / method / f"seed_{seed}"
     d.mkdir(parents=True)
@@ -29,7 +29,8 @@ def write_run(root: Path, method: str, seed: int, pearson: dict[str, list[float]
             row["group/epsilon"] = 0.001  # calibrated (epsilon: auto)
         rows.append(row)
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "config.yaml").write_text(f"estimator:\n  name: {method.split('-')[0]}\n  epsilon: {epsilon or 'auto'}\n")
+    (d / "config.yaml").write_text(f"estimator:\n  name: {method.split('-')[0]}\n  epsilon: {epsilon or 'auto'}\n"
+                                   f"  epsilon_criterion: {criterion}\n")
     (d / "run.json").write_text(json.dumps({"env": "finiterooms", "model": "tiny", "method": method, "seed": seed}))
     return d
 
@@ -43,13 +44,17 @@ def runs(tmp_path):
     # one run at the paper's epsilon: bipace_q worse than gigpo there
     write_run(root, "bipace_q-eps0.05", 0, {"grpo": [0.1, 0.1], "gigpo": [0.3, 0.3], "bipace_q": [0.0, 0.2]},
               [0.1, 0.1], epsilon=0.05)
+    # one calibrated by the oracle rule: its own pool
+    write_run(root, "bipace_q-oracle", 0, {"grpo": [0.1, 0.1], "gigpo": [0.3, 0.3], "bipace_q": [0.6, 0.6]},
+              [0.3, 0.3], criterion="state_f1")
     return root
 
 
 def test_estimators_and_epsilon_labels(runs):
     rs = find_runs(runs)
     assert truth_estimators(rs) == ["grpo", "gigpo", "bipace_q"]  # method order, not alphabetical
-    assert {r.method: epsilon_label(r) for r in rs} == {"gigpo": "auto", "bipace_q": "auto", "bipace_q-eps0.05": "0.05"}
+    assert {r.method: epsilon_label(r) for r in rs} == {"gigpo": "auto", "bipace_q": "auto", "bipace_q-eps0.05": "0.05",
+                                                       "bipace_q-oracle": "auto-state_f1"}
 
 
 def test_truth_table_averages_iterations_then_runs(runs):
@@ -88,7 +93,8 @@ def test_report_has_the_truth_section_per_epsilon(runs, tmp_path):
     assert report_main(["--runs", str(runs), "--out", str(out), "--title", "t"]) == 0
     md = (out / "summary.md").read_text()
     assert "### Agreement with the exact advantage" in md
-    assert "#### 2 runs with epsilon calibrated" in md and "#### 1 runs with epsilon = 0.05" in md
+    assert "#### 2 runs with epsilon calibrated on" in md and "#### 1 runs with epsilon = 0.05" in md
+    assert "#### 1 runs with epsilon calibrated by the rule `state_f1`" in md
     assert "### Aggregate over training rollouts" in md  # no evaluation split: the rollouts are the scores
     for f in ("truth_finiterooms_tiny_pearson_eps-auto.png", "truth_finiterooms_tiny_pearson_step_eps-0.05.png",
               "curves_finiterooms_tiny_return.png"):

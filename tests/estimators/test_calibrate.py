@@ -124,6 +124,28 @@ def test_singleton_match_and_the_fallback_without_repeated_observations(known):
         choose_epsilon(known, "purity")
 
 
+def test_state_f1_is_the_oracle_and_needs_true_states(known):
+    """The smallest epsilon of the grid whose clusters agree best with the true state, computed here from clusterings
+    of our own; refused without state_key."""
+    cal = choose_epsilon(known, "state_f1")
+    st = true_states(known)
+
+    def f1(eps):
+        cl = greedy_cosine_clusters(known.hidden, known.group_id, known.traj_id, known.step, eps)
+        pr = pair_purity(cl.cluster_id, st)
+        if pr is None:  # no same-cluster pair (all singletons) or no same-state pair: no F1, as in the scan
+            return None
+        p, r = pr
+        return 2 * p * r / (p + r) if p + r > 0 else None
+
+    scores = {e: v for e in AUTO_GRID if (v := f1(e)) is not None}
+    best = max(scores.values())
+    assert cal.rule == "state_f1" and cal.epsilon == min(e for e, v in scores.items() if v >= best - 1e-12)
+    assert best > 0.99  # the known geometry separates the states
+    with pytest.raises(ValueError, match="state_key"):
+        choose_epsilon(dataclasses.replace(known, state_key=None), "state_f1")
+
+
 def test_centring_makes_the_epsilon_scale_free(known):
     """Centred by the prompt group's mean, the shared direction is gone: the same states are recovered at an
     epsilon thousands of times larger, near the paper's scale."""

@@ -1,6 +1,7 @@
 """The truth of a real rollout batch on a finite world, and every estimator scored on it (groundtruth.live)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -88,6 +89,20 @@ def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, model_and_tok):
     assert m["groundtruth/grpo/zero_step"] == 1.0  # GRPO has no step term
     assert math.isnan(m["groundtruth/grpo/singleton"]) or 0 <= m["groundtruth/grpo/singleton"] <= 1
     assert 0 <= m["groundtruth/gigpo/pair_precision"] <= 1
+    # the hidden-state estimators at extra epsilons: the same numbers as a run at that epsilon
+    from groundtruth.live import oracle_epsilon
+
+    m2 = score_estimators(step_batch, bt, EstimatorConfig(name="gigpo", epsilon=0.05), names=["bipace_q", "grpo"],
+                          extra_epsilons={"e0.3": 0.3})
+    m3 = score_estimators(step_batch, bt, EstimatorConfig(name="gigpo", epsilon=0.3), names=["bipace_q"])
+    assert m2["groundtruth/bipace_q@e0.3/pearson"] == m3["groundtruth/bipace_q/pearson"]
+    assert m2["groundtruth/bipace_q/pearson"] == m["groundtruth/bipace_q/pearson"]  # the default epsilon is 0.05
+    assert not any(k.startswith("groundtruth/grpo@") for k in m2)  # no hidden states, no epsilon
+    eps = oracle_epsilon(step_batch, EstimatorConfig(name="bipace_q"))
+    from estimators.calibrate import AUTO_GRID
+
+    assert eps in AUTO_GRID
+    assert oracle_epsilon(dataclasses.replace(step_batch, state_key=None), EstimatorConfig(name="bipace_q")) is None
 
 
 def test_advantage_metrics_on_known_inputs():
@@ -118,8 +133,6 @@ def test_the_step_term_is_scored_on_its_own():
 
 
 def test_a_batch_without_states_is_refused(rollout, model_and_tok):
-    import dataclasses
-
     mdp, batch = rollout
     model, tok = model_and_tok
     bad = dataclasses.replace(batch, state_key=[None] * len(batch))
