@@ -52,7 +52,8 @@ class EstimatorConfig:
     clusters agree best (pair F1) with the exact observations (GiGPO's anchors); anchor_recall = the smallest epsilon
     whose clusters keep ``epsilon_target`` of the same-observation pairs together; singleton_match = the smallest
     epsilon whose cluster singleton rate is at most the anchors'; state_f1 = the smallest epsilon whose clusters agree
-    best with the true state (an oracle: only on worlds whose rows carry ``state_key``, the finite worlds) [choice:
+    best with the true state (an oracle for ablations: it reads ``info["state_key"]``, which the agent never sees;
+    best defined on the finite worlds, whose state_key is the MDP state) [choice:
     anchor_f1 came within 0.01 F1 of the best epsilon on 9 first batches, results/epsilon/README.md]."""
     epsilon_target: float = 0.9
     """anchor_recall's target share of same-anchor pairs [choice]."""

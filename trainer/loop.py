@@ -443,8 +443,11 @@ class Trainer:
         if step_batch.hidden is None:
             raise TrainingFailed("estimator.epsilon=auto needs the actor's hidden states, and this batch has none")
         t = time.perf_counter()
-        cal = choose_epsilon(step_batch, est.epsilon_criterion, est.epsilon_target, centroid=est.centroid,
-                             backend=est.cluster_backend, center=est.center_states)
+        try:
+            cal = choose_epsilon(step_batch, est.epsilon_criterion, est.epsilon_target, centroid=est.centroid,
+                                 backend=est.cluster_backend, center=est.center_states)
+        except ValueError as e:  # e.g. state_f1 on a batch where no two rows share a true state
+            raise TrainingFailed(f"estimator.epsilon=auto with epsilon_criterion={est.epsilon_criterion}: {e}") from e
         eps = cal.epsilon
         if self.world_size > 1:
             import torch.distributed as dist
