@@ -393,3 +393,25 @@ def test_warm_started_folder_as_model_path_or_init_from(tmp_path, initial_weight
         ckpt = root / "textcraft" / model_name / "bipace_q" / "seed_0" / "checkpoints" / "iter_00000001"
         final = load_file(str(ckpt / "model" / "model.safetensors"))
         assert all(torch.equal(final[k], perturbed[k]) for k in perturbed), model_name
+
+
+def test_an_epsilon_rule_that_cannot_decide_stops_the_run_with_its_name(tmp_path, monkeypatch, capsys):
+    """epsilon_criterion=state_f1 (the oracle) on a batch where no two rows of a prompt group share a true state has
+    no F1 to maximise: the run stops at its first batch with a message naming the rule, not with a traceback."""
+    import estimators.calibrate as calibrate
+    from experiments.train import main
+
+    real = calibrate.scan_epsilon
+
+    def no_shared_state(batch, *a, **k):  # every row its own state: no same-state pair, no F1
+        rows = real(batch, *a, **k)
+        return [{**r, "f1": float("nan")} for r in rows]
+
+    monkeypatch.setattr(calibrate, "scan_epsilon", no_shared_state)
+    out = tmp_path / "run"
+    rc = main([*FAST, "estimator.name=bipace_q", "estimator.epsilon=auto", "estimator.epsilon_criterion=state_f1",
+               "eval.every=0", f"output_dir={out}"])
+    assert rc != 0
+    err = capsys.readouterr()
+    assert "epsilon_criterion=state_f1" in err.out + err.err and "true states" in err.out + err.err
+    assert not (out / "epsilon.json").exists()
