@@ -4,8 +4,9 @@ registered estimator's agreement with the exact advantage of the policy that sam
 folders and writes the tables and curves of ``python -m experiments.report``.
 
 Every estimator is scored on the same batches, so differences between estimators are paired: ``paired_table``
-gives each estimator's difference from the baseline run by run (mean over the run's iterations), with a bootstrap
-interval over runs. Runs are pooled by the epsilon their hidden-state estimators were scored at (``epsilon_label``):
+gives each estimator's difference from the baseline run by run (mean over the run's iterations), averaged over the
+runs of each seed, with a bootstrap interval over seeds: the runs of one seed share the warm start and the first
+batch, so they are not independent (``per_seed``). Runs are pooled by the epsilon their hidden-state estimators were scored at (``epsilon_label``):
 the calibrated value of ``epsilon: auto`` differs between runs, a fixed epsilon does not.
 
 Training curves without a separate evaluation (``eval.every: 0``) are read from the training rollouts:
@@ -25,7 +26,7 @@ from .runs import Run, series
 from .stats import iqm, mean_ci, poi_ci, stratified_bootstrap_ci
 
 __all__ = ["TRUTH_METRICS", "STEP_METRICS", "truth_estimators", "epsilon_label", "run_mean", "truth_table", "paired_table",
-           "truth_section", "train_aggregate_table", "overview"]
+           "truth_section", "train_aggregate_table", "overview", "per_seed"]
 
 #: the per-estimator metrics of ``groundtruth.live.advantage_metrics``, in table order: of the whole advantage and
 #: the state groups, then of the step term alone
@@ -65,6 +66,24 @@ def run_mean(run: Run, key: str) -> float | None:
     return float(np.mean(ys)) if ys else None
 
 
+def per_seed(runs: list[Run], value) -> list[float]:
+    """``value(run)`` (None = no value) averaged over the runs of each seed: one number per seed. The runs of one
+    seed share the warm start and the first batch (the same env seeds and sampling until the first update), so
+    they are not independent; intervals are taken over seeds."""
+    by_seed: dict[int, list[float]] = {}
+    for r in runs:
+        v = value(r)
+        if v is not None:
+            by_seed.setdefault(r.seed, []).append(float(v))
+    return [float(np.mean(v)) for _, v in sorted(by_seed.items())]
+
+
+def _paired_run(r: Run, e: str, baseline: str, metric: str) -> float | None:
+    d = [row[f"groundtruth/{e}/{metric}"] - row[f"groundtruth/{baseline}/{metric}"] for row in r.metrics
+         if _finite(row.get(f"groundtruth/{e}/{metric}")) and _finite(row.get(f"groundtruth/{baseline}/{metric}"))]
+    return float(np.mean(d)) if d else None
+
+
 def _ci(values: list[float], digits: int = 3) -> str:
     if not values:
         return "–"
@@ -75,14 +94,14 @@ def _ci(values: list[float], digits: int = 3) -> str:
 
 
 def truth_table(runs: list[Run], estimators: list[str], metrics: tuple[str, ...] = TRUTH_METRICS) -> str:
-    """Rows = estimators, columns = ``metrics``: mean over runs of each run's mean over its iterations, with a 95%
-    bootstrap interval over runs; "" when no run logged any of them."""
-    lines = ["| estimator | runs | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    """Rows = estimators, columns = ``metrics``: each run's mean over its iterations, averaged per seed, then the mean
+    over seeds with a 95% bootstrap interval over seeds (``per_seed``); "" when no run logged any of them."""
+    lines = ["| estimator | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
     seen = False
     for e in estimators:
         cells, n = [], 0
         for metric in metrics:
-            vals = [v for r in runs if (v := run_mean(r, f"groundtruth/{e}/{metric}")) is not None]
+            vals = per_seed(runs, lambda r, k=f"groundtruth/{e}/{metric}": run_mean(r, k))
             n = max(n, len(vals))
             cells.append(_ci(vals))
         seen |= n > 0
@@ -93,8 +112,9 @@ def truth_table(runs: list[Run], estimators: list[str], metrics: tuple[str, ...]
 def paired_table(runs: list[Run], estimators: list[str], baseline: str = "gigpo",
                  metrics: tuple[str, ...] = ("pearson", "pearson_step", "sign_agree_step")) -> str:
     """Each estimator minus ``baseline`` on the same batches: per run, the mean over iterations of the per-batch
-    difference; then the mean over runs with a 95% bootstrap interval, and the share of runs where it is > 0."""
-    head = ["| estimator | runs | " + " | ".join(f"Δ{m} [95% CI] | runs > 0" for m in metrics) + " |",
+    difference, averaged per seed; then the mean over seeds with a 95% bootstrap interval, and the seeds where it
+    is > 0."""
+    head = ["| estimator | seeds | " + " | ".join(f"Δ{m} [95% CI] | seeds > 0" for m in metrics) + " |",
             "|---|---|" + "---|---|" * len(metrics)]
     lines = list(head)
     for e in estimators:
@@ -102,12 +122,7 @@ def paired_table(runs: list[Run], estimators: list[str], baseline: str = "gigpo"
             continue
         cells, n = [], 0
         for metric in metrics:
-            per_run = []
-            for r in runs:
-                d = [row[f"groundtruth/{e}/{metric}"] - row[f"groundtruth/{baseline}/{metric}"] for row in r.metrics
-                     if _finite(row.get(f"groundtruth/{e}/{metric}")) and _finite(row.get(f"groundtruth/{baseline}/{metric}"))]
-                if d:
-                    per_run.append(float(np.mean(d)))
+            per_run = per_seed(runs, lambda r, m=metric, e=e: _paired_run(r, e, baseline, m))
             n = max(n, len(per_run))
             cells += [_ci(per_run), f"{sum(v > 0 for v in per_run)}/{len(per_run)}" if per_run else "–"]
         lines.append(f"| {e} | {n} | " + " | ".join(cells) + " |")
@@ -160,8 +175,9 @@ def truth_section(by_method: dict[str, list[Run]], out: Path, tag: str, title: s
     md = ["### Agreement with the exact advantage (groundtruth/)", "",
           "Every iteration of every run scores all estimators on that run's batch against the exact advantage "
           "A^π(s, a) of the policy that sampled it (dynamic programming over the finite world, "
-          "`groundtruth/live.py`), whichever estimator trained. Cells: mean over runs of each run's mean over its "
-          "iterations, 95% bootstrap interval over runs. `sign_agree` is over rows whose true advantage is not 0; "
+          "`groundtruth/live.py`), whichever estimator trained. Cells: each run's mean over its iterations, averaged "
+          "over the runs of each seed, then the mean over seeds with a 95% bootstrap interval over seeds (a single "
+          "seed: no interval; the runs of one seed share the warm start and the first batch). `sign_agree` is over rows whose true advantage is not 0; "
           "an estimator that gives a row 0 disagrees there. `singleton`, `pair_precision` and `pair_recall`: the "
           "estimator's state groups within a prompt group against the true state (`state_key`).", ""]
     tables: list[str] = []
@@ -219,7 +235,7 @@ def _first_scan(run: Run) -> tuple[float, float, tuple[float, float]] | None:
 
 
 def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
-    """Markdown tables across scenarios (``{name: runs}``, e.g. one study folder each): per estimator, the step
+    """Markdown tables across scenarios (intervals over seeds, ``per_seed``) (``{name: runs}``, e.g. one study folder each): per estimator, the step
     term's and the whole advantage's Pearson correlation with the truth and the paired difference of the step
     term's from ``baseline``, over the runs at ``epsilon: auto``; the state groups' singleton rate and pair recall;
     the epsilon the runs calibrated; and each trained method's training-rollout success over its last 5
@@ -234,7 +250,7 @@ def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
         rows = [head]
         for e in ests:
             rows.append(f"| {e} | " + " | ".join(
-                _cell([v for r in auto[n] if (v := run_mean(r, f"groundtruth/{e}/{metric}")) is not None])
+                _cell(per_seed(auto[n], lambda r, k=f"groundtruth/{e}/{metric}": run_mean(r, k)))
                 for n in names) + " |")
         return "\n".join(rows)
 
@@ -245,22 +261,18 @@ def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
                 continue
             cells = []
             for n in names:
-                per_run = []
-                for r in auto[n]:
-                    d = [row[f"groundtruth/{e}/{metric}"] - row[f"groundtruth/{baseline}/{metric}"] for row in r.metrics
-                         if _finite(row.get(f"groundtruth/{e}/{metric}"))
-                         and _finite(row.get(f"groundtruth/{baseline}/{metric}"))]
-                    if d:
-                        per_run.append(float(np.mean(d)))
+                per_run = per_seed(auto[n], lambda r, e=e: _paired_run(r, e, baseline, metric))
                 cells.append(f"{_cell(per_run)} ({sum(v > 0 for v in per_run)}/{len(per_run)} > 0)" if per_run else "–")
             rows.append(f"| {e} | " + " | ".join(cells) + " |")
         return "\n".join(rows)
 
-    runs_line = ", ".join(f"{n}: {len(auto[n])}" for n in names)
-    out += [f"Runs at `epsilon: auto` per scenario: {runs_line}. Cells: mean over runs of each run's mean over its "
-            "iterations [95% bootstrap interval over runs].", "",
+    runs_line = ", ".join(f"{n}: {len(auto[n])} runs, {len({r.seed for r in auto[n]})} seeds" for n in names)
+    out += [f"Runs at `epsilon: auto` per scenario: {runs_line}. Cells: each run's mean over its iterations, "
+            "averaged over the runs of each seed, then the mean over seeds [95% bootstrap interval over seeds; none "
+            "with one seed]. The runs of one seed share the warm start and the first batch, so they are not "
+            "independent.", "",
             "#### Step term A^S: Pearson correlation with the true advantage", "", metric_table("pearson_step"), "",
-            f"#### Step term: paired difference from {baseline} (same batches; runs where it is > 0)", "",
+            f"#### Step term: paired difference from {baseline} (same batches; seeds where it is > 0)", "",
             paired("pearson_step"), "",
             "#### Whole advantage A = A^ep + w A^S: Pearson correlation with the true advantage", "",
             metric_table("pearson"), "",
@@ -270,16 +282,19 @@ def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
             "#### State groups: pair precision against the true state", "", metric_table("pair_precision"), ""]
     eps = []
     for n in names:
-        vals = [r.metrics[0]["group/epsilon"] for r in auto[n] if r.metrics and "group/epsilon" in r.metrics[0]]
-        eps.append(f"{np.median(vals):.2g} ({min(vals):.2g}–{max(vals):.2g}, {len(vals)} runs)" if vals else "–")
+        first = {r.seed: r.metrics[0]["group/epsilon"] for r in auto[n] if r.metrics and "group/epsilon" in r.metrics[0]}
+        vals = list(first.values())
+        eps.append(f"{np.median(vals):.2g} ({min(vals):.2g}–{max(vals):.2g}, {len(vals)} seeds)" if vals else "–")
     scan_rows = {"anchors: F1 vs the true state": [], "the chosen epsilon: F1": [], "best epsilon in hindsight": [],
                  "its F1": []}
     for n in names:
         cols = {k: [] for k in scan_rows}
-        for r in auto[n]:
-            sc = _first_scan(r)
+        seeds_seen: set[int] = set()
+        for r in auto[n]:  # one run per seed: its runs share the first batch, hence the scan
+            sc = _first_scan(r) if r.seed not in seeds_seen else None
             if sc is None:
                 continue
+            seeds_seen.add(r.seed)
             anchors, chosen, best = sc
             cols["anchors: F1 vs the true state"].append(anchors)
             cols["the chosen epsilon: F1"].append(chosen)

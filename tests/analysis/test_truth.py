@@ -38,9 +38,11 @@ def write_run(root: Path, method: str, seed: int, pearson: dict[str, list[float]
 @pytest.fixture
 def runs(tmp_path):
     root = tmp_path / "runs"
-    # two runs at epsilon auto: gigpo and bipace_q trained; bipace_q's advantages track the truth better by 0.2 and 0.1
+    # three runs at epsilon auto: gigpo and bipace_q trained on seed 0 (bipace_q's advantages track the truth better by
+    # 0.2 and 0.1), gigpo on seed 1 (by 0.4)
     write_run(root, "gigpo", 0, {"grpo": [0.1, 0.1], "gigpo": [0.2, 0.4], "bipace_q": [0.4, 0.6]}, [0.2, 0.4])
     write_run(root, "bipace_q", 0, {"grpo": [0.1, 0.1], "gigpo": [0.3, 0.3], "bipace_q": [0.4, 0.4]}, [0.5, 0.7])
+    write_run(root, "gigpo", 1, {"grpo": [0.1, 0.1], "gigpo": [0.1, 0.1], "bipace_q": [0.5, 0.5]}, [0.2, 0.2])
     # one run at the paper's epsilon: bipace_q worse than gigpo there
     write_run(root, "bipace_q-eps0.05", 0, {"grpo": [0.1, 0.1], "gigpo": [0.3, 0.3], "bipace_q": [0.0, 0.2]},
               [0.1, 0.1], epsilon=0.05)
@@ -57,12 +59,12 @@ def test_estimators_and_epsilon_labels(runs):
                                                        "bipace_q-oracle": "auto-state_f1"}
 
 
-def test_truth_table_averages_iterations_then_runs(runs):
+def test_truth_table_averages_iterations_then_the_runs_of_a_seed_then_seeds(runs):
     rs = [r for r in find_runs(runs) if epsilon_label(r) == "auto"]
     t = truth_table(rs, list(ESTS), ("pearson",))
     row = {line.split(" | ")[0].strip("| "): line for line in t.splitlines()[2:]}
-    assert row["gigpo"].startswith("| gigpo | 2 | 0.300")  # (0.3 + 0.3) / 2
-    assert row["bipace_q"].startswith("| bipace_q | 2 | 0.450")  # (0.5 + 0.4) / 2
+    assert row["gigpo"].startswith("| gigpo | 2 | 0.200 [")  # seed 0: (0.3 + 0.3) / 2, seed 1: 0.1
+    assert row["bipace_q"].startswith("| bipace_q | 2 | 0.475 [")  # seed 0: (0.5 + 0.4) / 2, seed 1: 0.5
     assert truth_table(rs, list(ESTS), ("no_such_metric",)) == ""
 
 
@@ -71,8 +73,9 @@ def test_paired_differences_are_per_batch_against_the_baseline(runs):
     p = paired_table(rs, list(ESTS), "gigpo", metrics=("pearson", "pearson_step"))
     line = next(x for x in p.splitlines() if x.startswith("| bipace_q"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[1] == "2" and cells[2].startswith("0.150") and cells[3] == "2/2"  # (0.2 + 0.1) / 2
-    assert cells[4].startswith("0.150") and cells[5] == "2/2"  # the step term: the same shift
+    # seed 0: (0.2 + 0.1) / 2 = 0.15, seed 1: 0.4; over seeds 0.275
+    assert cells[1] == "2" and cells[2].startswith("0.275") and cells[3] == "2/2"
+    assert cells[4].startswith("0.275") and cells[5] == "2/2"  # the step term: the same shift
     assert not any(x.startswith("| gigpo") for x in p.splitlines())  # no row for the baseline itself
     grpo = next(x for x in p.splitlines() if x.startswith("| grpo"))
     assert "0/2" in grpo
@@ -93,7 +96,7 @@ def test_report_has_the_truth_section_per_epsilon(runs, tmp_path):
     assert report_main(["--runs", str(runs), "--out", str(out), "--title", "t"]) == 0
     md = (out / "summary.md").read_text()
     assert "### Agreement with the exact advantage" in md
-    assert "#### 2 runs with epsilon calibrated on" in md and "#### 1 runs with epsilon = 0.05" in md
+    assert "#### 3 runs with epsilon calibrated on" in md and "#### 1 runs with epsilon = 0.05" in md
     assert "#### 1 runs with epsilon calibrated by the rule `state_f1`" in md
     assert "### Aggregate over training rollouts" in md  # no evaluation split: the rollouts are the scores
     for f in ("truth_finiterooms_tiny_pearson_eps-auto.png", "truth_finiterooms_tiny_pearson_step_eps-0.05.png",
