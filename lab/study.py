@@ -6,6 +6,7 @@
     python -m experiments.study cpu --control             # + the no-update control per seed (warm start at lr 0)
     python -m experiments.study cpu --dry-run             # the plan and the commands, nothing run
     python -m experiments.study cpu --report-only         # rewrite the report from the runs done so far
+    python -m experiments.study llm-gt-exact --seeds 0,1 --variants none   # some seeds, without the variants
     python -m experiments.study --list                    # the studies and what they hold
 
 A study = a CPU preset x estimators x seeds, declared in ``configs/studies/<name>.yaml`` (``load_study``), every
@@ -466,6 +467,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--list", action="store_true", help="list the studies and exit")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds or a range (default: the study's)")
     ap.add_argument("--estimators", default=None, help="comma-separated registry keys (default: the study's)")
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated variants of the study to run (default: all of them; 'none' = none), "
+                         "e.g. to run the plain estimators of every seed first")
     ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the study's, 2 on CPU)")
     ap.add_argument("--out", default=None, help="study folder (default: the study's, e.g. results/cpu-study)")
     ap.add_argument("--init-from", default=None, help="start RL from this model folder instead of the warm start")
@@ -513,6 +517,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         seeds = sweep_mod._seeds(args.seeds) if args.seeds else list(study.seeds)
         estimators = sweep_mod._csv(args.estimators) or list(study.estimators)
+        variants = dict(study.variants)
+        if args.variants is not None:
+            wanted = [] if args.variants.strip().lower() == "none" else sweep_mod._csv(args.variants)
+            unknown = [v for v in wanted if v not in study.variants]
+            if unknown:
+                raise sweep_mod.SweepError(f"--variants {','.join(unknown)}: not a variant of {study.name} (it has: "
+                                           f"{', '.join(study.variants) or 'none'})")
+            variants = {k: study.variants[k] for k in wanted}
         if jobs < 1:
             raise sweep_mod.SweepError(f"--jobs {jobs} must be >= 1")
     except sweep_mod.SweepError as e:
@@ -570,13 +582,13 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [*study.overrides, *ws_ov, *args.overrides]
     try:
         specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
-        for name, (est, extra) in study.variants.items():
+        for name, (est, extra) in variants.items():
             specs += sweep_mod.expand([study.preset], [est], seeds, (), [*overrides, *extra, f"variant={name}"],
                                       runs_root)
         if args.control or study.control:  # the estimator only labels the control's rows: no step changes the weights
             specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
                                       runs_root)
-        if args.control or study.control or study.variants:
+        if args.control or study.control or variants:
             # seed by seed, each seed's control beside its methods: a study stopped part-way has whole seeds to read
             specs.sort(key=lambda sp: sp.seed)
         specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs

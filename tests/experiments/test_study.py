@@ -182,6 +182,18 @@ def test_dry_run_plans_without_running(tmp_path):
         assert f"estimator.name={method} " in line
         assert line.endswith(f"{tmp_path / 'v' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4'}"
                              f"/{method}-shuffle/seed_1")
+    # --variants picks some of them (or none)
+    res = _study(["learning", "--seeds", "1", "--dry-run", "--out", str(tmp_path / "v"), "--variants", "gigpo-shuffle",
+                  "--init-from", str(tmp_path / "ws" / "final")])
+    assert res.returncode == 0 and "# 5 runs:" in res.stdout, res.stderr
+    assert "variant=gigpo-shuffle" in res.stdout and "variant=grpo-shuffle" not in res.stdout
+    res = _study(["learning", "--seeds", "1", "--dry-run", "--out", str(tmp_path / "v"), "--variants", "none",
+                  "--init-from", str(tmp_path / "ws" / "final")])
+    assert res.returncode == 0 and "# 4 runs:" in res.stdout and "shuffle" not in res.stdout, res.stderr
+    res = _study(["learning", "--seeds", "1", "--dry-run", "--out", str(tmp_path / "v"), "--variants", "gigpo-shufle",
+                  "--init-from", str(tmp_path / "ws" / "final")])
+    assert res.returncode == 2 and "gigpo-shufle: not a variant of learning" in res.stderr
+    assert "grpo-shuffle" in res.stderr
     res = _study(["--list"])
     assert res.returncode == 0 and "cpu-alfworld" in res.stdout
 
