@@ -34,6 +34,7 @@ import logging
 import math
 import os
 import socket
+import sys
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -143,6 +144,34 @@ def wait_for_build_lock(name: str = "deepspeed_shm_comm", max_age_s: float = STA
         time.sleep(poll_s)
 
 
+#: set by ``use_venv_extensions_dir`` to the TORCH_EXTENSIONS_DIR it chose: a child process (of another venv,
+#: perhaps) that inherits that very value chooses its own; a value the user set is kept
+_AUTO_EXT_FLAG = "BIPACE_TORCH_EXTENSIONS_AUTO"
+
+
+def venv_extensions_dir(prefix: str | None = None) -> Path:
+    """``~/.cache/torch_extensions/<venv name without its dot>-<hash of its path>``: the JIT-build folder of one Python
+    environment."""
+    import hashlib
+
+    prefix = str(Path(prefix or sys.prefix).resolve())
+    tag = hashlib.sha256(prefix.encode()).hexdigest()[:8]
+    return Path.home() / ".cache" / "torch_extensions" / f"{Path(prefix).name.lstrip('.')}-{tag}"
+
+
+def use_venv_extensions_dir() -> Path:
+    """Give this Python environment its own ``TORCH_EXTENSIONS_DIR`` unless the user set one.
+
+    Torch builds DeepSpeed's CPU op in one shared folder, and rebuilds it (~2 min) whenever a process of another venv
+    loads it: ``make test`` alone alternates between ``.venv`` and ``.venv-vllm``, and two clones at two paths do too.
+    Two venvs starting at once then wait on each other's build lock, and a process stopped mid-build blocks every
+    other start (``wait_for_build_lock``). One folder per venv builds once per venv and shares no lock."""
+    current = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if current is None or current == os.environ.get(_AUTO_EXT_FLAG):
+        os.environ["TORCH_EXTENSIONS_DIR"] = os.environ[_AUTO_EXT_FLAG] = str(venv_extensions_dir())
+    return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+
+
 def init_distributed(device: str) -> tuple[int, int, int]:
     """Start torch.distributed once (gloo on CPU, NCCL on GPU); returns (rank, world_size, local_rank).
 
@@ -151,6 +180,7 @@ def init_distributed(device: str) -> tuple[int, int, int]:
     """
     if device == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        use_venv_extensions_dir()
     import deepspeed
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator

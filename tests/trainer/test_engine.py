@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 
 import pytest
@@ -321,6 +322,27 @@ def test_engine_after_the_process_group_was_destroyed():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "two engines" in out.stdout
+
+
+def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
+    """No TORCH_EXTENSIONS_DIR: this venv's own folder; one the user set: kept; one inherited from a parent process that
+    chose its own venv's folder: replaced by this venv's."""
+    import os
+
+    from trainer.engine import _AUTO_EXT_FLAG, use_venv_extensions_dir, venv_extensions_dir
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.delenv(_AUTO_EXT_FLAG, raising=False)
+    mine = venv_extensions_dir()
+    assert use_venv_extensions_dir() == mine and os.environ["TORCH_EXTENSIONS_DIR"] == str(mine)
+    assert mine.parent.name == "torch_extensions" and mine.name.startswith(Path(sys.prefix).resolve().name.lstrip(".") + "-")
+    assert venv_extensions_dir("/elsewhere/.venv-vllm") != mine  # another venv, another folder
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # the user's choice
+    assert use_venv_extensions_dir() == tmp_path
+    other = str(venv_extensions_dir("/elsewhere/.venv-vllm"))  # what a parent of another venv chose
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", other)
+    monkeypatch.setenv(_AUTO_EXT_FLAG, other)
+    assert use_venv_extensions_dir() == mine
 
 
 def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
