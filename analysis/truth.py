@@ -262,7 +262,9 @@ def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
             cells = []
             for n in names:
                 per_run = per_seed(auto[n], lambda r, e=e: _paired_run(r, e, baseline, metric))
-                cells.append(f"{_cell(per_run)} ({sum(v > 0 for v in per_run)}/{len(per_run)} > 0)" if per_run else "–")
+                runs = [v for r in auto[n] if (v := _paired_run(r, e, baseline, metric)) is not None]
+                cells.append(f"{_cell(per_run)} (seeds > 0: {sum(v > 0 for v in per_run)}/{len(per_run)}; runs > 0: "
+                             f"{sum(v > 0 for v in runs)}/{len(runs)})" if per_run else "–")
             rows.append(f"| {e} | " + " | ".join(cells) + " |")
         return "\n".join(rows)
 
@@ -272,7 +274,7 @@ def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
             "with one seed]. The runs of one seed share the warm start and the first batch, so they are not "
             "independent.", "",
             "#### Step term A^S: Pearson correlation with the true advantage", "", metric_table("pearson_step"), "",
-            f"#### Step term: paired difference from {baseline} (same batches; seeds where it is > 0)", "",
+            f"#### Step term: paired difference from {baseline} (same batches; the seeds, and the runs, where it is > 0)", "",
             paired("pearson_step"), "",
             "#### Whole advantage A = A^ep + w A^S: Pearson correlation with the true advantage", "",
             metric_table("pearson"), "",
