@@ -15,7 +15,13 @@ import numpy as np
 
 from .plots import method_sort_key, plot_curves, plot_diagnostics
 from .runs import CONTROL_METHOD, Run, find_runs, series
-from .stats import interp_curves, iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci, within_slope_ci
+from .stats import (
+    aggregate_markdown,
+    interp_curves,
+    steps_to_threshold,
+    stratified_bootstrap_ci,
+    within_slope_ci,
+)
 from .truth import train_aggregate_table, truth_section
 
 __all__ = ["control_end_table", "goal_table", "build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
@@ -124,19 +130,7 @@ def aggregate_table(by_method: dict[str, list[Run]], keys: list[str], mode: str,
             mats[m] = np.array(rows)
     if not mats:
         return ""
-    lines = ["| method | runs | IQM [95% CI] | mean [95% CI] | P(method > " + baseline + ") [95% CI] |", "|---|---|---|---|---|"]
-    for m in sorted(mats, key=method_sort_key):
-        x = mats[m]
-        q = stratified_bootstrap_ci(x, iqm)
-        mu = stratified_bootstrap_ci(x, lambda a: float(a.mean()))
-        if baseline in mats and m != baseline:
-            p = poi_ci(x, mats[baseline])
-            poi = f"{p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]"
-        else:
-            poi = "–"
-        lines.append(f"| {m} | {x.shape[0]} | {100 * q[0]:.1f} [{100 * q[1]:.1f}, {100 * q[2]:.1f}] | "
-                     f"{100 * mu[0]:.1f} [{100 * mu[1]:.1f}, {100 * mu[2]:.1f}] | {poi} |")
-    return "\n".join(lines)
+    return aggregate_markdown(mats, baseline, method_sort_key)
 
 
 def diagnostics_table(by_method: dict[str, list[Run]]) -> str:

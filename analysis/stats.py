@@ -24,6 +24,7 @@ __all__ = [
     "steps_to_threshold",
     "interp_curves",
     "curve_band",
+    "aggregate_markdown",
 ]
 
 
@@ -147,3 +148,22 @@ def curve_band(values: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: 
     idx = rng.integers(0, values.shape[0], size=(reps, values.shape[0]))  # (reps, seeds)
     boot = values[idx].mean(axis=1)  # (reps, K)
     return values.mean(axis=0), np.quantile(boot, alpha / 2, axis=0), np.quantile(boot, 1 - alpha / 2, axis=0)
+
+
+def aggregate_markdown(mats: dict[str, np.ndarray], baseline: str, sort_key=None) -> str:
+    """Markdown table of (runs x tasks) score matrices per method: IQM and mean with stratified-bootstrap 95%
+    intervals (in %), and the probability of improvement over ``baseline`` with its interval."""
+    lines = [f"| method | runs | IQM [95% CI] | mean [95% CI] | P(method > {baseline}) [95% CI] |",
+             "|---|---|---|---|---|"]
+    for m in sorted(mats, key=sort_key):
+        x = mats[m]
+        q = stratified_bootstrap_ci(x, iqm)
+        mu = stratified_bootstrap_ci(x, lambda a: float(a.mean()))
+        if baseline in mats and m != baseline:
+            p = poi_ci(x, mats[baseline])
+            poi = f"{p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]"
+        else:
+            poi = "–"
+        lines.append(f"| {m} | {x.shape[0]} | {100 * q[0]:.1f} [{100 * q[1]:.1f}, {100 * q[2]:.1f}] | "
+                     f"{100 * mu[0]:.1f} [{100 * mu[1]:.1f}, {100 * mu[2]:.1f}] | {poi} |")
+    return "\n".join(lines)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .plots import method_sort_key, plot_curves
 from .runs import Run, series
-from .stats import iqm, mean_ci, poi_ci, stratified_bootstrap_ci
+from .stats import aggregate_markdown, mean_ci
 
 __all__ = ["TRUTH_METRICS", "STEP_METRICS", "truth_estimators", "epsilon_label", "run_mean", "truth_table", "paired_table",
            "truth_section", "train_aggregate_table", "overview", "per_seed"]
@@ -148,20 +148,7 @@ def train_aggregate_table(by_method: dict[str, list[Run]], key: str = "rollout/s
             scores[m] = np.array(vals)[:, None]
     if not scores:
         return ""
-    lines = [f"| method | runs | IQM [95% CI] | mean [95% CI] | P(method > {baseline}) [95% CI] |",
-             "|---|---|---|---|---|"]
-    for m in sorted(scores, key=method_sort_key):
-        x = scores[m]
-        q = stratified_bootstrap_ci(x, iqm)
-        mu = stratified_bootstrap_ci(x, lambda a: float(a.mean()))
-        if baseline in scores and m != baseline:
-            p = poi_ci(x, scores[baseline])
-            poi = f"{p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]"
-        else:
-            poi = "–"
-        lines.append(f"| {m} | {x.shape[0]} | {100 * q[0]:.1f} [{100 * q[1]:.1f}, {100 * q[2]:.1f}] | "
-                     f"{100 * mu[0]:.1f} [{100 * mu[1]:.1f}, {100 * mu[2]:.1f}] | {poi} |")
-    return "\n".join(lines)
+    return aggregate_markdown(scores, baseline, method_sort_key)
 
 
 def truth_section(by_method: dict[str, list[Run]], out: Path, tag: str, title: str,
