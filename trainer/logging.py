@@ -49,9 +49,13 @@ def check_metric_names(metrics: dict[str, Any]) -> None:
             raise ValueError(f"metric {k!r} has value {v!r}: metrics are numbers (convert tensors with float())")
 
 
-def _finite_or_none(v: float) -> float | None:
+def _finite_or_none(v: float, digits: int = 0) -> float | None:
+    """``v`` as ``metrics.jsonl`` holds it: None when not finite, else a float rounded to ``digits`` significant
+    digits when ``digits`` > 0."""
     v = float(v)
-    return v if math.isfinite(v) else None
+    if not math.isfinite(v):
+        return None
+    return float(f"{v:.{digits}g}") if digits > 0 else v
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -71,8 +75,9 @@ def read_jsonl(path: str | Path) -> list[dict]:
 class JsonlSink:
     """``metrics.jsonl``: one line per iteration, flushed at once."""
 
-    def __init__(self, path: str | Path, start_iteration: int = 0):
+    def __init__(self, path: str | Path, start_iteration: int = 0, digits: int = 0):
         self.path = Path(path)
+        self.digits = int(digits)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if start_iteration > 0 and self.path.exists():
             keep = [r for r in read_jsonl(self.path) if int(r.get("iteration", -1)) <= start_iteration]
@@ -85,7 +90,7 @@ class JsonlSink:
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         row = {"iteration": int(iteration), "time": time.time()}
-        row.update({k: _finite_or_none(v) for k, v in metrics.items()})
+        row.update({k: _finite_or_none(v, self.digits) for k, v in metrics.items()})
         self._f.write(json.dumps(row, allow_nan=False) + "\n")
         self._f.flush()
 
@@ -174,7 +179,7 @@ class MetricLogger:
         self.sinks: list = []
         if rank != 0:
             return
-        self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", start_iteration))
+        self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", start_iteration, cfg.jsonl_digits))
         if cfg.tensorboard:
             self.sinks.append(TensorBoardSink(self.run_dir / "tb", start_iteration))
         if cfg.wandb and cfg.wandb_mode != "disabled":

@@ -55,6 +55,24 @@ def test_resume_truncates_later_iterations(tmp_path):
     assert [r["loss/policy"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [7.0]
 
 
+def test_jsonl_digits_round_only_the_jsonl(tmp_path):
+    cfg = LoggingConfig(tensorboard=True, wandb=False, progress_bar=False, jsonl_digits=4)
+    with MetricLogger(tmp_path, cfg) as lg:
+        lg.log(1, {"groundtruth/gigpo/pearson": 0.123456789, "perf/time_rollout": 12345.678,
+                   "loss/policy": float("inf"), "rollout/num_rows": 111})
+    row = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    assert row["groundtruth/gigpo/pearson"] == 0.1235 and row["perf/time_rollout"] == 12350.0
+    assert row["loss/policy"] is None and row["rollout/num_rows"] == 111.0
+    assert row["time"] > 1e9 and row["time"] != float(f"{row['time']:.4g}")  # the time stamp keeps every digit
+    assert _tb_scalars(tmp_path / "tb")["groundtruth/gigpo/pearson"] == [(1, pytest.approx(0.123456789))]
+
+
+@pytest.mark.parametrize("bad", [-1, 18, 2.5])
+def test_jsonl_digits_is_checked(bad):
+    with pytest.raises(ValueError, match="logging.jsonl_digits"):
+        LoggingConfig(jsonl_digits=bad).validate()
+
+
 def test_wandb_offline_run_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     cfg = LoggingConfig(tensorboard=False, wandb=True, wandb_mode="offline", wandb_project="bipace-test",

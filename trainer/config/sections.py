@@ -369,8 +369,14 @@ class LoggingConfig:
     """W&B entity (team or user); null = the account default."""
     progress_bar: bool = True
     """tqdm bar over iterations with success rate and seconds per iteration [choice]."""
+    jsonl_digits: int = 0
+    """Significant digits of the metric values written to ``metrics.jsonl``; 0 = all (a float's 17). A committed
+    study of many runs sets 5 to keep its logs small; the other sinks and the run itself keep full precision, and
+    the ``time`` stamp is never rounded [choice]."""
 
     def validate(self) -> None:
+        _num("logging", "jsonl_digits", self.jsonl_digits, lo=0, hi=17, integer=True,
+             fix="0 keeps every digit; 4-6 keep a study's logs small")
         if self.wandb_mode not in ("offline", "online", "disabled"):
             _fail(f"logging.wandb_mode={self.wandb_mode!r} must be offline | online | disabled")
         if not isinstance(self.wandb_project, str) or not self.wandb_project:
