@@ -5,8 +5,9 @@ batch ``batch_truth`` computes, under the actor being trained, the exact ``A^π_
 (``groundtruth.onpolicy``), and ``score_estimators`` runs every registered estimator on the same step batch and
 reports how close each comes (Pearson, Spearman, sign agreement, rows with zero signal, singleton rate and pair
 precision/recall of its state groups against ``state_key``; the same correlations and sign agreement for the
-estimator's step term alone, ``*_step``, since the episode term is common to every group-based estimator). One estimator trains; all are scored on identical
-data, which costs one scoring forward and the estimators' own (vectorised) work.
+estimator's step term alone, ``*_step``, since the episode term is common to every group-based estimator). One
+estimator trains; all are scored on identical data, which costs one scoring forward and the estimators' own
+(vectorised) work.
 
 Row → MDP action [choice]: the projected action when it is one of the MDP's action strings, else the malformed
 action (the env plays an unknown or untagged response as the "not understood" no-op, which is the malformed
@@ -33,8 +34,8 @@ from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
 #: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
 WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 
-__all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth", "advantage_metrics", "score_estimators",
-           "oracle_epsilon", "PROBE_EPSILONS"]
+__all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
+           "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS"]
 
 
 @dataclass
@@ -124,8 +125,9 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
                      extra_epsilons: dict[str, float] | None = None) -> dict[str, float]:
     """``groundtruth/<estimator>/<metric>`` for every registered estimator (or ``names``) on ``step_batch``.
 
-    ``base_cfg`` is the run's ``EstimatorConfig`` (its ε, weights and backend); only the name changes. An
-    estimator that needs hidden states is skipped when the batch has none. ``extra_epsilons`` ``{label: ε}``: the
+    ``base_cfg`` is the run's ``EstimatorConfig`` (its ε, weights and backend); each estimator takes it with its
+    own name, and the extra scorings below also with their own ε. An estimator that needs hidden states is
+    skipped when the batch has none. ``extra_epsilons`` ``{label: ε}``: the
     hidden-state estimators are also scored at each of these ε, as ``groundtruth/<estimator>@<label>/<metric>``.
     Also ``groundtruth/true_abs_mean``, ``groundtruth/true_zero`` (rows whose true advantage is 0) and
     ``groundtruth/visited_cells`` (the (step, state) cells whose policy came from the batch's own rows).
@@ -157,8 +159,9 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
     return out
 
 
-#: ε labels the probe also scores the hidden-state estimators at: the paper's (Qwen2.5-1.5B), and ``oracle``, the
-#: ε that best recovers this batch's true states (``estimators.calibrate``'s ``state_f1`` rule, rescanned per batch)
+#: fixed ε the probe also scores the hidden-state estimators at: the paper's (Qwen2.5-1.5B). ``TruthProbe`` adds
+#: ``oracle``, the ε that best recovers this batch's true states (``estimators.calibrate``'s ``state_f1`` rule,
+#: rescanned per batch; ``oracle_epsilon``)
 PROBE_EPSILONS = {"eps0.05": 0.05}
 
 
