@@ -86,8 +86,16 @@ def batch_work(b) -> tuple[int, int, int]:
 
     if isinstance(b, PrefixPackedBatch):
         kk, ll = b.prefix_ids.shape
-        nn_, ss = b.input_ids.shape
-        return kk * ll + nn_ * ss, kk * ll * ll + nn_ * ss * (ll + ss), b.num_tokens
+        if b.suffix_bucket is None:
+            nn_, ss = b.input_ids.shape
+            return kk * ll + nn_ * ss, kk * ll * ll + nn_ * ss * (ll + ss), b.num_tokens
+        pos, att = kk * ll, kk * ll * ll  # then each suffix bucket at the width of its longest suffix
+        widths = b.attention_mask.sum(1)
+        for g in b.suffix_bucket.unique().tolist():
+            rows = widths[b.suffix_bucket == g]
+            ss = int(rows.max())
+            pos, att = pos + int(rows.numel()) * ss, att + int(rows.numel()) * ss * (ll + ss)
+        return pos, att, b.num_tokens
     nn_, tt = b.input_ids.shape
     return nn_ * tt, nn_ * tt * tt, b.num_tokens
 

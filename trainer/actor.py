@@ -136,6 +136,8 @@ class PrefixPackedBatch:
     prompt_len     : LongTensor (N,)      prompt tokens in the suffix, >= 1
     response_ids   : LongTensor (N, T_r)  as in ``PackedBatch``
     response_mask  : BoolTensor (N, T_r)
+    suffix_bucket  : LongTensor (N,)      or None: the suffix forward runs once per bucket, each over its rows
+                                          trimmed to their longest suffix (less padding); None = one forward
     """
 
     prefix_ids: torch.Tensor
@@ -146,12 +148,14 @@ class PrefixPackedBatch:
     prompt_len: torch.Tensor
     response_ids: torch.Tensor
     response_mask: torch.Tensor
+    suffix_bucket: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
     def to(self, device) -> PrefixPackedBatch:
-        return PrefixPackedBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+        return PrefixPackedBatch(*(None if getattr(self, f) is None else getattr(self, f).to(device)
+                                   for f in self.__dataclass_fields__))
 
     @property
     def num_response_tokens(self) -> int:
@@ -164,8 +168,12 @@ class PrefixPackedBatch:
 
     @property
     def padded_tokens(self) -> int:
-        """Token positions the two forwards compute, padding included."""
-        return int(self.prefix_ids.numel()) + int(self.input_ids.numel())
+        """Token positions the forwards compute, padding included (each suffix bucket at its own width)."""
+        if self.suffix_bucket is None:
+            return int(self.prefix_ids.numel()) + int(self.input_ids.numel())
+        width = self.attention_mask.sum(1)
+        return int(self.prefix_ids.numel()) + sum(int((self.suffix_bucket == b).sum()) * int(width[self.suffix_bucket == b].max())
+                                                  for b in self.suffix_bucket.unique().tolist())
 
     def as_kwargs(self) -> dict:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -178,11 +186,14 @@ def prefix_order(prompt_ids: Sequence[torch.Tensor]) -> list[int]:
 
 
 def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0,
-                     *, min_saving: float = 0.1, score_prompt: bool = False) -> PackedBatch | PrefixPackedBatch:
+                     *, min_saving: float = 0.1, score_prompt: bool = False,
+                     suffix_buckets: int = 1) -> PackedBatch | PrefixPackedBatch:
     """Pack rows so that rows sharing a prompt prefix compute it once; ``PackedBatch`` when that saves too little.
 
     The rows keep their order; ``agents.prefixes.plan_shared_prefixes`` picks the prefixes (the token positions
-    the two forwards compute, padding included, against those of the unshared packing).
+    the two forwards compute, padding included, against those of the unshared packing). ``suffix_buckets`` > 1:
+    the suffixes then run in up to that many forwards of rows of similar length (``plan_length_buckets``), each
+    over the shared KV cache, so that short suffixes are not padded to the longest.
 
     ``score_prompt`` (a loss on prompt tokens too, SFT's ``prompt_weight``): every token after the first is a
     target. Row i = prefix P[:L] + a suffix whose one-token prompt is P[L] and whose "response" is P[L+1:] and
@@ -206,8 +217,15 @@ def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[
     pre, pre_mask = prefix_tensors(prefixes, pad_id)
     ps, rs = zip(*(split(p, r, len(prefixes[k])) for p, r, k in zip(prompt_ids, response_ids, row_prefix)))
     rest = pack_rows(list(ps), list(rs), pad_id)
+    bucket = None
+    if suffix_buckets > 1:
+        from agents.prefixes import plan_length_buckets
+
+        plan_b = plan_length_buckets(rest.attention_mask.sum(1).tolist(), suffix_buckets)
+        if max(plan_b) > 0:
+            bucket = torch.tensor(plan_b, dtype=torch.long)
     return PrefixPackedBatch(pre, pre_mask, torch.tensor(row_prefix, dtype=torch.long), rest.input_ids,
-                             rest.attention_mask, rest.prompt_len, rest.response_ids, rest.response_mask)
+                             rest.attention_mask, rest.prompt_len, rest.response_ids, rest.response_mask, bucket)
 
 
 @dataclass
@@ -336,6 +354,7 @@ def actor_forward(
     prefix_mask: torch.Tensor | None = None,
     row_prefix: torch.Tensor | None = None,
     prefix_targets: bool = False,
+    suffix_bucket: torch.Tensor | None = None,
 ) -> ActorOutput:
     """One forward of ``model`` (a causal LM, possibly peft-wrapped) over packed rows; see the module docstring.
 
@@ -345,7 +364,9 @@ def actor_forward(
     the logits as the sampler did, so that ratios compare the same distributions [GiGPO/verl].
     ``prefix_targets`` (shared batches only) also scores the shared prefixes' own tokens and each row's first
     suffix token (``ActorOutput.prefix_logprobs`` / ``bridge_logprobs``), so that a loss over every prompt token
-    (SFT's ``prompt_weight``) needs no unshared pass.
+    (SFT's ``prompt_weight``) needs no unshared pass. ``suffix_bucket`` (shared batches, ``pack_rows_shared``'s
+    ``suffix_buckets``): the suffixes run as one forward per bucket, each trimmed to its rows' longest suffix and
+    over its own copy of their prefixes' KV cache; the result is that of one suffix forward up to float rounding.
     """
     lm = causal_lm_of(model)
     decoder = lm.get_decoder()
@@ -375,29 +396,61 @@ def actor_forward(
             pre_last = pre_out.last_hidden_state if hasattr(pre_out, "last_hidden_state") else pre_out[0]  # (K, L, D)
             prefix_extra = _prefix_target_logprobs(pre_last, prefix_ids.to(device), prefix_mask.to(device),
                                                    row_prefix, input_ids[:, 0], lm_head, temperature, chunk_tokens)
-        cache.batch_select_indices(row_prefix)  # (K, ...) -> (N, ...): each row's prefix keys and values
         shared = prefix_mask.to(device)[row_prefix]  # (N, L)
         offset = shared.sum(1, keepdim=True)  # (N, 1): a suffix starts at its prefix's length
-        call = {"input_ids": input_ids, "attention_mask": torch.cat([shared, attention_mask], dim=1),
-                "position_ids": offset + torch.arange(input_ids.shape[1], device=device).unsqueeze(0),
-                "past_key_values": cache, "use_cache": True}
+        if suffix_bucket is None:
+            cache.batch_select_indices(row_prefix)  # (K, ...) -> (N, ...): each row's prefix keys and values
+            call = {"input_ids": input_ids, "attention_mask": torch.cat([shared, attention_mask], dim=1),
+                    "position_ids": offset + torch.arange(input_ids.shape[1], device=device).unsqueeze(0),
+                    "past_key_values": cache, "use_cache": True}
+        else:
+            prefix_kv = _cache_tensors(cache)
 
-    captured: dict[str, torch.Tensor] = {}
+            def bucket_call(g: torch.Tensor) -> dict:
+                width = int(attention_mask[g].sum(1).max())
+                sub = DynamicCache(config=lm.config)
+                for li, (k, v) in enumerate(prefix_kv):  # (K, ...) -> (n_g, ...): this bucket's prefixes
+                    sub.update(k.index_select(0, row_prefix[g]), v.index_select(0, row_prefix[g]), li)
+                return {"input_ids": input_ids[g, :width],
+                        "attention_mask": torch.cat([shared[g], attention_mask[g, :width]], dim=1),
+                        "position_ids": offset[g] + torch.arange(width, device=device).unsqueeze(0),
+                        "past_key_values": sub, "use_cache": True}
+
+    suffix_bucket = suffix_bucket.to(device) if (suffix_bucket is not None and prefix_ids is not None) else None
+    groups = ([torch.nonzero(suffix_bucket == b).flatten() for b in torch.unique(suffix_bucket).tolist()]
+              if suffix_bucket is not None else [rows])
+    captured: list[torch.Tensor] = []
     handle = None
     if hidden_layer is not None:
         module, _ = hidden_state_module(lm, hidden_layer)
+        current: dict[str, torch.Tensor] = {}
 
         def hook(_mod, _inp, out):
-            h = out[0] if isinstance(out, (tuple, list)) else out  # (N, T, D)
-            captured["h"] = h[rows, last_prompt].detach().float()  # (N, D)
+            h = out[0] if isinstance(out, (tuple, list)) else out  # (n_g, T, D)
+            g = current["rows"]
+            captured.append(h[torch.arange(g.numel(), device=device), last_prompt[g]].detach().float())  # (n_g, D)
 
         handle = module.register_forward_hook(hook)
     try:
-        out = decoder(**call)
+        parts = []
+        for g in groups:
+            if hidden_layer is not None:
+                current["rows"] = g
+            o = decoder(**(call if suffix_bucket is None else bucket_call(g)))
+            parts.append(o.last_hidden_state if hasattr(o, "last_hidden_state") else o[0])
     finally:
         if handle is not None:
             handle.remove()
-    last = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]  # (N, T, D), after final norm
+    if suffix_bucket is None:
+        last = parts[0]  # (N, T, D), after final norm
+        hidden = captured[0] if captured else None
+    else:  # the buckets' outputs, right-padded to the widest, back in row order
+        width = max(p.shape[1] for p in parts)
+        perm = torch.cat(groups)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(n, device=device)
+        last = torch.cat([torch.nn.functional.pad(p, (0, 0, 0, width - p.shape[1])) for p in parts])[inv]
+        hidden = torch.cat(captured)[inv] if captured else None
 
     t_r = response_ids.shape[1]
     # logits at position p_i - 1 + t predict response token t
@@ -423,8 +476,16 @@ def actor_forward(
         bad = ~torch.isfinite(bridge_lp.detach()) | ~torch.isfinite(pre_lp.detach()).all(1)[row_prefix]
         if bool(bad.any()):
             bad_rows = torch.unique(torch.cat([bad_rows, torch.nonzero(bad).flatten()]))
-    return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=captured.get("h"),
+    return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden,
                        nonfinite_rows=bad_rows, prefix_logprobs=pre_lp, bridge_logprobs=bridge_lp)
+
+
+def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) of each layer of a filled Hugging Face ``DynamicCache`` (the layer API of transformers >=
+    4.56, else the older key_cache / value_cache lists)."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))
 
 
 def _prefix_target_logprobs(pre_last: torch.Tensor, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor,
@@ -459,9 +520,10 @@ class ActorModule(nn.Module):
 
     def forward(self, input_ids, attention_mask, prompt_len, response_ids, response_mask, hidden_layer=None,
                 compute_entropy=True, chunk_tokens=1024, temperature=1.0, prefix_ids=None, prefix_mask=None,
-                row_prefix=None, prefix_targets=False) -> dict[str, torch.Tensor | None]:
+                row_prefix=None, prefix_targets=False, suffix_bucket=None) -> dict[str, torch.Tensor | None]:
         out = actor_forward(self.lm, input_ids, attention_mask, prompt_len, response_ids, response_mask,
                             hidden_layer=hidden_layer, compute_entropy=compute_entropy,
                             chunk_tokens=chunk_tokens, temperature=temperature, prefix_ids=prefix_ids,
-                            prefix_mask=prefix_mask, row_prefix=row_prefix, prefix_targets=prefix_targets)
+                            prefix_mask=prefix_mask, row_prefix=row_prefix, prefix_targets=prefix_targets,
+                            suffix_bucket=suffix_bucket)
         return dict(vars(out))

@@ -428,7 +428,7 @@ class ActorEngine:
         """The rows of one forward: shared prompt prefixes computed once (``trainer.prefix_sharing``), except
         under gradient checkpointing in a pass with gradients (Hugging Face then turns the KV cache off)."""
         if self.cfg.prefix_sharing and not (grad and getattr(self.lm, "is_gradient_checkpointing", False)):
-            return pack_rows_shared(prompt_ids, response_ids, pad_id)
+            return pack_rows_shared(prompt_ids, response_ids, pad_id, suffix_buckets=self.cfg.suffix_buckets)
         return pack_rows(prompt_ids, response_ids, pad_id)
 
     @torch.no_grad()

@@ -80,6 +80,29 @@ def test_zero_stages_match_stage0(stage, batch, stage0_reference):
         assert abs(a["loss/grad_norm"] - b["loss/grad_norm"]) < 1e-4 * max(1.0, b["loss/grad_norm"])
 
 
+def test_zero3_with_suffix_buckets_matches_stage0_unbucketed():
+    """ZeRO-3 gathers parameters per module call: a forward of several bucket calls over a shared prefix gives
+    stage 0's one-suffix-forward training."""
+    from trainer.actor import pack_rows_shared
+
+    b = make_rollout_batch(n=12, seed=7)
+    g = torch.Generator().manual_seed(1)
+    head = torch.randint(2, 256, (30,), generator=g)
+    # a shared 30-token prefix, then 2..5 or 55..58 tokens of prompt of the row's own
+    b.prompt_ids = [torch.cat([head, torch.randint(2, 256, ((2, 55)[i % 2] + i % 4,), generator=g)])
+                    for i in range(12)]
+    assert pack_rows_shared(b.prompt_ids[:6], b.response_ids[:6], suffix_buckets=3).suffix_bucket is not None
+    kw = dict(SGD_LIKE, mini_batch_rows=12, micro_batch_rows=6, logprob_batch_rows=12)
+    got = {}
+    for stage, buckets in ((0, 1), (3, 3)):
+        eng = make_engine(stage, suffix_buckets=buckets, **kw)
+        hidden = eng.compute_logprobs(b.prompt_ids, b.response_ids).hidden
+        train(eng, b, 2)
+        got[stage] = (params(eng), hidden)
+    assert_same_params(got[3][0], got[0][0], atol=1e-5)
+    torch.testing.assert_close(got[3][1], got[0][1], atol=1e-5, rtol=1e-5)
+
+
 def test_update_changes_parameters_and_lowers_the_surrogate(batch):
     eng = make_engine(2, use_kl_loss=False, entropy_coef=0.0, mini_batch_rows=10, micro_batch_rows=4, lr=3e-3)
     before = params(eng)

@@ -261,6 +261,11 @@ class TrainerConfig:
     """Compute a prompt prefix that several rows of a forward share once (its KV cache serves them all), in the
     log-prob passes, the update and the SFT warm start; the results equal the unshared pass up to float rounding
     (trainer/actor.py) [choice; off under gradient checkpointing in passes with gradients]."""
+    suffix_buckets: int = 1
+    """With ``prefix_sharing``: the rows after their shared prefixes run in up to this many forwards of rows of
+    similar length, each over the prefixes' KV cache, instead of one padded to the longest row; same results up to
+    float rounding, fewer padded positions (results/benchmarks/) [choice; 1 = one forward, the path before
+    2026-12-02]."""
     clip_ratio: float = 0.2
     """PPO clip epsilon: ratio clipped to [1 - eps, 1 + eps] [GiGPO: 0.2]."""
     dual_clip: float | None = 3.0
@@ -315,6 +320,7 @@ class TrainerConfig:
         _num(s, "micro_batch_rows", self.micro_batch_rows, lo=1, integer=True)
         _num(s, "logprob_batch_rows", self.logprob_batch_rows, lo=1, integer=True)
         _num(s, "logprob_chunk_tokens", self.logprob_chunk_tokens, lo=1, integer=True)
+        _num(s, "suffix_buckets", self.suffix_buckets, lo=1, hi=64, integer=True, fix="1 = one suffix forward")
         _num(s, "clip_ratio", self.clip_ratio, lo=0, lo_open=True, hi=1)
         if self.dual_clip is not None:
             _num(s, "dual_clip", self.dual_clip, lo=1, lo_open=True, fix="null turns dual clip off")
