@@ -261,11 +261,11 @@ class TrainerConfig:
     """Compute a prompt prefix that several rows of a forward share once (its KV cache serves them all), in the
     log-prob passes, the update and the SFT warm start; the results equal the unshared pass up to float rounding
     (trainer/actor.py) [choice; off under gradient checkpointing in passes with gradients]."""
-    suffix_buckets: int = 1
+    suffix_buckets: int = 4
     """With ``prefix_sharing``: the rows after their shared prefixes run in up to this many forwards of rows of
     similar length, each over the prefixes' KV cache, instead of one padded to the longest row; same results up to
-    float rounding, fewer padded positions (results/benchmarks/) [choice; 1 = one forward, the path before
-    2026-12-02]."""
+    float rounding, fewer padded positions (results/benchmarks/buckets.md) [choice; 1 = one forward, the path
+    before 2026-12-02]."""
     clip_ratio: float = 0.2
     """PPO clip epsilon: ratio clipped to [1 - eps, 1 + eps] [GiGPO: 0.2]."""
     dual_clip: float | None = 3.0
