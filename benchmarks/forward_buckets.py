@@ -53,23 +53,12 @@ def pass_work(prompt_ids, response_ids, bsz: int, suffix_buckets: int) -> tuple[
 def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
     import torch
 
-    from benchmarks.iteration_phases import floor_work, forward_flops, matmul_gflops, model_shape
-    from trainer.config import config_from_argv
-    from trainer.loop import Trainer
-    from trainer.run_folder import RunFolder
+    from benchmarks.iteration_phases import bench_trainer, floor_work, forward_flops
 
     tmp = tempfile.mkdtemp(prefix="forward_buckets-")
-    cfg = config_from_argv(["--config", preset, f"sft.init_from={init_from}", f"trainer.iterations={batches}",
-                            "eval.at_start=false", "eval.every=100000", f"output_dir={tmp}/run",
-                            "trainer.resume=false", "logging.tensorboard=false", "trainer.prefix_sharing=true"],
-                           prog="forward_buckets")
-    folder = RunFolder(cfg, f"{tmp}/runs")
-    folder.start_fresh()
-    tr = Trainer(cfg, folder)
-    tr.setup()
+    tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog="forward_buckets",
+                                    extra=("trainer.prefix_sharing=true",))
     eng = tr.engine
-    shape = model_shape(eng.lm)
-    rate = matmul_gflops()
     rec: dict = {"threads": torch.get_num_threads(), "matmul_gflops": rate, "shape": shape, "batches": []}
 
     def timed(fn, *args, **kwargs):

@@ -140,25 +140,33 @@ def _timed(fn):
     return out, time.perf_counter() - t, time.process_time() - c
 
 
-def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict:
-    import copy
-
-    import torch
-
+def bench_trainer(preset: str, init_from: str, iterations: int, out_dir: str, runs_root: str, *, prog: str,
+                  extra: tuple[str, ...] = ()):
+    """(a set-up ``Trainer`` of ``preset`` from the warm start ``init_from``, with no evaluation and a fresh run
+    folder, its model's shape, the matmul rate in GFLOP/s measured now): what a benchmark of the trainer's phases
+    starts from."""
     from trainer.config import config_from_argv
     from trainer.loop import Trainer
     from trainer.run_folder import RunFolder
 
     cfg = config_from_argv(["--config", preset, f"sft.init_from={init_from}", f"trainer.iterations={iterations}",
                             "eval.at_start=false", "eval.every=100000", f"output_dir={out_dir}",
-                            "trainer.resume=false", "logging.tensorboard=false"], prog="iteration_phases")
-    folder = RunFolder(cfg, str(ROOT / "results" / "runs"))
+                            "trainer.resume=false", "logging.tensorboard=false", *extra], prog=prog)
+    folder = RunFolder(cfg, runs_root)
     folder.start_fresh()
     tr = Trainer(cfg, folder)
     tr.setup()
+    return tr, model_shape(tr.engine.lm), matmul_gflops()
+
+
+def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict:
+    import copy
+
+    import torch
+
+    tr, shape, rate = bench_trainer(preset, init_from, iterations, out_dir, str(ROOT / "results" / "runs"),
+                                    prog="iteration_phases")
     eng = tr.engine
-    shape = model_shape(eng.lm)
-    rate = matmul_gflops()
     rec: dict = {"threads": torch.get_num_threads(), "policy": os.environ.get("OMP_WAIT_POLICY", "default"),
                  "matmul_gflops": rate, "shape": shape, "iterations": []}
     try:

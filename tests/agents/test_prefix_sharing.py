@@ -48,6 +48,22 @@ def _grads(model, packed) -> dict[str, torch.Tensor]:
     return {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
 
 
+def assert_same_pass(model, want, got) -> None:
+    """Two packings of the same rows give the same log-probs, entropy, hidden states (layer -2) and gradients."""
+    model.eval()
+    with torch.no_grad():
+        a = actor_forward(model, **want.as_kwargs(), hidden_layer=-2)
+        b = actor_forward(model, **got.as_kwargs(), hidden_layer=-2)
+    torch.testing.assert_close(b.logprobs, a.logprobs, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(b.entropy, a.entropy, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(b.hidden, a.hidden, atol=1e-5, rtol=1e-5)
+    assert torch.equal(b.mask, a.mask)
+    ga, gb = _grads(model, want), _grads(model, got)
+    assert set(ga) == set(gb)
+    for k in ga:
+        torch.testing.assert_close(gb[k], ga[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
 def test_shared_packing_equals_unshared_on_rollout_rows(hf_engine, rollout_rows):
     model = hf_engine.model
     rows = prefix_order(rollout_rows.prompt_ids)
@@ -66,19 +82,7 @@ def test_shared_packing_equals_unshared_on_rollout_rows(hf_engine, rollout_rows)
         suf = shared.input_ids[j][shared.attention_mask[j].bool()]
         assert torch.equal(torch.cat([pre, suf]), torch.cat([ps[j], rs[j]]))
 
-    model.eval()
-    with torch.no_grad():
-        a = actor_forward(model, **plain.as_kwargs(), hidden_layer=-2)
-        b = actor_forward(model, **shared.as_kwargs(), hidden_layer=-2)
-    torch.testing.assert_close(b.logprobs, a.logprobs, atol=2e-5, rtol=1e-5)
-    torch.testing.assert_close(b.entropy, a.entropy, atol=2e-5, rtol=1e-5)
-    torch.testing.assert_close(b.hidden, a.hidden, atol=1e-5, rtol=1e-5)
-    assert torch.equal(b.mask, a.mask)
-
-    ga, gb = _grads(model, plain), _grads(model, shared)
-    assert set(ga) == set(gb)
-    for k in ga:
-        torch.testing.assert_close(gb[k], ga[k], atol=1e-5, rtol=1e-4, msg=k)
+    assert_same_pass(model, plain, shared)
 
 
 def test_suffix_buckets_equal_one_suffix_forward_on_rollout_rows(hf_engine, rollout_rows):
@@ -94,18 +98,7 @@ def test_suffix_buckets_equal_one_suffix_forward_on_rollout_rows(hf_engine, roll
     assert one.suffix_bucket is None and split.suffix_bucket is not None
     assert 2 <= int(split.suffix_bucket.max()) + 1 <= 4
     assert split.padded_tokens < one.padded_tokens
-    model.eval()
-    with torch.no_grad():
-        a = actor_forward(model, **one.as_kwargs(), hidden_layer=-2)
-        b = actor_forward(model, **split.as_kwargs(), hidden_layer=-2)
-    torch.testing.assert_close(b.logprobs, a.logprobs, atol=2e-5, rtol=1e-5)
-    torch.testing.assert_close(b.entropy, a.entropy, atol=2e-5, rtol=1e-5)
-    torch.testing.assert_close(b.hidden, a.hidden, atol=1e-5, rtol=1e-5)
-    assert torch.equal(b.mask, a.mask)
-    ga, gb = _grads(model, one), _grads(model, split)
-    assert set(ga) == set(gb)
-    for k in ga:
-        torch.testing.assert_close(gb[k], ga[k], atol=1e-5, rtol=1e-4, msg=k)
+    assert_same_pass(model, one, split)
 
 
 def test_any_bucket_split_is_exact():
