@@ -27,10 +27,7 @@ import copy
 import statistics
 import sys
 import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = "configs/cpu/textcraft_demo.yaml"
 
 
@@ -53,19 +50,14 @@ def pass_work(prompt_ids, response_ids, bsz: int, suffix_buckets: int) -> tuple[
 def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
     import torch
 
-    from benchmarks.iteration_phases import bench_trainer, floor_work, forward_flops
+    from benchmarks.iteration_phases import bench_trainer, floor_work, forward_flops, timed
 
-    tmp = tempfile.mkdtemp(prefix="forward_buckets-")
+    tmp_dir = tempfile.TemporaryDirectory(prefix="forward_buckets-")
+    tmp = tmp_dir.name
     tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog="forward_buckets",
                                     extra=("trainer.prefix_sharing=true",))
     eng = tr.engine
     rec: dict = {"threads": torch.get_num_threads(), "matmul_gflops": rate, "shape": shape, "batches": []}
-
-    def timed(fn, *args, **kwargs):
-        t, c = time.perf_counter(), time.process_time()
-        out = fn(*args, **kwargs)
-        return out, time.perf_counter() - t, time.process_time() - c
-
     try:
         for it in range(1, batches + 1):
             batch = tr.rollout(it)[0]
@@ -107,8 +99,7 @@ def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
                                      "floor_gflop": 3 * floor}}
             base = outs[1]
             for v in variants:
-                mask = base.mask
-                row[v]["max_dlogp"] = float((outs[v].logprobs - base.logprobs)[mask].abs().max())
+                row[v]["max_dlogp"] = float((outs[v].logprobs - base.logprobs)[base.mask].abs().max())
                 row[v]["max_dhidden"] = (float((outs[v].hidden - base.hidden).abs().max())
                                          if base.hidden is not None else float("nan"))
             eng.cfg.suffix_buckets = 1
@@ -119,6 +110,7 @@ def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
                 file=sys.stderr, flush=True)
     finally:
         tr.close()
+        tmp_dir.cleanup()
     return rec
 
 
@@ -158,8 +150,8 @@ def summarise(rec: dict, variants: list[int], cmd: str, machine: str, load_txt: 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.forward_buckets", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=PRESET)
-    ap.add_argument("--init-from", default=None, help="warm-started model folder (default: the cached warm start "
-                                                      "of the preset's environment)")
+    ap.add_argument("--init-from", default=None, help="warm-started model folder (default, for the demo preset "
+                                                      "only: its cached warm start)")
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--buckets", default="1,2,4,8", help="comma list of trainer.suffix_buckets values (1 included)")
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
@@ -173,14 +165,17 @@ def main(argv: list[str] | None = None) -> int:
         print("--buckets values and --batches must be >= 1", file=sys.stderr)
         return 2
     init = args.init_from
+    if init is None and args.preset != PRESET:
+        print(f"--preset {args.preset}: pass --init-from DIR, the warm start it trains from (the cached default "
+              "is only known for the demo preset)", file=sys.stderr)
+        return 2
     if init is None:
         from lab.study import find_warmstart
 
-        env = "finiterooms" if "finite_rooms" in args.preset else "textcraft"
-        found = find_warmstart(env)
+        found = find_warmstart("textcraft")
         if found is None:
-            print(f"no cached {env} warm start: build it with `python -m experiments.warmstart --env {env}` (or "
-                  "`make demo` for TextCraft), or pass --init-from DIR", file=sys.stderr)
+            print("no cached TextCraft warm start: build it with `python -m experiments.warmstart --env textcraft` "
+                  "(or `make demo`), or pass --init-from DIR", file=sys.stderr)
             return 2
         init = str(found)
     from common.machine import describe, loadavg

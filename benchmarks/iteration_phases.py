@@ -86,16 +86,8 @@ def batch_work(b) -> tuple[int, int, int]:
 
     if isinstance(b, PrefixPackedBatch):
         kk, ll = b.prefix_ids.shape
-        if b.suffix_bucket is None:
-            nn_, ss = b.input_ids.shape
-            return kk * ll + nn_ * ss, kk * ll * ll + nn_ * ss * (ll + ss), b.num_tokens
-        pos, att = kk * ll, kk * ll * ll  # then each suffix bucket at the width of its longest suffix
-        widths = b.attention_mask.sum(1)
-        for g in b.suffix_bucket.unique().tolist():
-            rows = widths[b.suffix_bucket == g]
-            ss = int(rows.max())
-            pos, att = pos + int(rows.numel()) * ss, att + int(rows.numel()) * ss * (ll + ss)
-        return pos, att, b.num_tokens
+        fwd = b.suffix_forwards()  # (rows, width) of each suffix forward (one per bucket)
+        return (b.padded_tokens, kk * ll * ll + sum(n * w * (ll + w) for n, w in fwd), b.num_tokens)
     nn_, tt = b.input_ids.shape
     return nn_ * tt, nn_ * tt * tt, b.num_tokens
 
@@ -134,9 +126,10 @@ def matmul_gflops(size: int = 1024, reps: int = 5) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ one process
-def _timed(fn):
+def timed(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), wall seconds, CPU seconds of this process)."""
     t, c = time.perf_counter(), time.process_time()
-    out = fn()
+    out = fn(*args, **kwargs)
     return out, time.perf_counter() - t, time.process_time() - c
 
 
@@ -178,7 +171,7 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
                 tr.sampler = copy.deepcopy(sampler)
                 tr.rollout_engine.decode = decode
                 tr.rollout_engine.share_prefixes = decode == "lean"
-                batch, wall, cpu = _timed(lambda it=it: tr.rollout(it)[0])
+                batch, wall, cpu = timed(lambda it=it: tr.rollout(it)[0])
                 row[f"rollout/{decode}"] = (wall, cpu)
                 tokens[decode] = [r.tolist() for r in batch.response_ids]
             row["rollout_rows_differing"] = (sum(a != b for a, b in zip(tokens["hf"], tokens["lean"]))
@@ -207,13 +200,13 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
                 eng.load_optimizer_state(*copy.deepcopy(state[1]))
                 eng.load_counters_state(copy.deepcopy(state[2]))
                 tag = "shared" if share else "unshared"
-                old, w1, c1 = _timed(lambda ps=ps, rs=rs: eng.compute_logprobs(ps, rs, pad_id=tr.pad_id))
-                ref, w2, c2 = _timed(lambda ps=ps, rs=rs: eng.compute_logprobs(ps, rs, reference=True,
+                old, w1, c1 = timed(lambda ps=ps, rs=rs: eng.compute_logprobs(ps, rs, pad_id=tr.pad_id))
+                ref, w2, c2 = timed(lambda ps=ps, rs=rs: eng.compute_logprobs(ps, rs, reference=True,
                                                                                hidden_layer=None, pad_id=tr.pad_id))
                 if adv is None:
                     adv, _ = tr.advantages(batch, old.hidden, it)
                 gen = torch.Generator().manual_seed(1000 + it)
-                _, w3, c3 = _timed(lambda ps=ps, rs=rs, adv=adv, old=old, ref=ref, gen=gen: eng.update(
+                _, w3, c3 = timed(lambda ps=ps, rs=rs, adv=adv, old=old, ref=ref, gen=gen: eng.update(
                     ps, rs, adv, old.logprobs, ref.logprobs, generator=gen, pad_id=tr.pad_id))
                 pos, att, real = packed_work(ps, rs, eng.cfg.logprob_batch_rows, share)
                 fwd = forward_flops(shape, pos, att, n_resp) / 1e9

@@ -166,14 +166,19 @@ class PrefixPackedBatch:
         """Real tokens the two forwards run (each shared prefix once)."""
         return int(self.prefix_mask.sum()) + int(self.attention_mask.sum())
 
+    def suffix_forwards(self) -> list[tuple[int, int]]:
+        """(rows, width) of each suffix forward: one over all rows at the padded width, or one per bucket at the
+        width of its longest suffix."""
+        if self.suffix_bucket is None:
+            return [(int(self.input_ids.shape[0]), int(self.input_ids.shape[1]))]
+        width = self.attention_mask.sum(1)
+        return [(int((self.suffix_bucket == b).sum()), int(width[self.suffix_bucket == b].max()))
+                for b in self.suffix_bucket.unique().tolist()]
+
     @property
     def padded_tokens(self) -> int:
         """Token positions the forwards compute, padding included (each suffix bucket at its own width)."""
-        if self.suffix_bucket is None:
-            return int(self.prefix_ids.numel()) + int(self.input_ids.numel())
-        width = self.attention_mask.sum(1)
-        return int(self.prefix_ids.numel()) + sum(int((self.suffix_bucket == b).sum()) * int(width[self.suffix_bucket == b].max())
-                                                  for b in self.suffix_bucket.unique().tolist())
+        return int(self.prefix_ids.numel()) + sum(n * w for n, w in self.suffix_forwards())
 
     def as_kwargs(self) -> dict:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -404,7 +409,7 @@ def actor_forward(
                     "position_ids": offset + torch.arange(input_ids.shape[1], device=device).unsqueeze(0),
                     "past_key_values": cache, "use_cache": True}
         else:
-            prefix_kv = _cache_tensors(cache)
+            prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]  # per layer, (K, heads, L, d)
 
             def bucket_call(g: torch.Tensor) -> dict:
                 width = int(attention_mask[g].sum(1).max())
@@ -478,14 +483,6 @@ def actor_forward(
             bad_rows = torch.unique(torch.cat([bad_rows, torch.nonzero(bad).flatten()]))
     return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden,
                        nonfinite_rows=bad_rows, prefix_logprobs=pre_lp, bridge_logprobs=bridge_lp)
-
-
-def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) of each layer of a filled Hugging Face ``DynamicCache`` (the layer API of transformers >=
-    4.56, else the older key_cache / value_cache lists)."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
 
 
 def _prefix_target_logprobs(pre_last: torch.Tensor, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor,

@@ -2,6 +2,7 @@
 counted at each bucket's own width, and the report gives every variant with its speed-up and differences."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from benchmarks.forward_buckets import pass_work, summarise
@@ -42,3 +43,16 @@ def test_report_gives_every_variant_and_its_speed_up():
     assert "| log-prob passes | 4 | 1.00 |" in text and "| update | 1 | 2.00 |" in text
     assert "| 4 | 2.00 | 2.00x |" in text and "| 1 | 4.00 | 1.00x |" in text
     assert "3.0e-06" in text
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--buckets", "1,x"], "give integers"),
+    (["--buckets", "0,2"], "must be >= 1"),
+    (["--batches", "0"], "must be >= 1"),
+    (["--preset", "configs/cpu/finite_rooms_gt.yaml"], "pass --init-from"),
+])
+def test_bad_arguments_are_refused_before_any_compute(argv, says, capsys):
+    from benchmarks.forward_buckets import main
+
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err

@@ -76,6 +76,8 @@ def test_yaml_and_overrides_are_typed(tmp_path):
         ("env.train_sampling=shuffle", "env.train_sampling='shuffle' is not one of ['epoch', 'replacement']"),
         ("estimator.epsilon=big", "must be a number in [0, 2] or 'auto'"),
         ("estimator.epsilon_criterion=f1", "epsilon_criterion='f1' is not one of"),
+        ("trainer.suffix_buckets=0", "trainer.suffix_buckets=0 must be >= 1"),
+        ("logging.jsonl_digits=20", "logging.jsonl_digits=20 must be <= 17"),
     ],
 )
 def test_bad_keys_and_values_name_the_field(override, needle):
