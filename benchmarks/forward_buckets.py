@@ -170,14 +170,11 @@ def main(argv: list[str] | None = None) -> int:
               "is only known for the demo preset)", file=sys.stderr)
         return 2
     if init is None:
-        from lab.study import find_warmstart
+        from benchmarks.iteration_phases import demo_warmstart
 
-        found = find_warmstart("textcraft")
-        if found is None:
-            print("no cached TextCraft warm start: build it with `python -m experiments.warmstart --env textcraft` "
-                  "(or `make demo`), or pass --init-from DIR", file=sys.stderr)
+        init = demo_warmstart()
+        if init is None:
             return 2
-        init = str(found)
     from common.machine import describe, loadavg
     from common.tables import emit_table
 

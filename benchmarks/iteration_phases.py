@@ -282,6 +282,18 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
     return "\n".join(lines)
 
 
+def demo_warmstart() -> str | None:
+    """The cached TextCraft warm start the demo preset trains from, or None after saying how to build it."""
+    from lab.study import find_warmstart
+
+    found = find_warmstart("textcraft")
+    if found is None:
+        print("no cached TextCraft warm start: build it with `python -m experiments.warmstart --env textcraft` "
+              "(or `make demo`), or pass --init-from DIR", file=sys.stderr)
+        return None
+    return str(found)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.iteration_phases", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=PRESET)
@@ -295,16 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         rec = run_cell(args.preset, args.init_from, args.iterations, args.cell)
         print(json.dumps(rec))
         return 0
-    init = args.init_from
+    init = args.init_from or demo_warmstart()
     if init is None:
-        from lab.study import find_warmstart
-
-        found = find_warmstart("textcraft")
-        if found is None:
-            print("no cached TextCraft warm start: build it with `python -m experiments.warmstart --env textcraft` "
-                  "(or `make demo`), or pass --init-from DIR", file=sys.stderr)
-            return 2
-        init = str(found)
+        return 2
     pols = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in pols if p not in POLICIES]
     if bad:
