@@ -489,6 +489,23 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return ap
 
 
+def study_specs(study: Study, estimators: list[str], seeds: list[int], variants: dict, overrides: list[str],
+                runs_root: Path, control: bool = False) -> list:
+    """The study's runs (``lab.sweep.RunSpec``), not yet planned: each estimator, then each variant (``variants``:
+    name -> (estimator, overrides)), then the control, all with ``overrides`` (the study's, the warm start's, the
+    command line's); sorted seed by seed when there are variants or a control."""
+    specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
+    for name, (est, extra) in variants.items():
+        specs += sweep_mod.expand([study.preset], [est], seeds, (), [*overrides, *extra, f"variant={name}"], runs_root)
+    if control:  # the estimator only labels the control's rows: no step changes the weights
+        specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
+                                  runs_root)
+    if control or variants:
+        # seed by seed, each seed's control beside its methods: a study stopped part-way has whole seeds to read
+        specs.sort(key=lambda sp: sp.seed)
+    return specs
+
+
 def list_studies() -> str:
     lines = []
     for s in STUDIES.values():
@@ -581,16 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     # 2. the runs
     overrides = [*study.overrides, *ws_ov, *args.overrides]
     try:
-        specs = sweep_mod.expand([study.preset], estimators, seeds, (), overrides, runs_root)
-        for name, (est, extra) in variants.items():
-            specs += sweep_mod.expand([study.preset], [est], seeds, (), [*overrides, *extra, f"variant={name}"],
-                                      runs_root)
-        if args.control or study.control:  # the estimator only labels the control's rows: no step changes the weights
-            specs += sweep_mod.expand([study.preset], [estimators[0]], seeds, (), [*overrides, *CONTROL_OVERRIDES],
-                                      runs_root)
-        if args.control or study.control or variants:
-            # seed by seed, each seed's control beside its methods: a study stopped part-way has whole seeds to read
-            specs.sort(key=lambda sp: sp.seed)
+        specs = study_specs(study, estimators, seeds, variants, overrides, runs_root,
+                            control=bool(args.control or study.control))
         specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs
     except sweep_mod.SweepError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -354,3 +354,59 @@ def test_study_files_are_checked(tmp_path):
     (tmp_path / "bad.yaml").write_text("title: t\nout: o\n")
     with pytest.raises(study.StudyFileError, match=r"missing key\(s\) \['estimators', 'preset', 'seeds'\]"):
         study.load_study(tmp_path / "bad.yaml")
+
+
+def _warmstart_overrides_of(saved: dict, preset) -> list[str]:
+    """What ``warmstart_overrides`` gave the committed runs, read back from one of their saved configs (the warm
+    start folder itself is a cache that a clean checkout lacks)."""
+    ov = []
+    if (saved.get("sft") or {}).get("init_from"):
+        ov += ["sft.enabled=true", f"sft.init_from={saved['sft']['init_from']}"]
+    if saved["model"]["path"] != preset.model.path:
+        ov.append(f"model.path={saved['model']['path']}")
+    if saved["rollout"].get("history_length") != preset.rollout.history_length:
+        ov.append(f"rollout.history_length={saved['rollout']['history_length']}")
+    for k, v in sorted((saved["env"].get("kwargs") or {}).items()):
+        if (preset.env.kwargs or {}).get(k) != v:
+            ov.append(f"env.kwargs.{k}={json.dumps(v)}")
+    return ov
+
+
+def test_every_committed_study_run_resumes_with_todays_code():
+    """Rerunning a committed study (``python -m experiments.study <name>``) must skip its finished runs, not refuse
+    them: a setting added to the code since, or a preset edited since, must leave the committed folders' configs
+    resumable (``RESUMABLE_CHANGES``, or the new key's default). Caught: ``trainer.suffix_buckets``, pinned to 1 by
+    the ground-truth preset, blocked every seed-0 folder that was saved before the key existed."""
+    import yaml
+
+    from lab import sweep as sweep_mod
+    from trainer.config import load_config
+
+    checked = 0
+    for s in study.STUDIES.values():
+        runs = REPO / s.out / "runs"
+        saved_cfgs = sorted(runs.glob("**/config.yaml"))
+        if not saved_cfgs:
+            continue
+        preset = load_config(REPO / s.preset)
+        saved = yaml.safe_load(saved_cfgs[0].read_text())
+        overrides = [*s.overrides, *_warmstart_overrides_of(saved, preset)]
+        seeds = sorted({int(p.parent.name.removeprefix("seed_")) for p in saved_cfgs})
+        cwd = os.getcwd()
+        os.chdir(REPO)  # presets are repo-relative, as in the command
+        try:
+            specs = study.study_specs(s, list(s.estimators), seeds, dict(s.variants), overrides,
+                                      Path(s.out) / "runs", control=s.control)
+            try:
+                sweep_mod.plan(specs)
+            except sweep_mod.SweepError as e:
+                pytest.fail(f"study {s.name}: {e}")
+        finally:
+            os.chdir(cwd)
+        planned = {(REPO / sp.run_dir).resolve(): sp.status for sp in specs}
+        for c in saved_cfgs:
+            st = planned.get(c.parent.resolve())
+            if st is not None:  # a committed folder the study names (cpu's hgpo runs came from another command)
+                assert st in ("finished", "resume"), (s.name, c.parent, st)
+                checked += 1
+    assert checked >= 100  # the ground-truth study alone holds 58 folders

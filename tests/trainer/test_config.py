@@ -239,18 +239,21 @@ def test_sft_warmstart_section():
 
 
 def test_speed_switches_do_not_block_a_resume():
-    """``trainer.prefix_sharing``, ``rollout.hf_decode`` and ``rollout.hf_share_prefixes`` change results only by
-    float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
+    """``trainer.prefix_sharing``, ``trainer.suffix_buckets``, ``rollout.hf_decode`` and ``rollout.hf_share_prefixes``
+    change results only by float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
     resumes too; a real change (the learning rate) still blocks."""
     from trainer.config import config_to_dict, load_config
     from trainer.run_folder import config_differences
 
     base = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
     other = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", [
-        "trainer.prefix_sharing=false", "rollout.hf_decode=hf", "rollout.hf_share_prefixes=false"]))
+        "trainer.prefix_sharing=false", "trainer.suffix_buckets=1", "rollout.hf_decode=hf",
+        "rollout.hf_share_prefixes=false"]))
     assert config_differences(base, other) == []
     old = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
-    del old["trainer"]["prefix_sharing"], old["rollout"]["hf_decode"], old["rollout"]["hf_share_prefixes"]
+    del old["trainer"]["prefix_sharing"], old["trainer"]["suffix_buckets"], old["rollout"]["hf_decode"]
+    del old["rollout"]["hf_share_prefixes"]
     assert config_differences(old, base) == []
+    assert config_differences(old, other) == []  # a preset that pins a switch off still resumes an older folder
     lr = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", ["trainer.lr=0.5"]))
     assert config_differences(base, lr) == ["trainer.lr: 0.0001 -> 0.5"]
