@@ -33,7 +33,10 @@ class RolloutBatch:
     state_key          : list[Hashable] (N)           true env state (diagnostics)
     task_family        : list[str] (N)
     task_id            : list[Hashable] (N)           task identity (split, index) of the group
-    rollout_logprobs   : list of N FloatTensor (T_r,) or None  sampler log-probs (HF engine), for checks only
+    rollout_logprobs   : list of N FloatTensor (T_r,) or None  sampler log-probs (HF engine): a check of the
+                                                      trainer's pass, or its old log-probs (trainer.old_logprobs)
+    rollout_hidden     : FloatTensor (N, D) or None   layer-L state of the last prompt token from the prompt's
+                                                      forward in the rollout (SamplingConfig.hidden_layer, HF engine)
     """
 
     prompt_ids: list[torch.Tensor]
@@ -53,6 +56,7 @@ class RolloutBatch:
     task_family: list[str]
     task_id: list[Hashable]
     rollout_logprobs: list[torch.Tensor] | None = None
+    rollout_hidden: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.prompt_ids)

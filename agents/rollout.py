@@ -37,8 +37,10 @@ Choices [choice unless tagged]:
 * **Rows** are returned sorted by (group, trajectory, step); ``anchor_obs`` and ``state_key`` are those of the
   state the prompt was built from (o_t, the state the action was taken in) [GiGPO].
 
-The hidden states BiGPO needs are not computed here: the trainer captures them in its old-log-prob pass over
-these rows (``trainer.actor.actor_forward(..., hidden_layer=L)``), never in a second forward.
+The hidden states BiGPO needs come from a forward that runs anyway: by default the trainer's old-log-prob pass
+over these rows (``trainer.actor.actor_forward(..., hidden_layer=L)``); with ``trainer.old_logprobs: rollout`` the
+prompt's own forward here (``SamplingConfig.hidden_layer``, HF engine: ``RolloutBatch.rollout_hidden``), and the
+trainer skips that pass.
 """
 from __future__ import annotations
 
@@ -277,7 +279,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
     n_envs = len(eps)
     cols: dict[str, list] = {k: [] for k in (
         "slot", "step", "prompt_ids", "response_ids", "response_text", "action", "reward", "valid", "done",
-        "truncated", "anchor_obs", "state_key", "logprobs", "prompt_cut")}
+        "truncated", "anchor_obs", "state_key", "logprobs", "hidden", "prompt_cut")}
 
     turn = 0
     while True:
@@ -358,6 +360,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             cols["anchor_obs"].append(str(e.info.get("anchor_obs", e.transcript.observation)))
             cols["state_key"].append(e.info.get("state_key"))
             cols["logprobs"].append(g.logprobs)
+            cols["hidden"].append(g.hidden)
             cols["prompt_cut"].append(cut[j])
             e.rows.append(len(cols["slot"]) - 1)
             e.valids.append(valid)
@@ -386,6 +389,7 @@ def _to_batch(cols: dict, eps: list[Episode], group_offset: int = 0) -> RolloutB
     order = sorted(range(n), key=lambda i: (cols["slot"][i], cols["step"][i]))
     ep_of = [slot_ep[cols["slot"][i]] for i in order]
     have_lp = n > 0 and all(cols["logprobs"][i] is not None for i in order)
+    have_hidden = n > 0 and all(cols["hidden"][i] is not None for i in order)
     batch = RolloutBatch(
         prompt_ids=[torch.tensor(cols["prompt_ids"][i], dtype=torch.long) for i in order],
         response_ids=[torch.tensor(cols["response_ids"][i], dtype=torch.long) for i in order],
@@ -404,6 +408,7 @@ def _to_batch(cols: dict, eps: list[Episode], group_offset: int = 0) -> RolloutB
         task_family=[e.family for e in ep_of],
         task_id=[e.task.task_id for e in ep_of],
         rollout_logprobs=[torch.tensor(cols["logprobs"][i], dtype=torch.float32) for i in order] if have_lp else None,
+        rollout_hidden=torch.stack([cols["hidden"][i] for i in order]).float() if have_hidden else None,
     )
     batch.validate()
     return batch

@@ -105,6 +105,38 @@ def default_rollout_fns() -> RolloutFns:
     return RolloutFns(collect=rollout.collect, evaluate=rollout.evaluate, prompt_config=rollout.prompt_config_for)
 
 
+def old_from_rollout(batch):
+    """``trainer.old_logprobs: rollout``: the old pass's ``ActorOutput`` built from what the rollout returned.
+
+    logprobs (N, T_r) = the sampler's ``log softmax(z / tau)`` of each generated token (before top-p), as the
+    trainer's pass computes it; mask (N, T_r) = the response tokens; hidden (N, D) = ``hidden_states[L]`` at the
+    last prompt token from the prompt's forward (``RolloutBatch.rollout_hidden``), or None where the rollout did
+    not capture it. T_r is the longest response, as in ``DeepSpeedEngine.compute_logprobs``.
+    """
+    from .actor import ActorOutput
+
+    if batch.rollout_logprobs is None:
+        raise TrainingFailed("trainer.old_logprobs=rollout, but the rollout returned no sampler log-probs (the hf "
+                             "engine returns them unless SamplingConfig.logprobs is false)")
+    n = len(batch)
+    t_r = max(max((int(r.numel()) for r in batch.response_ids), default=1), 1)
+    logprobs = torch.zeros((n, t_r), dtype=torch.float32)
+    mask = torch.zeros((n, t_r), dtype=torch.bool)
+    for i, (lp, r) in enumerate(zip(batch.rollout_logprobs, batch.response_ids)):
+        if lp.numel() != r.numel():
+            raise TrainingFailed(f"trainer.old_logprobs=rollout: row {i} has {lp.numel()} sampler log-probs for "
+                                 f"{r.numel()} response tokens")
+        logprobs[i, : lp.numel()] = lp.float()
+        mask[i, : lp.numel()] = True
+    bad = ~torch.isfinite(logprobs).all(dim=1)  # (N,)
+    hidden = batch.rollout_hidden
+    if hidden is not None:
+        hidden = hidden.float()
+        bad |= ~torch.isfinite(hidden).all(dim=1)
+    return ActorOutput(logprobs=logprobs, entropy=None, mask=mask, hidden=hidden,
+                       nonfinite_rows=torch.nonzero(bad).flatten())
+
+
 def iteration_seed(seed: int, iteration: int) -> int:
     """Rollout sampling seed of ``iteration``: a function of the run seed and the iteration only [choice].
 
@@ -275,8 +307,10 @@ class Trainer:
                                                         cfg.rollout.history_length)
         else:
             self.prompt_config = PromptConfig(history_length=cfg.rollout.history_length)
+        from_rollout = cfg.trainer.old_logprobs == "rollout"  # the rollout's prompt forward gives the hidden state
         self.train_sampling = SamplingConfig(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                             max_tokens=cfg.rollout.max_response_tokens)
+                                             max_tokens=cfg.rollout.max_response_tokens,
+                                             hidden_layer=cfg.model.hidden_layer if from_rollout else None)
         self.eval_sampling = SamplingConfig(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
                                             max_tokens=cfg.rollout.max_response_tokens, logprobs=False)
 
@@ -386,8 +420,12 @@ class Trainer:
         return batch, metrics
 
     def logprobs(self, batch):
-        """Old log-probs (N, T_r) and hidden states (N, D) in one actor pass; reference log-probs if KL is on."""
-        old = self.engine.compute_logprobs(batch.prompt_ids, batch.response_ids, pad_id=self.pad_id)
+        """Old log-probs (N, T_r) and hidden states (N, D) in one actor pass, or from the rollout
+        (``trainer.old_logprobs``); reference log-probs if KL is on."""
+        if self.cfg.trainer.old_logprobs == "rollout":
+            old = old_from_rollout(batch)
+        else:
+            old = self.engine.compute_logprobs(batch.prompt_ids, batch.response_ids, pad_id=self.pad_id)
         ref = None
         if self.cfg.trainer.use_kl_loss:
             ref = self.engine.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True,
@@ -591,7 +629,8 @@ class Trainer:
         n = len(batch)
         tokens = _tokens(batch.prompt_ids) + _tokens(batch.response_ids)
         metrics = {**m_rollout, **result.metrics, **m_probe, **m_loss}
-        if batch.rollout_logprobs is not None:  # sampler vs trainer log-probs: checks the weight refresh
+        if batch.rollout_logprobs is not None and self.cfg.trainer.old_logprobs == "recompute":
+            # sampler vs trainer log-probs: checks the weight refresh (with old_logprobs=rollout they are the same)
             diffs = [(old.logprobs[i, : lp.numel()] - lp.float()).abs() for i, lp in enumerate(batch.rollout_logprobs)
                      if lp is not None and lp.numel()]
             if diffs:

@@ -18,7 +18,8 @@ Layout (read by ``analysis.runs``; docs/conventions.md, "Run folders")::
 anything else resumes from the newest usable checkpoint (``trainer.resume``). The config of a resumed run must
 equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (the folder's location, logging, the length
 of the run, checkpoint frequency, worker count, the warm start's settings, whose folder `sft.init_from` is compared,
-the speed switches that change results only by float rounding: shared prefixes, suffix buckets, the decode step):
+the speed switches that change results only by float rounding: shared prefixes, suffix buckets, the decode step,
+the source of the old log-probs):
 changing anything else would mix two experiments in one folder.
 """
 from __future__ import annotations
@@ -43,10 +44,11 @@ __all__ = ["RunFolder", "RunStatus", "RESUMABLE_CHANGES", "git_commit", "config_
 
 #: config keys (dotted prefixes) that may differ between the saved config and a resuming invocation [choice]
 #: ``sft.warmstart`` describes how ``sft.init_from`` was made; the folder it names (compared) is what a run starts from
-#: The speed switches (shared prefixes, suffix buckets, the decode step) change results only by float rounding (their tests).
+#: The speed switches (shared prefixes, suffix buckets, the decode step, the old log-probs' source) change results
+#: only by float rounding (their tests).
 RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.resume", "trainer.save_every",
                      "trainer.keep_last", "env.num_workers", "sft.warmstart", "sft.warmstart.",
-                     "trainer.prefix_sharing", "trainer.suffix_buckets", "rollout.hf_decode",
+                     "trainer.prefix_sharing", "trainer.suffix_buckets", "trainer.old_logprobs", "rollout.hf_decode",
                      "rollout.hf_share_prefixes")
 
 

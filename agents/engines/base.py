@@ -41,6 +41,10 @@ class SamplingConfig:
     """base seed when ``generate`` gets no per-prompt seeds (prompt i then uses seed + i)"""
     logprobs: bool = True
     """return the log-prob of each generated token (HF engine; vLLM returns None)"""
+    hidden_layer: int | None = None
+    """also return the hidden state of the last prompt token at this layer, Hugging Face ``hidden_states``
+    indexing (negative counts from the end), from the prompt's own forward: what the trainer's old-log-prob pass
+    captures for BiGPO (``trainer.old_logprobs: rollout``). HF engine only; None = not captured"""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
@@ -56,6 +60,9 @@ class SamplingConfig:
         object.__setattr__(self, "stop", tuple(self.stop))
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"SamplingConfig.stop={self.stop!r} must hold non-empty strings")
+        if self.hidden_layer is not None and (isinstance(self.hidden_layer, bool)
+                                              or not isinstance(self.hidden_layer, int)):
+            raise ValueError(f"SamplingConfig.hidden_layer={self.hidden_layer!r} must be an int or None")
 
     @property
     def greedy(self) -> bool:
@@ -73,6 +80,8 @@ class Generation:
     logprobs      : list[float] (T_r,) or None  log p(token) under softmax(logits / temperature)
                                        (temperature 1 when greedy), before top-p; HF engine only
     stop_string   : str | None         the stop string that fired (None for EOS or length)
+    hidden        : FloatTensor (D,) or None  hidden state of the last prompt token at
+                                       ``SamplingConfig.hidden_layer`` (fp32, CPU); HF engine only
     """
 
     token_ids: list[int]
@@ -80,6 +89,7 @@ class Generation:
     finish_reason: FinishReason
     logprobs: list[float] | None = None
     stop_string: str | None = None
+    hidden: torch.Tensor | None = None
 
     @property
     def truncated(self) -> bool:

@@ -15,6 +15,8 @@ Per decoding step, for the B' live rows (symbols of ``agents.engines.base``):
     token_i     ~ Categorical(p_top[i]) with generator_i    (argmax when T = 0)
     logprob_i   = logp[i, token_i]
 Positions of left-padded rows are ``cumsum(mask) - 1``, so padding never shifts a row's positions.
+With ``SamplingConfig.hidden_layer = L`` the prompt's forward also returns ``hidden_states[L]`` at each row's last
+prompt token (B, D): the BiGPO state of the row, as the trainer's pass over [prompt | response] computes it.
 """
 from __future__ import annotations
 
@@ -145,9 +147,19 @@ class HFEngine(RolloutEngine):
         finish: list[str | None] = [None] * b
         stop_hit: list[str | None] = [None] * b
         live = list(range(b))  # original row index of each live row
+        want_hidden = sampling.hidden_layer is not None
         out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
+                    use_cache=True, logits_to_keep=1, output_hidden_states=want_hidden)
         logits = out.logits[:, -1, :]
+        hidden = None
+        if want_hidden:  # (B, D): the last prompt token (left padding puts it in the last column) at layer L
+            states = out.hidden_states
+            if not -len(states) <= sampling.hidden_layer < len(states):
+                raise ValueError(f"SamplingConfig.hidden_layer={sampling.hidden_layer} is out of range: this "
+                                 f"model's hidden_states has {len(states)} entries (layers + 1)")
+            hidden = states[sampling.hidden_layer][:, -1, :].float().cpu()
+            del states
+        del out
         lean = None
         if self.decode == "lean":
             from .lean import LeanDecoder
@@ -199,7 +211,7 @@ class HFEngine(RolloutEngine):
                 text = _cut_after_first_stop(text, sampling.stop)
             result.append(Generation(token_ids=tokens[r], text=text, finish_reason=finish[r] or "length",
                                      logprobs=logprobs[r] if sampling.logprobs else None,
-                                     stop_string=stop_hit[r]))
+                                     stop_string=stop_hit[r], hidden=hidden[r] if hidden is not None else None))
         return result
 
     @staticmethod

@@ -169,6 +169,9 @@ class VLLMEngine(RolloutEngine):
         from vllm.inputs import TokensPrompt
 
         seeds = check_generate_args(prompt_token_ids, sampling, seeds, vocab_size=self.vocab_size)
+        if sampling.hidden_layer is not None:
+            raise ValueError("SamplingConfig.hidden_layer: the vLLM engine returns no hidden states; the trainer "
+                             "computes them in its own pass (trainer.old_logprobs=recompute)")
         if not prompt_token_ids:
             return []
         if self._asleep:

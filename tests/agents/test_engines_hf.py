@@ -171,6 +171,8 @@ def test_update_weights_in_place(tiny_dir, tiny_dir_b, prompts):
     ({"top_p": 0}, "top_p"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"stop": ("",)}, "stop"),
+    ({"hidden_layer": True}, "hidden_layer"),
+    ({"hidden_layer": -1.5}, "hidden_layer"),
 ])
 def test_sampling_config_rejects_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):

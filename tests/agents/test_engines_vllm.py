@@ -49,6 +49,10 @@ class TestTinyModel:
         assert [g.text for g in v] == [g.text for g in h]
         assert [g.finish_reason for g in v] == [g.finish_reason for g in h]
 
+    def test_hidden_states_are_refused_with_the_fix(self, vllm_engine, prompts):
+        with pytest.raises(ValueError, match="old_logprobs=recompute"):
+            vllm_engine.generate(prompts, SamplingConfig(max_tokens=4, hidden_layer=-2))
+
     def test_seeds_reproduce_rows(self, vllm_engine, prompts):
         cfg = SamplingConfig(temperature=1.0, max_tokens=20, stop=())
         a = vllm_engine.generate(prompts + prompts[:1], cfg, seeds=[1, 2, 3, 1])

@@ -176,6 +176,29 @@ def test_epsilon_auto_is_chosen_at_the_first_step_frozen_and_kept_on_resume(tmp_
     assert table.read_text().count(label) == once == 2
 
 
+def test_old_logprobs_from_the_rollout_train_like_the_recomputed_ones(tmp_path):
+    """``trainer.old_logprobs=rollout`` skips the old pass: with BiPACE_Q (hidden states) and epsilon auto, the run
+    samples the same tokens, calibrates the same epsilon and logs the same losses (float rounding) as the default
+    ``recompute``; the sampler-vs-trainer check is only logged where the trainer recomputes."""
+    from experiments.train import main
+
+    runs = {}
+    for source in ("recompute", "rollout"):
+        out = tmp_path / source
+        assert main([*FAST, "estimator.name=bipace_q", "estimator.epsilon=auto", "trainer.iterations=3",
+                     "eval.every=0", f"trainer.old_logprobs={source}", f"output_dir={out}"]) == 0
+        runs[source] = _comparable(_lines(out / "metrics.jsonl"))
+    a, b = runs["recompute"], runs["rollout"]
+    assert [r["iteration"] for r in b] == [1, 2, 3]
+    assert all("rollout/logprob_abs_diff" in r for r in a) and not any("rollout/logprob_abs_diff" in r for r in b)
+    for ra, rb in zip(a, b):
+        for k in ("rollout/gen_tokens", "rollout/num_rows", "rollout/success_rate", "group/num_clusters",
+                  "group/epsilon"):
+            assert rb[k] == ra[k], (ra["iteration"], k)
+        for k in ("loss/policy", "loss/kl", "loss/total", "loss/grad_norm", "adv/total_mean"):
+            assert rb[k] == pytest.approx(ra[k], rel=1e-3, abs=1e-6), (ra["iteration"], k)
+
+
 def test_a_training_pool_repeats_its_goals_and_resumes(tmp_path):
     """env.train_pool: the run draws only the pool's goals (each iteration both, here), the sampler state in the
     checkpoint says so, and an extended run resumes from it."""

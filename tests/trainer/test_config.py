@@ -77,6 +77,7 @@ def test_yaml_and_overrides_are_typed(tmp_path):
         ("estimator.epsilon=big", "must be a number in [0, 2] or 'auto'"),
         ("estimator.epsilon_criterion=f1", "epsilon_criterion='f1' is not one of"),
         ("trainer.suffix_buckets=0", "trainer.suffix_buckets=0 must be >= 1"),
+        ("trainer.old_logprobs=sampler", "trainer.old_logprobs='sampler' must be one of ['recompute', 'rollout']"),
         ("logging.jsonl_digits=20", "logging.jsonl_digits=20 must be <= 17"),
     ],
 )
@@ -93,6 +94,9 @@ def test_bad_keys_and_values_name_the_field(override, needle):
         (["trainer.offload_params=true"], "because only ZeRO-3 partitions parameters"),
         (["trainer.offload_optimizer=true", "trainer.zero_stage=0"], "because stage 0 keeps a plain optimizer"),
         (["trainer.kl_coef=0"], "set trainer.use_kl_loss=false instead"),
+        (["trainer.old_logprobs=rollout", "rollout.engine=vllm"],
+         "because only the hf engine returns the sampler's log-probs and the prompt's hidden state: use "
+         "trainer.old_logprobs=recompute"),
     ],
 )
 def test_cross_field_checks_say_because(overrides, needle):
@@ -101,6 +105,7 @@ def test_cross_field_checks_say_because(overrides, needle):
     # and the valid combinations pass
     load_config(None, ["trainer.offload_params=true", "trainer.zero_stage=3"])
     load_config(None, ["trainer.kl_coef=0", "trainer.use_kl_loss=false"])
+    load_config(None, ["trainer.old_logprobs=rollout", "rollout.engine=hf"])
 
 
 def test_unknown_yaml_key_and_bad_file(tmp_path):
@@ -239,8 +244,8 @@ def test_sft_warmstart_section():
 
 
 def test_speed_switches_do_not_block_a_resume():
-    """``trainer.prefix_sharing``, ``trainer.suffix_buckets``, ``rollout.hf_decode`` and ``rollout.hf_share_prefixes``
-    change results only by float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
+    """``trainer.prefix_sharing``, ``trainer.suffix_buckets``, ``trainer.old_logprobs``, ``rollout.hf_decode`` and
+    ``rollout.hf_share_prefixes`` change results only by float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
     resumes too; a real change (the learning rate) still blocks."""
     from trainer.config import config_to_dict, load_config
     from trainer.run_folder import config_differences
@@ -248,11 +253,11 @@ def test_speed_switches_do_not_block_a_resume():
     base = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
     other = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", [
         "trainer.prefix_sharing=false", "trainer.suffix_buckets=1", "rollout.hf_decode=hf",
-        "rollout.hf_share_prefixes=false"]))
+        "rollout.hf_share_prefixes=false", "trainer.old_logprobs=rollout"]))
     assert config_differences(base, other) == []
     old = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
     del old["trainer"]["prefix_sharing"], old["trainer"]["suffix_buckets"], old["rollout"]["hf_decode"]
-    del old["rollout"]["hf_share_prefixes"]
+    del old["rollout"]["hf_share_prefixes"], old["trainer"]["old_logprobs"]
     assert config_differences(old, base) == []
     assert config_differences(old, other) == []  # a preset that pins a switch off still resumes an older folder
     lr = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", ["trainer.lr=0.5"]))

@@ -219,6 +219,7 @@ class RolloutConfig:
         _num("rollout", "vllm_tensor_parallel", self.vllm_tensor_parallel, lo=1, integer=True)
 
 
+OLD_LOGPROB_SOURCES = ("recompute", "rollout")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_TYPES = ("low_var_kl", "kl", "mse")
 
@@ -266,6 +267,12 @@ class TrainerConfig:
     similar length, each over the prefixes' KV cache, instead of one padded to the longest row; same results up to
     float rounding, fewer padded positions (results/benchmarks/buckets.md) [choice; 1 = one forward, the path
     before 2026-12-02]."""
+    old_logprobs: str = "recompute"
+    """Where the PPO ratio's old log-probs and the BiGPO hidden states come from: recompute (the trainer's own
+    forward over the batch, as verl) | rollout (the HF engine's sampler log-probs and its prompt forward's hidden
+    state, so that pass is skipped: the same values up to float rounding where the rollout and the trainer compute
+    in the same dtype, as on CPU in fp32; tests/agents/test_old_from_rollout.py; results/benchmarks/old_logprobs.md)
+    [choice: recompute, the paper's stack; in bf16 the sampler's log-probs differ from the trainer's by far more than rounding]."""
     clip_ratio: float = 0.2
     """PPO clip epsilon: ratio clipped to [1 - eps, 1 + eps] [GiGPO: 0.2]."""
     dual_clip: float | None = 3.0
@@ -321,6 +328,8 @@ class TrainerConfig:
         _num(s, "logprob_batch_rows", self.logprob_batch_rows, lo=1, integer=True)
         _num(s, "logprob_chunk_tokens", self.logprob_chunk_tokens, lo=1, integer=True)
         _num(s, "suffix_buckets", self.suffix_buckets, lo=1, hi=64, integer=True, fix="1 = one suffix forward")
+        if self.old_logprobs not in OLD_LOGPROB_SOURCES:
+            _fail(f"trainer.old_logprobs={self.old_logprobs!r} must be one of {list(OLD_LOGPROB_SOURCES)}")
         _num(s, "clip_ratio", self.clip_ratio, lo=0, lo_open=True, hi=1)
         if self.dual_clip is not None:
             _num(s, "dual_clip", self.dual_clip, lo=1, lo_open=True, fix="null turns dual clip off")
@@ -503,6 +512,10 @@ class RunConfig:
                 self.warmstart_config()
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"sft.warmstart: {e}") from e
+        if self.trainer.old_logprobs == "rollout" and self.rollout.engine != "hf":
+            _fail(f"trainer.old_logprobs='rollout' with rollout.engine={self.rollout.engine!r}, because only the hf "
+                  "engine returns the sampler's log-probs and the prompt's hidden state: use "
+                  "trainer.old_logprobs=recompute, or rollout.engine=hf")
         if self.device == "cpu" and self.rollout.engine == "vllm":
             import importlib.util
 
