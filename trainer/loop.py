@@ -111,7 +111,7 @@ def old_from_rollout(batch):
     logprobs (N, T_r) = the sampler's ``log softmax(z / tau)`` of each generated token (before top-p), as the
     trainer's pass computes it; mask (N, T_r) = the response tokens; hidden (N, D) = ``hidden_states[L]`` at the
     last prompt token from the prompt's forward (``RolloutBatch.rollout_hidden``), or None where the rollout did
-    not capture it. T_r is the longest response, as in ``DeepSpeedEngine.compute_logprobs``.
+    not capture it. T_r is the longest response, as in ``ActorEngine.compute_logprobs``.
     """
     from .actor import ActorOutput
 
