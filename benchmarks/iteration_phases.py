@@ -294,6 +294,18 @@ def demo_warmstart() -> str | None:
     return str(found)
 
 
+def warmstart_for(preset: str, init_from: str | None) -> str | None:
+    """The model folder a benchmark of ``preset`` starts from: ``--init-from``, or for the demo preset only its
+    cached warm start; None after saying what to pass."""
+    if init_from is not None:
+        return init_from
+    if preset != PRESET:
+        print(f"--preset {preset}: pass --init-from DIR, the warm start it trains from (the cached default is only "
+              "known for the demo preset)", file=sys.stderr)
+        return None
+    return demo_warmstart()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.iteration_phases", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=PRESET)

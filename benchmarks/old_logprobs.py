@@ -150,17 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 1 or (args.threads is not None and args.threads < 1):
         print("--batches and --threads must be >= 1", file=sys.stderr)
         return 2
-    init = args.init_from
-    if init is None and args.preset != PRESET:
-        print(f"--preset {args.preset}: pass --init-from DIR, the warm start it trains from (the cached default "
-              "is only known for the demo preset)", file=sys.stderr)
-        return 2
-    if init is None:
-        from benchmarks.iteration_phases import demo_warmstart
+    from benchmarks.iteration_phases import warmstart_for
 
-        init = demo_warmstart()
-        if init is None:
-            return 2
+    init = warmstart_for(args.preset, args.init_from)
+    if init is None:
+        return 2
     from common.machine import describe, loadavg
     from common.tables import emit_table
 
