@@ -266,6 +266,16 @@ class _Active:
     tee: threading.Thread | None = None
 
 
+def _finished_on_disk(run_dir: Path, iterations: int) -> bool:
+    """The run's own ``run.json`` says it finished all ``iterations``. A stop signal that reaches a run after it
+    wrote that (while it closes its logs) gives a non-zero exit status, but the run is complete."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("status") == "finished" and int(info.get("iterations_done", 0) or 0) >= iterations
+
+
 def _iterations_logged(run_dir: Path) -> int:
     """Highest training iteration in ``metrics.jsonl`` (0 if none), read cheaply from the file's end."""
     p = run_dir / "metrics.jsonl"
@@ -411,6 +421,9 @@ def run_sweep(specs: list[RunSpec], *, launcher: list[str], jobs: int = 1, runs_
                 if rc == 0:
                     summary["finished"].append(a.spec.label)
                     word = "finished"
+                elif _finished_on_disk(a.spec.run_dir, a.spec.iterations):
+                    summary["finished"].append(a.spec.label)
+                    word = f"finished (exit {rc} after the run had finished)"
                 elif rc in (130, -signal.SIGINT) or stop["signal"] is not None:
                     summary["interrupted"].append(a.spec.label)
                     word = f"interrupted (exit {rc}; resumable)"
