@@ -24,7 +24,9 @@ newest checkpoint), so an interrupted sweep continues where it stopped when star
   CPU seconds (``os.wait4`` rusage of the run and its children) are appended to ``<runs root>/sweep.jsonl``.
 * Ctrl-C (or SIGTERM) is passed on to the running runs as SIGINT: they save nothing new, mark themselves
   ``interrupted`` and resume from their last checkpoint next time. If the sweep itself is killed, its runs get
-  SIGINT from the kernel (``PR_SET_PDEATHSIG``), so no orphan keeps writing a run folder.
+  SIGINT from the kernel (``PR_SET_PDEATHSIG``), so no orphan keeps writing a run folder. A run whose
+  ``run.json`` says it finished every iteration counts as finished whatever its exit status (a signal can reach it
+  while it closes its logs); ``sweep.jsonl`` keeps the true exit status.
 
 Exit status: 0 every run finished (or was already), 1 some run failed (named, with its log), 2 a config error
 (nothing started), 130 interrupted.
