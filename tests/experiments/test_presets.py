@@ -130,6 +130,9 @@ def test_cpu_sft_presets_start_from_a_warm_start(name):
     assert cfg.estimator.norm_mode == PROTOCOL[cfg.env_name]["norm"]
     assert (cfg.estimator.gamma, cfg.estimator.invalid_penalty, cfg.rollout.temperature, cfg.eval.temperature) == \
         (0.95, 0.1, 1.0, 0.4)
+    # the demo skips the old pass (same tokens as recompute, checked on its whole runs); the study presets keep
+    # recompute, the source of their committed results
+    assert cfg.trainer.old_logprobs == ("rollout" if name == "textcraft_demo" else "recompute")
 
 
 def test_textcraft_cpu_presets_see_what_the_warm_start_saw():
