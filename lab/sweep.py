@@ -217,19 +217,26 @@ def expand(configs: list[str], estimators: list[str] | None, seeds: list[int], g
     return specs
 
 
+def _run_folder(spec: RunSpec):
+    """The ``trainer.run_folder.RunFolder`` of a spec's run (its status, ``run.json``, compatibility)."""
+    from trainer.config import load_config
+    from trainer.run_folder import RunFolder
+
+    folder = RunFolder(load_config(spec.config, spec.overrides), spec.run_dir.parent)  # output_dir or root/...
+    folder.path = spec.run_dir
+    return folder
+
+
 def plan(specs: list[RunSpec]) -> list[RunSpec]:
     """Set each run's ``status``: finished (skipped), resume (a folder with progress) or new.
 
     Raises ``SweepError`` for a folder that holds a different experiment (``experiments.train`` would refuse it).
     """
-    from trainer.config import ConfigError, load_config
-    from trainer.run_folder import RunFolder
+    from trainer.config import ConfigError
 
     conflicts = []
     for s in specs:
-        cfg = load_config(s.config, s.overrides)
-        folder = RunFolder(cfg, s.run_dir.parent)  # output_dir or root/... both give s.run_dir
-        folder.path = s.run_dir
+        folder = _run_folder(s)
         try:
             folder.check_compatible()
         except ConfigError as e:
@@ -266,16 +273,6 @@ class _Active:
     load_start: float
     threads: str
     tee: threading.Thread | None = None
-
-
-def _finished_on_disk(run_dir: Path, iterations: int) -> bool:
-    """The run's own ``run.json`` says it finished all ``iterations``. A stop signal that reaches a run after it
-    wrote that (while it closes its logs) gives a non-zero exit status, but the run is complete."""
-    try:
-        info = json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return info.get("status") == "finished" and int(info.get("iterations_done", 0) or 0) >= iterations
 
 
 def _iterations_logged(run_dir: Path) -> int:
@@ -423,7 +420,7 @@ def run_sweep(specs: list[RunSpec], *, launcher: list[str], jobs: int = 1, runs_
                 if rc == 0:
                     summary["finished"].append(a.spec.label)
                     word = "finished"
-                elif _finished_on_disk(a.spec.run_dir, a.spec.iterations):
+                elif _run_folder(a.spec).is_finished():  # a signal reached it while it closed its logs
                     summary["finished"].append(a.spec.label)
                     word = f"finished (exit {rc} after the run had finished)"
                 elif rc in (130, -signal.SIGINT) or stop["signal"] is not None:

@@ -173,8 +173,6 @@ def test_launchers():
         assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
 
 
-# ------------------------------------------------------------------------------------------- a real sweep
-@pytest.mark.slow
 @pytest.mark.parametrize("record,rc,word", [
     ("finished", 130, "finished"),       # the signal came after the run had written that it finished
     ("finished", 1, "finished"),         # broke while closing its logs, after the run finished
@@ -199,6 +197,8 @@ def test_a_runs_exit_status_is_read_with_its_own_record(tmp_path, record, rc, wo
     assert t["exit"] == rc  # the record keeps the true exit status
 
 
+# ------------------------------------------------------------------------------------------- a real sweep
+@pytest.mark.slow
 def test_two_runs_two_at_a_time_then_interrupt_and_resume(tmp_path):
     """Two tiny runs, 2 jobs: both finish, each with its log and timing; a rerun skips both. Then a third run
     (iterations raised to 3 for one of them) is interrupted with SIGINT and resumed by the same command."""
