@@ -3,8 +3,9 @@
     python -m experiments.demo                 # = python -m experiments.study demo
     python -m experiments.demo --dry-run       # the plan and the commands only
 
-TextCraft depth-2 goals with a tiny model: the SFT warm start (``python -m experiments.warmstart --env textcraft``,
-built once and cached: the first run adds it, ~24 minutes on one core, measured on 2026-12-01), then GRPO, GiGPO, BiPACE_V and
+TextCraft depth-2 goals with a tiny model: the SFT warm start (``python -m experiments.warmstart --env textcraft
+--threads 2 --epochs 2``, the preset's ``sft.warmstart``; built once and cached: the first run adds it, ~13 minutes
+on 2 idle cores, measured on 2026-12-03), then GRPO, GiGPO, BiPACE_V and
 BiPACE_Q from that warm start with seed 0 (``configs/cpu/textcraft_demo.yaml``), evaluated on depth-2 and depth-3
 goals, and the report (curves, tables, diagnostics) in ``runs/demo/summary.md`` (git-ignored), which ends with your
 runs beside the committed reference run ``results/demo/``. Interrupt it at any time and run it again: it goes on

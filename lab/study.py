@@ -191,6 +191,24 @@ def _config_for(env: str, extra: list[str]):
         return None
 
 
+#: measured wall times of warm-start builds by cache key, on the 2-core machine with nothing else running
+#: (results/warmstart/README.md has each build's row): the estimate a study prints before it builds one
+WARMSTART_MINUTES: dict[str, str] = {
+    "ee351835b46a": "~24 minutes on one core (row 15 of results/warmstart/README.md, measured 2026-12-01 to 12-03)",
+    "fd697b49a966": "~26 minutes on one core (row 13 of results/warmstart/README.md)",
+    "ec49e7aed20f": "~13 minutes on 2 idle cores (row 17 of results/warmstart/README.md, measured 2026-12-03)",
+}
+
+
+def warmstart_estimate(env: str, extra: list[str]) -> str:
+    """How long the warm start ``python -m experiments.warmstart --env <env> <extra>`` took here, when measured."""
+    from trainer.warmstart_config import cache_key
+
+    cfg = _config_for(env, extra)
+    measured = WARMSTART_MINUTES.get(cache_key(cfg)) if cfg is not None else None
+    return measured or "no measured time for these settings; results/warmstart/README.md lists the builds measured"
+
+
 def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] | None = None) -> Path | None:
     """The final model folder of the default warm start of ``env``, or None.
 
@@ -580,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             if cached is None:
                 print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
-                      "once (~24 minutes on one core, measured on 2026-12-01), then the runs start. "
+                      f"once ({warmstart_estimate(study.warmstart_env, ws_extra)}), then the runs start. "
                       "Later runs reuse it.", flush=True)
             try:
                 ws_folder = run_warmstart(study.warmstart_env, ws_extra, out / "warmstart.log")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["free_cores", "configure_threads"]
+__all__ = ["free_cores", "configure_threads", "contention_warning"]
 
 
 def _cpu_times() -> tuple[float, float] | None:
@@ -66,3 +66,19 @@ def configure_threads(threads: int = 0) -> int:
     n = threads if threads > 0 else free_cores()
     torch.set_num_threads(n)
     return n
+
+
+def contention_warning(threads: int, free: int, cores: int | None = None) -> str | None:
+    """A line for the user when a build asked for ``threads`` > 1 but fewer cores are free (or exist): another busy
+    process slows a multi-thread process ~3.5x (``results/benchmarks/threads.md``); None when nothing is wrong."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    if threads <= 1:
+        return None
+    if cores < threads:
+        return (f"{threads} torch threads asked for on a machine with {cores} core(s): they will take turns on the "
+                f"cores, slower than {cores} thread(s) would be")
+    if free < threads:
+        return (f"{threads} torch threads asked for, but only {free} of {cores} core(s) are free now: each busy "
+                "process beside a multi-thread build slows it ~3.5x (results/benchmarks/threads.md); stop the "
+                "other work, or wait")
+    return None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -152,9 +153,11 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     if (folder / "DONE").is_file():
         _log(f"cache hit: {folder / 'final'}", cfg)
         return folder / "final"
-    from .threads import configure_threads
+    from .threads import configure_threads, contention_warning, free_cores
 
     threads = configure_threads(cfg.threads)  # 0: the cores free now (trainer/threads.py), else exactly cfg.threads
+    if cfg.threads > 1 and (warning := contention_warning(cfg.threads, free_cores())):
+        print(f"[warmstart] note: {warning}", file=sys.stderr, flush=True)
     folder.mkdir(parents=True, exist_ok=True)
     _atomic_json(folder / "config.json", {"key": cache_key(cfg), "settings": cfg.key_dict()})
     _log(f"building {folder} ({threads} torch thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')})",

@@ -92,13 +92,24 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     assert study._config_for("textcraft", ["--rationale", "long"]) is None  # a bad setting: no entry
 
 
-def test_the_cpu_study_is_pinned_to_its_row13_warm_start_and_the_demo_uses_the_defaults():
+def test_the_cpu_study_is_pinned_to_its_row13_warm_start_and_the_demo_to_its_fast_one():
     from trainer.warmstart import WarmStartConfig, cache_key
 
     cpu, demo = study.STUDIES["cpu"], study.STUDIES["demo"]
     assert cache_key(study._config_for("textcraft", cpu.warmstart_args)) == "fd697b49a966"  # results/cpu-study
-    assert demo.warmstart_args == []
-    assert cache_key(study._config_for("textcraft", demo.warmstart_args)) == cache_key(WarmStartConfig(env="textcraft"))
+    assert sorted(demo.warmstart_args) == sorted(["--threads", "2", "--epochs", "2"])
+    demo_cfg = study._config_for("textcraft", demo.warmstart_args)
+    assert cache_key(demo_cfg) == "ec49e7aed20f"  # row 17 of results/warmstart/README.md, results/demo's start
+    assert demo_cfg == WarmStartConfig(env="textcraft", threads=2, epochs=2)  # the defaults but for these two
+
+
+def test_a_study_announces_the_measured_time_of_its_warm_start():
+    demo, cpu = study.STUDIES["demo"], study.STUDIES["cpu"]
+    assert "2 idle cores" in study.warmstart_estimate("textcraft", demo.warmstart_args)
+    assert "row 13" in study.warmstart_estimate("textcraft", cpu.warmstart_args)
+    assert "one core" in study.warmstart_estimate("textcraft", [])  # the defaults, row 15
+    assert "no measured time" in study.warmstart_estimate("textcraft", ["--epochs", "7"])
+    assert "no measured time" in study.warmstart_estimate("textcraft", ["--no-such-option"])
 
 
 def test_warmstart_command_uses_what_the_checkout_has(monkeypatch):
