@@ -194,9 +194,9 @@ def _config_for(env: str, extra: list[str]):
 #: measured wall times of warm-start builds by cache key, on the 2-core machine with nothing else running
 #: (results/warmstart/README.md has each build's row): the estimate a study prints before it builds one
 WARMSTART_MINUTES: dict[str, str] = {
-    "ee351835b46a": "~24 minutes on one core (row 15 of results/warmstart/README.md, measured 2026-12-01 to 12-03)",
-    "fd697b49a966": "~26 minutes on one core (row 13 of results/warmstart/README.md)",
-    "ec49e7aed20f": "~13 minutes on 2 idle cores (row 17 of results/warmstart/README.md, measured 2026-12-03)",
+    "ee351835b46a": "~24 minutes on one core; row 15 of results/warmstart/README.md, measured 2026-12-01 to 12-03",
+    "fd697b49a966": "~26 minutes on one core; row 13 of results/warmstart/README.md",
+    "ec49e7aed20f": "~13 minutes on 2 idle cores; row 17 of results/warmstart/README.md, measured 2026-12-03",
 }
 
 
@@ -218,7 +218,11 @@ def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] 
     its ``DONE`` marker).
     """
     for line in reversed(printed or []):
-        for tok in reversed(line.strip().split()):
+        line = line.strip()
+        # the whole text after a "label: " (a path may hold spaces), then each word
+        tails = [line.split(": ", 1)[1]] if ": " in line else []
+        tails += [t.split("; ")[0] for t in tails]
+        for tok in reversed(tails + line.split()):
             p = Path(tok.strip("'\"`,;:()"))
             if p.is_absolute() and _is_model_folder(p):
                 return p
@@ -328,7 +332,7 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
     tail = buf.decode("utf-8", "replace").replace("\r", "\n").splitlines()[-20:]
     if rc != 0:
         raise RuntimeError(f"`{shown}` failed with exit status {rc}: see {log_path} (its last lines are above)")
-    folder = find_warmstart(env, tail)
+    folder = find_warmstart(env, tail, extra=list(extra))
     if folder is None:
         raise RuntimeError(f"`{shown}` finished but no warm-start model folder was found (looked in its output "
                            f"and under $BIPACE_CACHE/warmstart/{env}-*/final); pass --init-from <folder>")

@@ -92,6 +92,27 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     assert study._config_for("textcraft", ["--rationale", "long"]) is None  # a bad setting: no entry
 
 
+def test_the_warm_start_a_study_ran_is_the_one_it_gets_even_under_a_path_with_spaces(tmp_path, monkeypatch):
+    """The folder is read from the warm start's output ("model: <path>", spaces allowed), else from the cache entry
+    of the study's own settings, never from the newest entry of another setting (a CPU study's, built later)."""
+    cache = tmp_path / "my cache"
+    monkeypatch.setenv("BIPACE_CACHE", str(cache))
+    from trainer.warmstart import cache_folder
+
+    extra = ["--threads", "2", "--epochs", "2"]
+    own = cache_folder(study._config_for("textcraft", extra))
+    mine = fake_warmstart(own.parent, own.name, {})
+    os.utime(own / "DONE", (1, 1))
+    fake_warmstart(own.parent, "textcraft-tiny-newer", {})
+    printed = [f"[warmstart] cache hit: {mine}", f"model: {mine}", "built in 0.0 min wall; this call 0.0 s"]
+    assert study.find_warmstart("textcraft", printed) == mine
+    assert study.find_warmstart("textcraft", [f"[warmstart] done: {mine}; held-out 0.3"]) == mine
+    assert study.find_warmstart("textcraft", ["no path here"], extra=extra) == mine
+    # run_warmstart hands its settings on: a command that prints no usable path still yields the study's entry
+    monkeypatch.setattr(study, "warmstart_command", lambda env, ex=(): [sys.executable, "-c", "print('built')"])
+    assert study.run_warmstart("textcraft", extra, tmp_path / "ws.log") == mine
+
+
 def test_the_cpu_study_is_pinned_to_its_row13_warm_start_and_the_demo_to_its_fast_one():
     from trainer.warmstart import WarmStartConfig, cache_key
 
