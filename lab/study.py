@@ -219,10 +219,8 @@ def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] 
     """
     for line in reversed(printed or []):
         line = line.strip()
-        # the whole text after a "label: " (a path may hold spaces), then each word
-        tails = [line.split(": ", 1)[1]] if ": " in line else []
-        tails += [t.split("; ")[0] for t in tails]
-        for tok in reversed(tails + line.split()):
+        value = line.split(": ", 1)[-1].split("; ")[0]  # "model: <path>", "done: <path>; ...": spaces allowed
+        for tok in [value, *reversed(line.split())]:
             p = Path(tok.strip("'\"`,;:()"))
             if p.is_absolute() and _is_model_folder(p):
                 return p

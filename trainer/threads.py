@@ -71,7 +71,8 @@ def configure_threads(threads: int = 0) -> int:
 def contention_warning(threads: int, free: int, cores: int | None = None) -> str | None:
     """A line for the user when a build asked for ``threads`` > 1 but fewer cores are free (or exist): another busy
     process slows a multi-thread process ~3.5x (``results/benchmarks/threads.md``); None when nothing is wrong."""
-    cores = cores if cores is not None else (os.cpu_count() or 1)
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if threads <= 1:
         return None
     if cores < threads:
