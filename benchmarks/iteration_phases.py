@@ -8,9 +8,11 @@ One process per OpenMP wait policy (the policy is read when torch loads): ``defa
 threads spin a short while, then sleep; the repo's default since 2026-12-02) and ``passive``
 (``OMP_WAIT_POLICY=PASSIVE``: they sleep at once; the repo's default before). In each process the trainer of the
 preset runs ``--iterations`` real iterations from the warm start (the same seeds in both processes, so the same
-rollouts up to float rounding). Each iteration's rollout runs twice on the same tasks and seeds: ``hf`` (Hugging
-Face's decode step, every prompt prefilled whole: the engine before 2026-12-02) and ``lean`` (``decode="lean"``,
-shared prompt prefixes prefilled once: the default now); the rows whose tokens differ between the two are counted. In every iteration the old-log-prob pass (with the hidden state), the reference
+rollouts up to float rounding). Each iteration's rollout runs three times on the same tasks and seeds: ``hf``
+(Hugging Face's decode step, every prompt prefilled whole: the engine before 2026-12-02), ``lean``
+(``decode="lean"``, shared prompt prefixes prefilled once, each row's decode attention over its own copy of its
+prefix: the engine of 2026-12-02) and ``cascade`` (the same, with each prefix's keys read once for all its rows at
+every decode step: the default since 2026-12-03); the rows whose tokens differ from ``hf``'s are counted. In every iteration the old-log-prob pass (with the hidden state), the reference
 pass and the PPO update each run twice on the same batch from the same weights and optimizer state: once with
 ``trainer.prefix_sharing=false`` (every row computes its whole prompt) and once with it on (``trainer/actor.py``);
 the run then goes on from the shared variant's update.
@@ -36,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = "configs/cpu/textcraft_demo.yaml"
 POLICIES = {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
+ROLLOUTS = ("hf", "lean", "cascade")  # the HF engine's decode paths, oldest first (module docstring)
 
 
 # ------------------------------------------------------------------------------------------------ FLOP model
@@ -167,15 +170,17 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
             row: dict = {}
             sampler = copy.deepcopy(tr.sampler)  # both rollouts draw the same tasks
             tokens = {}
-            for decode in ("hf", "lean"):  # the same seeds: the same rollout (tests/agents/test_engines_hf.py)
+            for decode in ROLLOUTS:  # the same seeds: the same rollout (tests/agents/test_engines_hf.py)
                 tr.sampler = copy.deepcopy(sampler)
-                tr.rollout_engine.decode = decode
-                tr.rollout_engine.share_prefixes = decode == "lean"
+                tr.rollout_engine.decode = "hf" if decode == "hf" else "lean"
+                tr.rollout_engine.share_prefixes = decode != "hf"
+                tr.rollout_engine.cascade = decode == "cascade"
                 batch, wall, cpu = timed(lambda it=it: tr.rollout(it)[0])
                 row[f"rollout/{decode}"] = (wall, cpu)
                 tokens[decode] = [r.tolist() for r in batch.response_ids]
-            row["rollout_rows_differing"] = (sum(a != b for a, b in zip(tokens["hf"], tokens["lean"]))
-                                             + abs(len(tokens["hf"]) - len(tokens["lean"])))
+            row["rollout_rows_differing"] = {
+                d: sum(a != b for a, b in zip(tokens["hf"], tokens[d])) + abs(len(tokens["hf"]) - len(tokens[d]))
+                for d in ROLLOUTS[1:]}
             ps, rs = batch.prompt_ids, batch.response_ids
             n_resp = sum(int(r.numel()) for r in rs)
             gen_tok, gen_att = floor_work(ps, rs)
@@ -184,7 +189,7 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
             # not tracked here: real tokens), each response token decoded with the LM head over the vocabulary
             gen_att_done = sum(int(p.numel()) ** 2 + sum(int(p.numel()) + j for j in range(int(r.numel())))
                                for p, r in zip(ps, rs))
-            for decode in ("hf", "lean"):
+            for decode in ROLLOUTS:
                 wall, cpu = row[f"rollout/{decode}"]
                 row[f"rollout/{decode}"] = {
                     "wall": wall, "cpu": cpu, "tokens": real_prompt + n_resp, "positions": real_prompt + n_resp,
@@ -232,7 +237,7 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
 # ------------------------------------------------------------------------------------------------ report
 def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> str:
     phases = ["rollout", "logprobs_old", "logprobs_ref", "update"]
-    variants = {"rollout": ["hf", "lean"]}
+    variants = {"rollout": list(ROLLOUTS)}
     lines = [
         "# Where an RL iteration's time goes (demo preset), against each phase's compute floor", "",
         f"Command: `{cmd}`.", f"Machine: {machine}; {load_txt}.", "",
@@ -243,14 +248,16 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
         "| OpenMP wait | phase | variant | wall s | CPU s | tokens | positions | GFLOP | GFLOP/s | "
         "% of matmul rate | floor s | x floor |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    totals: dict[tuple[str, str], float] = {}
+    med_wall: dict[tuple[str, str, str], float] = {}
     for pol, rec in cells.items():
         rate = rec["matmul_gflops"]
         its = rec["iterations"]
         for ph in phases:
             for tag in variants.get(ph, ["unshared", "shared"]):
                 key = f"{ph}/{tag}"
-                vals = [r[key] for r in its]
+                vals = [r[key] for r in its if key in r]
+                if not vals:
+                    continue
 
                 def med(f, vals=vals):
                     return statistics.median(v[f] for v in vals)
@@ -260,25 +267,35 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
                 lines.append(f"| {pol} | {ph} | {tag} | {wall:.2f} | {cpu:.2f} | {med('tokens'):,.0f} | "
                              f"{med('positions'):,.0f} | {fl:.1f} | {fl / wall:.1f} | {100 * fl / wall / rate:.1f} | "
                              f"{floor_s:.2f} | {wall / floor_s:.0f} |")
-                if ph == "rollout":
-                    totals[(pol, tag, "unshared")] = totals.get((pol, tag, "unshared"), 0.0) + wall
-                    totals[(pol, tag, "shared")] = totals.get((pol, tag, "shared"), 0.0) + wall
-                else:
-                    for dec in variants["rollout"]:
-                        totals[(pol, dec, tag)] = totals.get((pol, dec, tag), 0.0) + wall
-    lines += ["", "Iteration (rollout + both log-prob passes + update; the advantages take < 0.1 s), and ratios to "
-              "the path before this change (`OMP_WAIT_POLICY=PASSIVE`, rollout `hf`, forwards `unshared`):", "",
-              "| OpenMP wait | rollout | forwards | s / iteration | speed-up |", "|---|---|---|---|---|"]
-    base = totals.get(("passive", "hf", "unshared"))
-    for (pol, dec, tag), tot in sorted(totals.items()):
+                med_wall[(pol, ph, tag)] = wall
+    totals: dict[tuple[str, str, str, str], float] = {}
+    for pol in cells:
+        for dec in variants["rollout"]:
+            for tag in ("unshared", "shared"):
+                parts = [med_wall.get((pol, "rollout", dec)), med_wall.get((pol, "logprobs_ref", tag)),
+                         med_wall.get((pol, "update", tag))]
+                old_pass = med_wall.get((pol, "logprobs_old", tag))
+                if None in parts:
+                    continue
+                if old_pass is not None:
+                    totals[(pol, dec, tag, "recompute")] = sum(parts) + old_pass
+                if dec != "hf":  # the sampler's log-probs (and hidden states) need the lean engine's rollout pass
+                    totals[(pol, dec, tag, "rollout")] = sum(parts)
+    lines += ["", "Iteration (rollout + reference pass + update, plus the old-log-prob pass with "
+              "`trainer.old_logprobs=recompute`; the advantages take < 0.1 s), and ratios to the path before issue 19 "
+              "(`OMP_WAIT_POLICY=PASSIVE`, rollout `hf`, forwards `unshared`, old log-probs recomputed). The demo "
+              "preset runs `default`, `cascade`, `shared`, `rollout`:", "",
+              "| OpenMP wait | rollout | forwards | old log-probs | s / iteration | speed-up |", "|---|---|---|---|---|---|"]
+    base = totals.get(("passive", "hf", "unshared", "recompute"))
+    for (pol, dec, tag, old), tot in sorted(totals.items()):
         ratio = f"{base / tot:.2f}x" if base else ""
-        lines.append(f"| {pol} | {dec} | {tag} | {tot:.1f} | {ratio} |")
+        lines.append(f"| {pol} | {dec} | {tag} | {old} | {tot:.1f} | {ratio} |")
     rec0 = next(iter(cells.values()))
     lines += ["", "Matmul rate (1024^3 fp32): " + ", ".join(f"{p} {c['matmul_gflops']:.0f} GFLOP/s"
                                                         for p, c in cells.items()) +
               f"; torch threads {rec0['threads']}; model {rec0['shape']}; rows per iteration "
-              f"{[r['rows'] for r in rec0['iterations']]}; rollout rows whose tokens differ between the two decode "
-              f"steps: {[r.get('rollout_rows_differing') for c in cells.values() for r in c['iterations']]}.", ""]
+              f"{[r['rows'] for r in rec0['iterations']]}; rollout rows whose tokens differ from the `hf` rollout's, per "
+              f"iteration: {[r.get('rollout_rows_differing') for c in cells.values() for r in c['iterations']]}.", ""]
     return "\n".join(lines)
 
 

@@ -46,12 +46,16 @@ class HFEngine(RolloutEngine):
     share_prefixes : prompts of one batch that share a prefix (a group's G copies, the task text) compute it once:
                      the prefixes run first, their KV cache is indexed out to the rows, then the rest of each
                      prompt runs (left-padded) at its true positions [choice; same tokens, log-probs within 1e-5]
+    cascade        : with share_prefixes and the lean step, the decode steps too read each prefix's keys and values
+                     once for all its rows (``agents.engines.lean``, cascade attention) instead of a copy per row
+                     [choice; same tokens, log-probs within 1e-5]. An attribute, so benchmarks can switch it
     """
 
     name = "hf"
 
     def __init__(self, model, tokenizer=None, dtype: str = "auto", device: str | None = None,
-                 max_batch_size: int | None = None, decode: str = "auto", share_prefixes: bool = True):
+                 max_batch_size: int | None = None, decode: str = "auto", share_prefixes: bool = True,
+                 cascade: bool = True):
         from agents.models import load_model, load_tokenizer
 
         if isinstance(model, (str, os.PathLike)):
@@ -75,6 +79,7 @@ class HFEngine(RolloutEngine):
             raise ValueError(f"HFEngine decode='lean' cannot serve this model: {why}; use decode='hf' or 'auto'")
         self.decode = "lean" if (decode != "hf" and why is None) else "hf"
         self.share_prefixes = bool(share_prefixes)
+        self.cascade = bool(cascade)
         self.device = next(self.model.parameters()).device
         self._home_device = self.device
         self.supports_sleep = self.device.type != "cpu"
@@ -121,6 +126,11 @@ class HFEngine(RolloutEngine):
             pre_ids, pre_mask, row_prefix, rest = shared
             model(input_ids=pre_ids.to(dev), attention_mask=pre_mask.to(dev), past_key_values=cache, use_cache=True,
                   logits_to_keep=1)
+            if self.decode == "lean":  # the prefixes' own keys and values (K, ...), before they go to the rows
+                from .lean import _layer_kv
+
+                kv = [_layer_kv(cache, i) for i in range(len(model.model.layers))]
+                prefix_kv = ([k for k, _ in kv], [v for _, v in kv])
             row_prefix = row_prefix.to(dev)
             cache.batch_select_indices(row_prefix)  # (K, ...) -> (B, ...)
             pre_mask = pre_mask.to(dev)[row_prefix]
@@ -165,8 +175,13 @@ class HFEngine(RolloutEngine):
             from .lean import LeanDecoder
 
             lean = LeanDecoder(model)
-            lean.start(cache, attn, capacity=sampling.max_tokens)
-            cache = None
+            prefix = None if shared is None or not self.cascade else (*prefix_kv, shared[1].to(dev), row_prefix)
+            order = lean.start(cache, attn, capacity=sampling.max_tokens, prefix=prefix)
+            cache = prefix_kv = None
+            if order is not None:  # the decoder keeps the rows of one prefix adjacent
+                idx = torch.tensor(order, dtype=torch.long, device=dev)
+                logits, pos, attn = logits[idx], pos[idx], attn[idx]
+                live = [live[j] for j in order]
         next_pos = pos[:, -1] + 1  # (B',)
         for _ in range(sampling.max_tokens):
             new, lps = self._sample(logits, sampling, [gens[r] for r in live])  # (B',), (B',)

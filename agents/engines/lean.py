@@ -1,21 +1,31 @@
 """A lean one-token decode step for Qwen2- and Llama-family Hugging Face models (the HF engine's decode loop).
 
-Why [choice, issue 19]: on a CPU, a decode step of a small model is overhead, not arithmetic. Each Hugging Face
-step rebuilds the attention mask, calls ~30 modules per layer and grows the KV cache by concatenation (a copy of
-the whole cache per step and layer). This step runs the same arithmetic on the model's own parameters (read at
-every call, so weight refreshes and a shared trainer module are always current), with the mask kept as one
-boolean tensor and the KV cache preallocated for the whole response and written in place.
+Why [choice, issue 19]: on a CPU, a decode step of a small model is overhead and memory traffic, not arithmetic.
+Each Hugging Face step rebuilds the attention mask, calls ~30 modules per layer and grows the KV cache by
+concatenation (a copy of the whole cache per step and layer). This step runs the same arithmetic on the model's own
+parameters, with the mask kept as one boolean tensor and the KV cache preallocated for the whole response and
+written in place. W_q|W_k|W_v and W_gate|W_up are concatenated once per batch (``start``), so one batch's
+generation reads one set of weights and each step runs 4 matmuls per layer instead of 7.
 
 Per step, for B' live rows, layer by layer (D width, H query heads, H_kv key/value heads, d = head width):
     x   = RMSNorm(h)                                   h (B', D)
-    q   = rope(x W_q + b_q) (B', H, d), k = rope(x W_k + b_k), v = x W_v + b_v   (B', H_kv, d)
+    q, k, v = x [W_q|W_k|W_v] + b; q, k = rope(q), rope(k)   q (B', H, d), k, v (B', H_kv, d)
     K[:, :, t] = k, V[:, :, t] = v                     cache (B', H_kv, T_max, d), t = tokens so far
     h  += softmax(q K[:, :, :t+1]^T / sqrt(d) + mask) V  W_o
     h  += W_down (silu(RMSNorm(h) W_gate) * RMSNorm(h) W_up)
 logits = RMSNorm(h) W_lm. The rotary cos/sin come from the model's own rotary module (every RoPE variant it knows).
 
-What it buys is modest: 1.0-1.3x the HF step's generation rate on one thread (``results/benchmarks/generation.md``)
-and ~1.15x on the demo's 2-thread rollout; most of that rollout's 1.95x comes from the shared-prefix prefill.
+**Cascade attention over shared prefixes** [choice]. When the prefill computed shared prompt prefixes once (a
+group's G copies of the system prompt and task), the step keeps one copy of each prefix's keys and values (K, H_kv,
+L, d) instead of B' copies, and each row's own cache holds only [the rest of its prompt | its response]. Per layer:
+    s_pre = q P_k^T (one matmul per prefix over its run of adjacent rows), s_own = q K_own^T
+    p     = softmax([s_pre | s_own] / sqrt(d) + [prefix mask | own mask])       (one softmax over both parts)
+    o     = p[:, :L] P_v (per prefix) + p[:, L:] V_own
+The same attention as over [prefix | own] keys; the prefix is read once per step for all its rows, not once per
+row. On the demo's rollouts (prefixes of 215-324 tokens, 80-300 more per row) the step reads about half the bytes
+and dropping finished rows copies less. Used when there are at most half as many prefixes as rows.
+
+Measured: ``results/benchmarks/phases.md`` (rollout phase) and ``results/benchmarks/generation.md``.
 
 ``lean_support(model)`` says why a model cannot use it (the engine then keeps Hugging Face's step). Tested equal to
 the Hugging Face step in logits (1e-5) and in the sampled tokens (``tests/agents/test_engines_hf.py``).
@@ -92,11 +102,38 @@ class LeanDecoder:
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
         self.scale = self.head_dim ** -0.5
 
-    def start(self, cache, attention_mask: torch.Tensor, capacity: int) -> None:
+    def start(self, cache, attention_mask: torch.Tensor, capacity: int, prefix=None) -> list[int] | None:
+        """Take over the prefill's cache. ``prefix`` = (keys, values, mask, row_prefix) of shared prompt prefixes:
+        per layer the prefixes' keys and values (K, H_kv, L, d) before they were indexed out to the rows, their
+        (K, L) mask and the prefix of each row (B,); the cache and ``attention_mask`` then cover [prefix | rest].
+
+        With ``prefix`` the decoder keeps one copy of each prefix (``cascade``) and returns the row order it works
+        in (rows of one prefix adjacent; None when that is the given order): the caller reorders its rows so.
+        """
         layers = self.model.model.layers
+        self.cascade = prefix is not None and _runs_worth_it(prefix[3])
+        order = None
+        first = 0
+        if self.cascade:
+            pre_k, pre_v, pre_mask, row_prefix = prefix
+            first = int(pre_mask.shape[1])  # L: the rows' own cache starts after the prefix columns
+            rp = row_prefix.tolist()
+            perm = sorted(range(len(rp)), key=lambda r: rp[r])  # stable: rows of one prefix adjacent
+            if perm != list(range(len(rp))):
+                order = perm
+            idx = torch.tensor(perm, dtype=torch.long, device=attention_mask.device)
+            self.row_prefix = [rp[r] for r in perm]
+            self.pre_k = [k.contiguous() for k in pre_k]
+            self.pre_v = [v.contiguous() for v in pre_v]
+            self.pre_len = first
+            pre_bias = torch.zeros(pre_mask.shape, dtype=self.pre_k[0].dtype, device=attention_mask.device)
+            self.pre_bias = pre_bias.masked_fill(~pre_mask.bool(), float("-inf"))
+            attention_mask = attention_mask[idx]
         self.k, self.v = [], []
         for i in range(len(layers)):
             k, v = _layer_kv(cache, i)
+            if self.cascade:
+                k, v = k[idx, :, first:], v[idx, :, first:]
             b, hk, t, d = k.shape
             kk = k.new_empty((b, hk, t + capacity, d))
             vv = v.new_empty((b, hk, t + capacity, d))
@@ -104,15 +141,74 @@ class LeanDecoder:
             vv[:, :, :t] = v
             self.k.append(kk)
             self.v.append(vv)
-        self.t = int(attention_mask.shape[1])
-        self.mask = torch.zeros((attention_mask.shape[0], self.t + capacity), dtype=torch.bool,
-                                device=attention_mask.device)
-        self.mask[:, : self.t] = attention_mask.bool()
+        own = attention_mask[:, first:]
+        self.t = int(own.shape[1])
+        self.mask = torch.zeros((own.shape[0], self.t + capacity), dtype=torch.bool, device=own.device)
+        self.mask[:, : self.t] = own.bool()
+        self._fuse()
+        if self.cascade:
+            self._plan_runs()
+        return order
+
+    def _fuse(self) -> None:
+        """Per layer, W_q|W_k|W_v and W_gate|W_up as one matrix each (and their biases): fewer, larger matmuls per
+        step. Built from the current parameters at ``start``, so one batch's generation sees one set of weights."""
+        self.qkv, self.gate_up = [], []
+        for layer in self.model.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            projs = (a.q_proj, a.k_proj, a.v_proj)
+            w = torch.cat([p.weight for p in projs], 0)
+            bias = None
+            if any(p.bias is not None for p in projs):
+                bias = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0])
+                                  for p in projs])
+            self.qkv.append((w, bias))
+            self.gate_up.append(torch.cat([m.gate_proj.weight, m.up_proj.weight], 0))
+
+    def _plan_runs(self) -> None:
+        """(prefix, first row, end row) of each run of adjacent rows that share a prefix."""
+        runs, a = [], 0
+        rp = self.row_prefix
+        for r in range(1, len(rp) + 1):
+            if r == len(rp) or rp[r] != rp[a]:
+                runs.append((rp[a], a, r))
+                a = r
+        self.runs = runs
+        self.row_pre_bias = self.pre_bias[torch.tensor(rp, dtype=torch.long, device=self.pre_bias.device)]
 
     def keep(self, idx: torch.Tensor) -> None:
         self.k = [k[idx] for k in self.k]
         self.v = [v[idx] for v in self.v]
         self.mask = self.mask[idx]
+        if self.cascade:
+            self.row_prefix = [self.row_prefix[j] for j in idx.tolist()]
+            self._plan_runs()
+
+    def _attend_cascade(self, q: torch.Tensor, i: int, t: int, bias: torch.Tensor) -> torch.Tensor:
+        """q (B', H, d) -> attention output (B', H * d) over [the row's prefix | its own keys 0..t]: softmax over
+        both parts at once (``bias`` (B', 1, 1, L + t + 1): 0 or -inf per key); each prefix's keys are read once
+        for all its rows (a matmul over its run of rows)."""
+        b = q.shape[0]
+        g = self.heads // self.kv_heads
+        qh = q.view(b, self.kv_heads, g, self.head_dim)  # query head h reads key/value head h // g (as HF)
+        s_own = torch.matmul(qh, self.k[i][:, :, : t + 1].transpose(-1, -2))  # (B', H_kv, g, t + 1)
+        parts = []
+        for k, a, c in self.runs:
+            n = c - a
+            qk = qh[a:c].transpose(0, 1).reshape(self.kv_heads, n * g, self.head_dim)
+            s = torch.matmul(qk, self.pre_k[i][k].transpose(-1, -2))  # (H_kv, n g, L)
+            parts.append(s.view(self.kv_heads, n, g, -1).transpose(0, 1))
+        s_pre = parts[0] if len(parts) == 1 else torch.cat(parts, 0)  # (B', H_kv, g, L)
+        p = torch.softmax(torch.cat([s_pre, s_own], -1) * self.scale + bias, dim=-1)
+        L = self.pre_len
+        o = torch.matmul(p[..., L:], self.v[i][:, :, : t + 1])  # (B', H_kv, g, d)
+        outs = []
+        for k, a, c in self.runs:
+            n = c - a
+            pk = p[a:c, ..., :L].transpose(0, 1).reshape(self.kv_heads, n * g, L)
+            outs.append(torch.matmul(pk, self.pre_v[i][k]).view(self.kv_heads, n, g, self.head_dim).transpose(0, 1))
+        o = o + (outs[0] if len(outs) == 1 else torch.cat(outs, 0))
+        return o.reshape(b, self.heads * self.head_dim)
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -122,29 +218,45 @@ class LeanDecoder:
         if t >= self.mask.shape[1]:
             raise RuntimeError(f"LeanDecoder: the KV cache holds {self.mask.shape[1]} positions, all used")
         h = F.embedding(tokens, m.embed_tokens.weight)[:, None, :]  # (B', 1, D)
-        cos, sin = m.rotary_emb(h, positions[:, None])  # (B', 1, d)
-        cos, sin = cos[:, None], sin[:, None]  # (B', 1, 1, d): broadcast over heads
+        cos, sin = m.rotary_emb(h, positions[:, None])  # (B', 1, d): broadcast over the heads of (B', heads, d)
         self.mask[:, t] = True
-        mask = self.mask[:, None, None, : t + 1]  # (B', 1, 1, t + 1)
+        if self.cascade:  # additive mask over [prefix | own keys]: 0 where a key is seen, -inf where not
+            own = torch.zeros((b, t + 1), dtype=h.dtype, device=h.device).masked_fill_(~self.mask[:, : t + 1],
+                                                                                       float("-inf"))
+            bias = torch.cat([self.row_pre_bias, own], 1)[:, None, None, :]
+        else:
+            mask = self.mask[:, None, None, : t + 1]  # (B', 1, 1, t + 1)
         gqa = self.heads != self.kv_heads
+        nq, nk = self.heads, self.kv_heads
         for i, layer in enumerate(m.layers):
             a = layer.self_attn
-            x = _rms(h, layer.input_layernorm)
-            q = _linear(x, a.q_proj).view(b, 1, self.heads, self.head_dim).transpose(1, 2)
-            k = _linear(x, a.k_proj).view(b, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = _linear(x, a.v_proj).view(b, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            self.k[i][:, :, t] = k[:, :, 0]
-            self.v[i][:, :, t] = v[:, :, 0]
-            o = F.scaled_dot_product_attention(q, self.k[i][:, :, : t + 1], self.v[i][:, :, : t + 1],
-                                               attn_mask=mask, scale=self.scale, enable_gqa=gqa)
-            h = h + _linear(o.transpose(1, 2).reshape(b, 1, self.heads * self.head_dim), a.o_proj)
-            x = _rms(h, layer.post_attention_layernorm)
-            mlp = layer.mlp
-            h = h + _linear(F.silu(_linear(x, mlp.gate_proj)) * _linear(x, mlp.up_proj), mlp.down_proj)
+            x = _rms(h[:, 0], layer.input_layernorm)  # (B', D)
+            w, b_qkv = self.qkv[i]
+            qkv = F.linear(x, w, b_qkv).view(b, nq + 2 * nk, self.head_dim)
+            qk = qkv[:, : nq + nk]
+            qk = qk * cos + _rotate_half(qk) * sin  # RoPE on the query and key heads at once
+            q, k, v = qk[:, :nq], qk[:, nq:], qkv[:, nq + nk:]
+            self.k[i][:, :, t] = k
+            self.v[i][:, :, t] = v
+            if self.cascade:
+                o = self._attend_cascade(q, i, t, bias)
+            else:
+                o = F.scaled_dot_product_attention(q[:, :, None], self.k[i][:, :, : t + 1], self.v[i][:, :, : t + 1],
+                                                   attn_mask=mask, scale=self.scale, enable_gqa=gqa)
+                o = o.reshape(b, nq * self.head_dim)
+            h = h + _linear(o, a.o_proj)[:, None]
+            x = _rms(h[:, 0], layer.post_attention_layernorm)
+            gu = F.linear(x, self.gate_up[i])
+            gate, up = gu.split(gu.shape[-1] // 2, dim=-1)
+            h = h + _linear(F.silu(gate) * up, layer.mlp.down_proj)[:, None]
         self.t = t + 1
         return _linear(_rms(h, m.norm)[:, 0], self.model.lm_head)
+
+
+def _runs_worth_it(row_prefix: torch.Tensor) -> bool:
+    """Cascade attention pays when prefixes are shared: fewer distinct prefixes than half the rows [choice]."""
+    n = int(row_prefix.numel())
+    return n >= 2 and len(set(row_prefix.tolist())) * 2 <= n
 
 
 def _layer_kv(cache, i: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -315,6 +315,48 @@ def test_shared_prefix_prefill_gives_the_unshared_generations(model, tiny_dir, s
     assert again[0].token_ids == again[1].token_ids == again[2].token_ids
 
 
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_cascade_decode_over_interleaved_groups_gives_the_plain_generations(model, tiny_dir, smollm2_dir,
+                                                                          monkeypatch):
+    """The lean step reads each shared prefix once for all its rows (``LeanDecoder`` cascade): with the groups'
+    rows interleaved in the batch (so the decoder reorders them), rows finishing at different steps (stop
+    strings, EOS, the cap) and grouped-query attention (SmolLM2), the tokens are Hugging Face's step over whole
+    prompts, log-probs within float rounding."""
+    from agents.engines.lean import LeanDecoder
+
+    path = tiny_dir if model == "tiny" else smollm2_dir
+    plain = HFEngine(path, dtype="float32", decode="hf", share_prefixes=False)
+    lean = HFEngine(plain.model, plain.tokenizer, decode="lean", share_prefixes=True)
+    goal_a = "Goal: craft stick. Recipe: craft 4 stick using 2 oak planks. " * 4
+    goal_b = "Goal: craft 4 oak planks. Recipe: craft 4 oak planks using 1 oak log. " * 4
+    # two long task texts (two prefixes), interleaved; one A row with an observation of its own
+    prompts = _chat(plain.tokenizer, [goal_a, goal_b, goal_a + "You hold nothing.", goal_a, goal_b, goal_a, goal_b])
+    orders = []
+    real_start = LeanDecoder.start
+
+    def spy(self, *a, **kw):
+        order = real_start(self, *a, **kw)
+        orders.append((self.cascade, order, len(self.runs) if self.cascade else 0))
+        return order
+
+    monkeypatch.setattr(LeanDecoder, "start", spy)
+    n = 24 if model == "tiny" else 8
+    lens = []
+    for cfg in (SamplingConfig(temperature=1.0, max_tokens=n, stop=(".", "a", "e")),
+                SamplingConfig(temperature=0.0, max_tokens=n, stop=())):
+        seeds = list(range(40, 40 + len(prompts)))
+        a, b = plain.generate(prompts, cfg, seeds=seeds), lean.generate(prompts, cfg, seeds=seeds)
+        assert [g.token_ids for g in b] == [g.token_ids for g in a]
+        assert [g.finish_reason for g in b] == [g.finish_reason for g in a]
+        tol = 1e-5 if model == "tiny" else 5e-5
+        for x, y in zip(a, b):
+            assert y.logprobs == pytest.approx(x.logprobs, abs=tol)
+        lens.append({len(g.token_ids) for g in b})
+    assert orders and all(c and runs >= 2 for c, _, runs in orders)  # the cascade ran, over 2+ prefixes
+    assert all(o is not None and sorted(o) == list(range(len(prompts))) for _, o, _ in orders)  # and reordered
+    assert len(lens[0]) > 1  # sampling with stop strings: rows left the batch at different steps
+
+
 def test_prefix_plan_keeps_a_prompt_token_per_row_and_skips_what_saves_little():
     from agents.prefixes import plan_shared_prefixes
 

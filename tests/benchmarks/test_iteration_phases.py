@@ -40,13 +40,18 @@ def test_report_has_every_phase_and_the_speed_up():
     def phase(wall):
         return {"wall": wall, "cpu": wall, "tokens": 10, "positions": 12, "gflop": 1.0, "floor_gflop": 0.5}
 
-    it = {"rows": 4, "rollout/hf": phase(2.0), "rollout/lean": phase(1.0)}
+    it = {"rows": 4, "rollout/hf": phase(2.0), "rollout/lean": phase(1.0), "rollout/cascade": phase(0.5)}
     for ph in ("logprobs_old", "logprobs_ref", "update"):
         it[f"{ph}/unshared"], it[f"{ph}/shared"] = phase(2.0), phase(1.0)
     cells = {p: {"matmul_gflops": 100.0, "threads": 2, "shape": {}, "iterations": [it]} for p in ("default", "passive")}
     text = summarise(cells, "python -m benchmarks.iteration_phases", "load 0", "test machine")
     for ph in ("rollout", "logprobs_old", "logprobs_ref", "update"):
         assert f"| default | {ph} |" in text
-    assert "| passive | hf | unshared | 8.0 | 1.00x |" in text
-    assert "| passive | hf | shared | 5.0 | 1.60x |" in text
-    assert "| passive | lean | shared | 4.0 | 2.00x |" in text
+    assert "| default | rollout | cascade |" in text
+    # rollout + old + reference + update against the path before issue 19 (passive, hf, unshared, recompute)
+    assert "| passive | hf | unshared | recompute | 8.0 | 1.00x |" in text
+    assert "| passive | hf | shared | recompute | 5.0 | 1.60x |" in text
+    assert "| passive | lean | shared | recompute | 4.0 | 2.00x |" in text
+    # the old log-probs from the sampler: no old pass, and only with the lean engine's rollout
+    assert "| default | cascade | shared | rollout | 2.5 | 3.20x |" in text
+    assert "| passive | hf | shared | rollout |" not in text
