@@ -46,17 +46,23 @@ def _models(quick: bool) -> dict[str, Path]:
     return out
 
 
-def _prompts(tokenizer, n: int) -> list[list[int]]:
+def _prompts(tokenizer, n: int, group_size: int = 1) -> list[list[int]]:
+    """n prompts: ceil(n / group_size) distinct protocol-style TextCraft prompts, each repeated group_size times in
+    a row (a rollout's group: G trajectories of one task start from the same prompt)."""
     from agents.models.corpus import protocol_corpus
 
-    texts = [t for t in protocol_corpus(seed=0, n_steps=max(n, 8)) if not t.startswith("<think>")][:n]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
-                                          tokenize=True, return_dict=False) for t in texts]
+    k = -(-n // group_size)
+    texts = [t for t in protocol_corpus(seed=0, n_steps=max(k, 8)) if not t.startswith("<think>")][:k]
+    distinct = [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                              tokenize=True, return_dict=False) for t in texts]
+    return [distinct[i // group_size] for i in range(n)]
 
 
 def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_tokens: int, repeats: int,
-              threads: int) -> list[dict]:
-    """Time ``engine.generate`` for every (model, batch); one engine per model."""
+              threads: int, group_size: int = 1) -> list[dict]:
+    """Time ``engine.generate`` for every (model, batch); one engine per model. Engines: ``hf`` = Hugging Face's
+    decode step, every prompt prefilled whole (the HF engine before issue 19); ``hf-lean`` = the HF engine's
+    defaults now (lean step, shared prompt prefixes prefilled once, cascade decode attention); ``vllm``."""
     import torch
 
     from agents.engines import SamplingConfig, make_engine
@@ -65,7 +71,8 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
     rows = []
     for label, path in models.items():
         if engine_name.startswith("hf"):
-            kw = {"dtype": "float32", "decode": "lean" if engine_name == "hf-lean" else "hf"}
+            kw = ({"dtype": "float32", "decode": "lean"} if engine_name == "hf-lean"
+                  else {"dtype": "float32", "decode": "hf", "share_prefixes": False, "cascade": False})
         else:
             kw = {"dtype": "float32", "max_model_len": 2048}
         t0 = time.perf_counter()
@@ -75,7 +82,7 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
         warm = _prompts(eng.tokenizer, 2)
         eng.generate(warm, SamplingConfig(temperature=1.0, max_tokens=4, stop=()), seeds=[0, 1])  # warm-up
         for b in batches:
-            prompts = _prompts(eng.tokenizer, b)
+            prompts = _prompts(eng.tokenizer, b, group_size)
             times, toks = [], []
             for r in range(repeats):
                 t = time.perf_counter()
@@ -124,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                          "machine use 1: multi-threaded OpenMP spin-waits collapse under contention")
     ap.add_argument("--out", default=str(RESULTS / "generation.md"), help="markdown table to write")
     ap.add_argument("--skip-vllm", action="store_true", help="HF rows only")
+    ap.add_argument("--group-size", type=int, default=1,
+                    help="G: each batch is B/G distinct prompts, each G times (a rollout's groups; default 1)")
     ap.add_argument("--worker", choices=["hf", "vllm"], help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -131,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:  # subprocess mode: read the spec, print one JSON line
         spec = json.loads(args.spec)
         rows = run_cells(args.worker, spec["models"], spec["batches"], spec["max_tokens"], spec["repeats"],
-                         spec["threads"])
+                         spec["threads"], spec.get("group_size", 1))
         print("BENCH_JSON " + json.dumps(rows), flush=True)
         return 0
 
@@ -139,12 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     max_tokens = args.max_tokens or (16 if args.quick else 64)
     repeats = args.repeats or (1 if args.quick else 3)
     models = {k: str(v) for k, v in _models(args.quick).items()}
+    if args.group_size < 1:
+        raise SystemExit(f"--group-size {args.group_size}: must be >= 1")
     spec = {"models": models, "batches": batches, "max_tokens": max_tokens, "repeats": repeats,
-            "threads": args.threads}
+            "threads": args.threads, "group_size": args.group_size}
     load0 = _loadavg()
     print(f"machine: {_machine()}; load average {load0}")
-    rows = run_cells("hf", models, batches, max_tokens, repeats, args.threads)
-    rows += run_cells("hf-lean", models, batches, max_tokens, repeats, args.threads)
+    rows = run_cells("hf", models, batches, max_tokens, repeats, args.threads, args.group_size)
+    rows += run_cells("hf-lean", models, batches, max_tokens, repeats, args.threads, args.group_size)
 
     vllm_note = ""
     vpy = None if args.skip_vllm else _vllm_python()
@@ -182,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Sampling at temperature 1.0, top-p 1, no stop string, up to {max_tokens} generated tokens per row, "
         f"float32 weights in both engines; median of {repeats} timed call(s) after a small warm-up call. Prompts: "
-        "protocol-style TextCraft prompts through each model's chat template. Tokens/s counts generated "
-        "tokens only (prefill time included in the wall time).",
+        "protocol-style TextCraft prompts through each model's chat template"
+        + (f", in groups of G = {args.group_size} copies of one prompt (a rollout's group)" if args.group_size > 1
+           else ", all distinct") + ". Tokens/s counts generated tokens only (prefill time included in the wall "
+        "time). HF step: Hugging Face's decode step, every prompt prefilled whole (the HF engine before issue 19); "
+        "HF engine now: its defaults (lean step, shared prompt prefixes prefilled once, cascade decode attention).",
         "",
         table,
         "",
@@ -194,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _table(rows: list[dict], models: dict, batches: list[int]) -> str:
     by = {(r["engine"], r["model"], r["batch"]): r for r in rows}
-    lines = ["| model | batch | prompt tokens (mean) | HF tok/s (HF step) | HF tok/s (lean step) | lean / HF step | "
-             "vLLM tok/s | vLLM / HF lean |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | batch | prompt tokens (mean) | HF tok/s (HF step) | HF tok/s (HF engine now) | now / HF step | "
+             "vLLM tok/s | vLLM / HF now |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in models:
         for b in batches:
             h, hl, v = by.get(("hf", m, b)), by.get(("hf-lean", m, b)), by.get(("vllm", m, b))

@@ -228,7 +228,7 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
             tr.sync_weights()
             rec["iterations"].append(row)
             print(json.dumps({"iteration": it, **{k: round(v["wall"], 2) for k, v in row.items()
-                                                  if isinstance(v, dict)}}), file=sys.stderr, flush=True)
+                                                  if isinstance(v, dict) and "wall" in v}}), file=sys.stderr, flush=True)
     finally:
         tr.close()
     return rec
@@ -281,12 +281,13 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
                     totals[(pol, dec, tag, "recompute")] = sum(parts) + old_pass
                 if dec != "hf":  # the sampler's log-probs (and hidden states) need the lean engine's rollout pass
                     totals[(pol, dec, tag, "rollout")] = sum(parts)
+    base_pol = "passive" if "passive" in cells else next(iter(cells))  # one thread: no worker threads to wait
     lines += ["", "Iteration (rollout + reference pass + update, plus the old-log-prob pass with "
               "`trainer.old_logprobs=recompute`; the advantages take < 0.1 s), and ratios to the path before issue 19 "
-              "(`OMP_WAIT_POLICY=PASSIVE`, rollout `hf`, forwards `unshared`, old log-probs recomputed). The demo "
-              "preset runs `default`, `cascade`, `shared`, `rollout`:", "",
+              f"(`{base_pol}`, rollout `hf`, forwards `unshared`, old log-probs recomputed; the repo ran `passive` then). "
+              "The demo preset runs `default`, `cascade`, `shared`, `rollout`:", "",
               "| OpenMP wait | rollout | forwards | old log-probs | s / iteration | speed-up |", "|---|---|---|---|---|---|"]
-    base = totals.get(("passive", "hf", "unshared", "recompute"))
+    base = totals.get((base_pol, "hf", "unshared", "recompute"))
     for (pol, dec, tag, old), tot in sorted(totals.items()):
         ratio = f"{base / tot:.2f}x" if base else ""
         lines.append(f"| {pol} | {dec} | {tag} | {old} | {tot:.1f} | {ratio} |")
@@ -300,13 +301,17 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
 
 
 def demo_warmstart() -> str | None:
-    """The cached TextCraft warm start the demo preset trains from, or None after saying how to build it."""
-    from lab.study import find_warmstart
+    """The cached TextCraft warm start the demo preset trains from (the one its ``sft.warmstart`` settings build), or
+    None after saying how to build it."""
+    from lab.study import find_warmstart, warmstart_cli_args
+    from trainer.config import config_from_argv
 
-    found = find_warmstart("textcraft")
+    extra = warmstart_cli_args(config_from_argv(["--config", str(ROOT / PRESET)], prog="benchmark").sft.warmstart)
+    found = find_warmstart("textcraft", extra=extra)
     if found is None:
-        print("no cached TextCraft warm start: build it with `python -m experiments.warmstart --env textcraft` "
-              "(or `make demo`), or pass --init-from DIR", file=sys.stderr)
+        cmd = " ".join(["python -m experiments.warmstart --env textcraft", *extra])
+        print(f"no cached warm start of the demo preset: build it with `{cmd}` (or `make demo`), or pass "
+              "--init-from DIR", file=sys.stderr)
         return None
     return str(found)
 
@@ -330,8 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--policies", default="default,passive", help="comma list of: " + ", ".join(POLICIES))
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads per cell (default: every core; 1 = as each of the demo's two parallel runs)")
     ap.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        print(f"--threads {args.threads}: must be >= 1", file=sys.stderr)
+        return 2
     if args.cell:
         rec = run_cell(args.preset, args.init_from, args.iterations, args.cell)
         print(json.dumps(rec))
@@ -355,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         for pol in pols:
             env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
             env.update(POLICIES[pol])
+            if args.threads is not None:  # torch takes its thread count from it when the cell loads torch
+                env["OMP_NUM_THREADS"] = str(args.threads)
             cmd = [sys.executable, "-m", "benchmarks.iteration_phases", "--preset", args.preset, "--init-from", init,
                    "--iterations", str(args.iterations), "--cell", str(Path(tmp) / pol)]
             out = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
@@ -364,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         shown.append(f"--preset {args.preset}")
     if args.policies != "default,passive":
         shown.append(f"--policies {args.policies}")
+    if args.threads is not None:
+        shown.append(f"--threads {args.threads}")
     text = summarise(cells, " ".join(shown), f"load average before / after: {load0} / {loadavg()}",
                      describe(threads=False))
     emit_table(text, args.out)

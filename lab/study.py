@@ -94,7 +94,7 @@ class Study:
         cfg = load_config(REPO / self.preset, self.overrides)
         if not cfg.sft.enabled:
             return None, []
-        return env_short_name(cfg.env.id), _warmstart_args(cfg.sft.warmstart)
+        return env_short_name(cfg.env.id), warmstart_cli_args(cfg.sft.warmstart)
 
     @property
     def warmstart_env(self) -> str | None:
@@ -123,7 +123,7 @@ class StudyFileError(ValueError):
     """A study file that cannot be read: the message names the file, the key and the fix."""
 
 
-def _warmstart_args(settings: dict) -> list[str]:
+def warmstart_cli_args(settings: dict) -> list[str]:
     """``python -m experiments.warmstart`` options of a preset's ``sft.warmstart`` mapping (already checked by the
     run config), in its order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
     out: list[str] = []

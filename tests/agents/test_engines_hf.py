@@ -371,3 +371,16 @@ def test_prefix_plan_keeps_a_prompt_token_per_row_and_skips_what_saves_little():
     assert plan_shared_prefixes([[5, 6, 7], [8, 9, 10]]) is None  # nothing in common
     assert plan_shared_prefixes([head + [1]]) is None  # one row
     assert plan_shared_prefixes([[5], [5]]) is None  # one-token prompts keep their token
+
+
+def test_generation_benchmark_prompts_come_in_groups_as_in_a_rollout(tiny_dir):
+    """``benchmarks.generation_speed --group-size G``: B/G distinct prompts, each G times in a row."""
+    from benchmarks.generation_speed import _prompts
+
+    tok = HFEngine(tiny_dir, decode="hf").tokenizer
+    grouped = _prompts(tok, 8, group_size=4)
+    assert len(grouped) == 8
+    assert grouped[0] == grouped[1] == grouped[3] and grouped[4] == grouped[7] and grouped[0] != grouped[4]
+    plain = _prompts(tok, 4)
+    assert len({tuple(p) for p in plain}) == 4
+    assert _prompts(tok, 5, group_size=2)[4] not in _prompts(tok, 5, group_size=2)[:4]  # a last, partial group
