@@ -259,8 +259,17 @@ class HFEngine(RolloutEngine):
                 mass_before = p_sorted.cumsum(dim=-1) - p_sorted
                 p_sorted = p_sorted.masked_fill(mass_before >= sampling.top_p, 0.0)
                 probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
-            # one generator per row: a row's draw never depends on the other rows of the batch
-            tok = torch.stack([torch.multinomial(probs[j], 1, generator=g)[0] for j, g in enumerate(gens)])
+            if not bool(torch.isfinite(probs).all()):
+                bad = sorted({int(j) for j in (~torch.isfinite(probs)).nonzero()[:, 0]})
+                raise FloatingPointError(f"HFEngine: NaN or Inf in the next-token distribution of batch rows {bad} "
+                                         "(the model's logits): check the weights (a diverged update?)")
+            # one generator per row: a row's draw never depends on the other rows of the batch. The draw is
+            # torch.multinomial(p, 1)'s own, batched: q ~ Exp(1) per entry from the row's generator, token =
+            # argmax(p / q) (the exponential race); the same tokens, without its per-row checks and syncs
+            q = torch.empty_like(probs)
+            for j, g in enumerate(gens):
+                q[j].exponential_(generator=g)
+            tok = (probs / q).argmax(dim=-1)
         return tok, logp.gather(-1, tok[:, None])[:, 0]
 
     def _stop_in_tail(self, ids: list[int], stops: tuple[str, ...], window: int) -> str | None:

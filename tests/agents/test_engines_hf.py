@@ -384,3 +384,32 @@ def test_generation_benchmark_prompts_come_in_groups_as_in_a_rollout(tiny_dir):
     plain = _prompts(tok, 4)
     assert len({tuple(p) for p in plain}) == 4
     assert _prompts(tok, 5, group_size=2)[4] not in _prompts(tok, 5, group_size=2)[:4]  # a last, partial group
+
+
+def test_batched_draw_is_torch_multinomial_row_by_row():
+    """The sampler's batched exponential race draws what ``torch.multinomial(p, 1, generator=g)`` draws for each row
+    (tokens and the generators' states after), on peaked, flat and top-p-truncated distributions; NaN logits are an
+    error that names the row."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.cat([torch.randn(6, 1370, generator=g) * s for s in (0.5, 3.0, 8.0)])  # (18, V)
+    for top_p in (1.0, 0.9):
+        sampling = SamplingConfig(temperature=1.0, top_p=top_p, max_tokens=4, stop=())
+        for step in range(30):
+            seeds = [1000 * step + j for j in range(logits.shape[0])]
+            a = [torch.Generator().manual_seed(s) for s in seeds]
+            b = [torch.Generator().manual_seed(s) for s in seeds]
+            tok, _ = HFEngine._sample(logits, sampling, a)
+            logp = torch.log_softmax(logits, dim=-1)
+            probs = logp.exp()
+            if top_p < 1.0:
+                p_sorted, order = probs.sort(dim=-1, descending=True)
+                p_sorted = p_sorted.masked_fill(p_sorted.cumsum(-1) - p_sorted >= top_p, 0.0)
+                probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
+            ref = torch.stack([torch.multinomial(probs[j], 1, generator=gj)[0] for j, gj in enumerate(b)])
+            assert tok.tolist() == ref.tolist()
+            assert all(torch.equal(x.get_state(), y.get_state()) for x, y in zip(a, b))
+    bad = logits[:3].clone()
+    bad[1, 5] = float("nan")
+    with pytest.raises(FloatingPointError, match=r"rows \[1\]"):
+        HFEngine._sample(bad, SamplingConfig(temperature=1.0, max_tokens=4, stop=()),
+                         [torch.Generator().manual_seed(i) for i in range(3)])
