@@ -156,14 +156,8 @@ class LeanDecoder:
         self.qkv, self.gate_up = [], []
         for layer in self.model.model.layers:
             a, m = layer.self_attn, layer.mlp
-            projs = (a.q_proj, a.k_proj, a.v_proj)
-            w = torch.cat([p.weight for p in projs], 0)
-            bias = None
-            if any(p.bias is not None for p in projs):
-                bias = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0])
-                                  for p in projs])
-            self.qkv.append((w, bias))
-            self.gate_up.append(torch.cat([m.gate_proj.weight, m.up_proj.weight], 0))
+            self.qkv.append(_stacked((a.q_proj, a.k_proj, a.v_proj)))
+            self.gate_up.append(_stacked((m.gate_proj, m.up_proj)))  # Llama's mlp_bias: biases kept where present
 
     def _plan_runs(self) -> None:
         """(prefix, first row, end row) of each run of adjacent rows that share a prefix."""
@@ -246,11 +240,19 @@ class LeanDecoder:
                 o = o.reshape(b, nq * self.head_dim)
             h = h + _linear(o, a.o_proj)[:, None]
             x = _rms(h[:, 0], layer.post_attention_layernorm)
-            gu = F.linear(x, self.gate_up[i])
+            gu = F.linear(x, *self.gate_up[i])
             gate, up = gu.split(gu.shape[-1] // 2, dim=-1)
             h = h + _linear(F.silu(gate) * up, layer.mlp.down_proj)[:, None]
         self.t = t + 1
         return _linear(_rms(h, m.norm)[:, 0], self.model.lm_head)
+
+
+def _stacked(projs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight, bias) of linear layers stacked along their outputs; bias None when none has one."""
+    w = torch.cat([p.weight for p in projs], 0)
+    if all(p.bias is None for p in projs):
+        return w, None
+    return w, torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
 
 
 def _runs_worth_it(row_prefix: torch.Tensor) -> bool:

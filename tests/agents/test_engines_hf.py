@@ -413,3 +413,27 @@ def test_batched_draw_is_torch_multinomial_row_by_row():
     with pytest.raises(FloatingPointError, match=r"rows \[1\]"):
         HFEngine._sample(bad, SamplingConfig(temperature=1.0, max_tokens=4, stop=()),
                          [torch.Generator().manual_seed(i) for i in range(3)])
+
+
+def test_lean_step_keeps_mlp_biases(tiny_dir):
+    """A Llama-style MLP with biases (``mlp_bias``): the fused gate|up projection keeps them (logits equal the
+    model's forward), and without them the step would differ."""
+    from transformers import DynamicCache
+
+    from agents.engines.lean import LeanDecoder
+
+    eng = HFEngine(tiny_dir, dtype="float32", decode="hf")
+    torch.manual_seed(3)
+    for layer in eng.model.model.layers:
+        for proj in (layer.mlp.gate_proj, layer.mlp.up_proj):
+            proj.bias = torch.nn.Parameter(torch.randn(proj.out_features) * 0.5)
+    ids = torch.tensor([_chat(eng.tokenizer, ["Goal: craft stick."])[0]])
+    nxt = torch.tensor([7])
+    with torch.no_grad():
+        cache = DynamicCache(config=eng.model.config)
+        eng.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        dec = LeanDecoder(eng.model)
+        dec.start(cache, torch.ones_like(ids), capacity=4)
+        got = dec.step(nxt, torch.tensor([ids.shape[1]]))
+        ref = eng.model(torch.cat([ids, nxt[None]], 1)).logits[:, -1]
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
