@@ -220,13 +220,12 @@ def test_lean_decode_equals_hugging_face_decode_smollm2(smollm2_dir):
     _agree(smollm2_dir, lambda tok: _chat(tok, ["Name a colour.", "Count from one to five."]), max_tokens=12)
 
 
-def test_lean_step_logits_equal_the_model_forward(tiny_dir):
-    """One step on its own: logits of the lean step after a prefill = the model's logits at that position."""
+def _one_lean_step(eng, position_offset: int = 0):
+    """(lean step's logits, the model's forward logits) for one token after a prefill of a short chat prompt."""
     from transformers import DynamicCache
 
     from agents.engines.lean import LeanDecoder
 
-    eng = HFEngine(tiny_dir, dtype="float32", decode="hf")
     ids = torch.tensor([_chat(eng.tokenizer, ["Goal: craft stick."])[0]])
     nxt = torch.tensor([7])
     with torch.no_grad():
@@ -234,16 +233,18 @@ def test_lean_step_logits_equal_the_model_forward(tiny_dir):
         eng.model(input_ids=ids, past_key_values=cache, use_cache=True)
         dec = LeanDecoder(eng.model)
         dec.start(cache, torch.ones_like(ids), capacity=4)
-        got = dec.step(nxt, torch.tensor([ids.shape[1]]))
+        got = dec.step(nxt, torch.tensor([ids.shape[1] + position_offset]))
         ref = eng.model(torch.cat([ids, nxt[None]], 1)).logits[:, -1]
+    return got, ref
+
+
+def test_lean_step_logits_equal_the_model_forward(tiny_dir):
+    """One step on its own: logits of the lean step after a prefill = the model's logits at that position."""
+    eng = HFEngine(tiny_dir, dtype="float32", decode="hf")
+    got, ref = _one_lean_step(eng)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
     # and a wrong position (RoPE) is seen: the comparison can fail
-    dec2 = LeanDecoder(eng.model)
-    with torch.no_grad():
-        cache = DynamicCache(config=eng.model.config)
-        eng.model(input_ids=ids, past_key_values=cache, use_cache=True)
-        dec2.start(cache, torch.ones_like(ids), capacity=4)
-        off = dec2.step(nxt, torch.tensor([ids.shape[1] + 5]))
+    off, _ = _one_lean_step(eng, position_offset=5)
     assert (off - ref).abs().max() > 1e-3
 
 
@@ -417,23 +418,11 @@ def test_batched_draw_is_torch_multinomial_row_by_row():
 
 def test_lean_step_keeps_mlp_biases(tiny_dir):
     """A Llama-style MLP with biases (``mlp_bias``): the fused gate|up projection keeps them (logits equal the
-    model's forward), and without them the step would differ."""
-    from transformers import DynamicCache
-
-    from agents.engines.lean import LeanDecoder
-
+    model's forward; dropping them fails this test)."""
     eng = HFEngine(tiny_dir, dtype="float32", decode="hf")
     torch.manual_seed(3)
     for layer in eng.model.model.layers:
         for proj in (layer.mlp.gate_proj, layer.mlp.up_proj):
             proj.bias = torch.nn.Parameter(torch.randn(proj.out_features) * 0.5)
-    ids = torch.tensor([_chat(eng.tokenizer, ["Goal: craft stick."])[0]])
-    nxt = torch.tensor([7])
-    with torch.no_grad():
-        cache = DynamicCache(config=eng.model.config)
-        eng.model(input_ids=ids, past_key_values=cache, use_cache=True)
-        dec = LeanDecoder(eng.model)
-        dec.start(cache, torch.ones_like(ids), capacity=4)
-        got = dec.step(nxt, torch.tensor([ids.shape[1]]))
-        ref = eng.model(torch.cat([ids, nxt[None]], 1)).logits[:, -1]
+    got, ref = _one_lean_step(eng)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
