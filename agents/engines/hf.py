@@ -49,13 +49,17 @@ class HFEngine(RolloutEngine):
     cascade        : with share_prefixes and the lean step, the decode steps too read each prefix's keys and values
                      once for all its rows (``agents.engines.lean``, cascade attention) instead of a copy per row
                      [choice; same tokens, log-probs within 1e-5]. An attribute, so benchmarks can switch it
+    pack_weights   : auto | on | off: the lean step's weights in oneDNN's packed layout (``agents.engines.lean``,
+                     ``LeanWeights``); auto = for float32 models on the CPU of at least 64 MB of weights (SmolLM2,
+                     not the tiny models) [choice; log-probs within 1e-5]. Kept between batches until the
+                     parameters change. An attribute, so benchmarks can switch it
     """
 
     name = "hf"
 
     def __init__(self, model, tokenizer=None, dtype: str = "auto", device: str | None = None,
                  max_batch_size: int | None = None, decode: str = "auto", share_prefixes: bool = True,
-                 cascade: bool = True):
+                 cascade: bool = True, pack_weights: str = "auto"):
         from agents.models import load_model, load_tokenizer
 
         if isinstance(model, (str, os.PathLike)):
@@ -80,6 +84,10 @@ class HFEngine(RolloutEngine):
         self.decode = "lean" if (decode != "hf" and why is None) else "hf"
         self.share_prefixes = bool(share_prefixes)
         self.cascade = bool(cascade)
+        if pack_weights not in ("auto", "on", "off"):
+            raise ValueError(f"HFEngine pack_weights={pack_weights!r} must be auto | on | off")
+        self.pack_weights = pack_weights
+        self._lean_weights = None  # LeanWeights, built at the first lean batch and kept while the parameters hold
         self.device = next(self.model.parameters()).device
         self._home_device = self.device
         self.supports_sleep = self.device.type != "cpu"
@@ -174,7 +182,7 @@ class HFEngine(RolloutEngine):
         if self.decode == "lean":
             from .lean import LeanDecoder
 
-            lean = LeanDecoder(model)
+            lean = LeanDecoder(model, weights=self._weights_for(model))
             prefix = None if shared is None or not self.cascade else (*prefix_kv, shared[1].to(dev), row_prefix)
             order = lean.start(cache, attn, capacity=sampling.max_tokens, prefix=prefix)
             cache = prefix_kv = None
@@ -280,9 +288,19 @@ class HFEngine(RolloutEngine):
         return None
 
     # ------------------------------------------------------------------ weights and memory
+    def _weights_for(self, model):
+        """The lean step's ``LeanWeights`` for ``model`` (the engine's model, possibly moved to another device)."""
+        from .lean import LeanWeights
+
+        w = self._lean_weights
+        if w is None or w.model is not model or w.requested != self.pack_weights:
+            w = self._lean_weights = LeanWeights(model, pack=self.pack_weights)
+        return w
+
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Copy tensors into the model's parameters/buffers in place (dtype and device converted)."""
+        self._lean_weights = None  # the lean step's packed copy is rebuilt from the new values
         targets = dict(self.model.named_parameters(remove_duplicate=False))
         targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
         n = 0

@@ -4,8 +4,14 @@ Why [choice, issue 19]: on a CPU, a decode step of a small model is overhead and
 Each Hugging Face step rebuilds the attention mask, calls ~30 modules per layer and grows the KV cache by
 concatenation (a copy of the whole cache per step and layer). This step runs the same arithmetic on the model's own
 parameters, with the mask kept as one boolean tensor and the KV cache preallocated for the whole response and
-written in place. W_q|W_k|W_v and W_gate|W_up are concatenated once per batch (``start``), so one batch's
-generation reads one set of weights and each step runs 4 matmuls per layer instead of 7.
+written in place. W_q|W_k|W_v and W_gate|W_up are concatenated once per batch (``start``, ``LeanWeights``), so one
+batch's generation reads one set of weights and each step runs 4 matmuls per layer instead of 7.
+
+**Packed weights for models that do not fit the cache** [choice]. At a rollout's 8-16 rows, a step of
+SmolLM2-135M streams its 540 MB of weights from memory, and ``F.linear`` (MKL) streams them at 5.4 GB/s on one
+thread of these machines against 13.7 GB/s for a plain sum. ``LeanWeights`` reorders such a model's weights once
+into oneDNN's blocked layout, whose matmul streams them at 10 GB/s at 8 rows; they are kept until the
+parameters change. The demo's tiny model is not packed (its weights sit in the cache, where packing is slower).
 
 Per step, for B' live rows, layer by layer (D width, H query heads, H_kv key/value heads, d = head width):
     x   = RMSNorm(h)                                   h (B', D)
@@ -35,9 +41,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["lean_support", "LeanDecoder"]
+__all__ = ["lean_support", "LeanDecoder", "LeanWeights", "packing_available"]
 
 _TYPES = ("qwen2", "llama")
+
+PACK_MIN_BYTES = 64 << 20
+"""``LeanWeights(pack="auto")`` packs a model whose decode weights take at least this many bytes [choice]: there a
+step streams its weights from memory, and at 8 rows oneDNN's packed matmul streams them 1.9x faster than
+``F.linear``; a small model's weights sit in the cache, where packing is slower (1.5x at the demo's 128 wide)."""
+
+PACK_ROWS_HINT = 8
+"""Rows the packed layout is chosen for [choice]: one layout serves every batch (1 to 64 rows measured within 3% of
+the best layout for each; results/benchmarks/generation_groups.md)."""
 
 
 def lean_support(model) -> str | None:
@@ -79,8 +94,93 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _linear(x: torch.Tensor, mod) -> torch.Tensor:
-    return F.linear(x, mod.weight, mod.bias)
+def packing_available() -> bool:
+    """True where torch has oneDNN's packed linear (x86 CPU builds)."""
+    mk = getattr(torch.ops, "mkldnn", None)
+    return (torch.backends.mkldnn.is_available() and mk is not None
+            and hasattr(mk, "_reorder_linear_weight") and hasattr(mk, "_linear_pointwise"))
+
+
+class LeanWeights:
+    """The weights a decode step reads, built from the model's parameters.
+
+    Per layer: W_q|W_k|W_v and W_gate|W_up stacked into one matrix each (with their biases), W_o and W_down; then
+    the LM head. Each is a ``(weight, bias)`` pair for ``linear``.
+
+    ``pack``: auto | on | off. Packed, every weight is also reordered into oneDNN's blocked layout
+    (``torch.ops.mkldnn._reorder_linear_weight``) and ``linear`` runs oneDNN's matmul on it: the same products
+    summed in another order (log-probs within 1e-5 of the unpacked step). auto = on for a float32 model on the CPU
+    whose weights take at least ``PACK_MIN_BYTES``, where torch has the ops [choice].
+
+    Packing a model costs about a second per 500 MB, so packed weights are kept between batches and rebuilt when a
+    parameter changed: its storage, its version counter (every in-place update through autograd's view, e.g. an
+    optimizer step or ``copy_``) or a sample of 256 of its values (which also catches writes through ``.data``).
+    Unpacked weights are rebuilt at every batch, as the stacking costs little.
+    """
+
+    def __init__(self, model, pack: str = "auto"):
+        if pack not in ("auto", "on", "off"):
+            raise ValueError(f"LeanWeights pack={pack!r} must be auto | on | off")
+        self.model, self.requested = model, pack
+        base = model.model
+        params = [model.lm_head.weight] + [p for layer in base.layers for p in _projection_params(layer)]
+        dtype = params[0].dtype
+        on_cpu = params[0].device.type == "cpu"
+        size = sum(p.numel() * p.element_size() for p in params)
+        if pack == "on" and not (packing_available() and on_cpu and dtype == torch.float32):
+            raise ValueError("LeanWeights pack='on' needs a float32 model on the CPU and torch's oneDNN ops "
+                             f"(this model: {dtype}, {params[0].device}; oneDNN ops: {packing_available()}); "
+                             "use pack='auto' or 'off'")
+        self.packed = pack == "on" or (pack == "auto" and on_cpu and dtype == torch.float32
+                                       and size >= PACK_MIN_BYTES and packing_available())
+        self._key = None
+        self._built = False
+
+    def _fingerprint(self) -> tuple:
+        out = []
+        for p in self.model.parameters():
+            flat = p.detach().reshape(-1)
+            stride = max(1, flat.numel() // 256)
+            out.append((p.data_ptr(), p._version, float(flat[::stride][:256].double().sum())))
+        return tuple(out)
+
+    def current(self) -> LeanWeights:
+        """Build the weights from the current parameters (packed: only if a parameter changed since)."""
+        key = self._fingerprint() if self.packed else None
+        if not self._built or not self.packed or key != self._key:
+            self._build()
+            self._key, self._built = key, True
+        return self
+
+    def _build(self) -> None:
+        prep = _pack if self.packed else (lambda wb: wb)
+        self.qkv, self.o, self.gate_up, self.down = [], [], [], []
+        for layer in self.model.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            self.qkv.append(prep(_stacked((a.q_proj, a.k_proj, a.v_proj))))
+            self.o.append(prep((a.o_proj.weight, a.o_proj.bias)))
+            self.gate_up.append(prep(_stacked((m.gate_proj, m.up_proj))))  # Llama's mlp_bias: kept where present
+            self.down.append(prep((m.down_proj.weight, m.down_proj.bias)))
+        head = self.model.lm_head
+        self.head = prep((head.weight, head.bias))
+
+    def linear(self, x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
+        """x (B, in) -> (B, out) through one of this set's (weight, bias) pairs."""
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), wb[0], wb[1], "none", [], "")
+        return F.linear(x, *wb)
+
+
+def _projection_params(layer) -> list[torch.Tensor]:
+    a, m = layer.self_attn, layer.mlp
+    return [x.weight for x in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)]
+
+
+@torch.no_grad()
+def _pack(wb: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    w, b = wb
+    return (torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), PACK_ROWS_HINT),
+            None if b is None else b.detach().clone())
 
 
 class LeanDecoder:
@@ -91,11 +191,14 @@ class LeanDecoder:
     ``keep(idx)`` drops the finished rows.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, weights: LeanWeights | None = None):
         why = lean_support(model)
         if why is not None:
             raise ValueError(f"LeanDecoder: {why}")
+        if weights is not None and weights.model is not model:
+            raise ValueError("LeanDecoder: the LeanWeights were built for another model")
         self.model = model
+        self.weights = weights if weights is not None else LeanWeights(model)
         cfg = model.config
         self.heads = int(cfg.num_attention_heads)
         self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.heads)
@@ -145,19 +248,10 @@ class LeanDecoder:
         self.t = int(own.shape[1])
         self.mask = torch.zeros((own.shape[0], self.t + capacity), dtype=torch.bool, device=own.device)
         self.mask[:, : self.t] = own.bool()
-        self._fuse()
+        self.w = self.weights.current()  # one batch's generation reads one set of weights
         if self.cascade:
             self._plan_runs()
         return order
-
-    def _fuse(self) -> None:
-        """Per layer, W_q|W_k|W_v and W_gate|W_up as one matrix each (and their biases): fewer, larger matmuls per
-        step. Built from the current parameters at ``start``, so one batch's generation sees one set of weights."""
-        self.qkv, self.gate_up = [], []
-        for layer in self.model.model.layers:
-            a, m = layer.self_attn, layer.mlp
-            self.qkv.append(_stacked((a.q_proj, a.k_proj, a.v_proj)))
-            self.gate_up.append(_stacked((m.gate_proj, m.up_proj)))  # Llama's mlp_bias: biases kept where present
 
     def _plan_runs(self) -> None:
         """(prefix, first row, end row) of each run of adjacent rows that share a prefix."""
@@ -223,10 +317,8 @@ class LeanDecoder:
         gqa = self.heads != self.kv_heads
         nq, nk = self.heads, self.kv_heads
         for i, layer in enumerate(m.layers):
-            a = layer.self_attn
             x = _rms(h[:, 0], layer.input_layernorm)  # (B', D)
-            w, b_qkv = self.qkv[i]
-            qkv = F.linear(x, w, b_qkv).view(b, nq + 2 * nk, self.head_dim)
+            qkv = self.w.linear(x, self.w.qkv[i]).view(b, nq + 2 * nk, self.head_dim)
             qk = qkv[:, : nq + nk]
             qk = qk * cos + _rotate_half(qk) * sin  # RoPE on the query and key heads at once
             q, k, v = qk[:, :nq], qk[:, nq:], qkv[:, nq + nk:]
@@ -238,13 +330,13 @@ class LeanDecoder:
                 o = F.scaled_dot_product_attention(q[:, :, None], self.k[i][:, :, : t + 1], self.v[i][:, :, : t + 1],
                                                    attn_mask=mask, scale=self.scale, enable_gqa=gqa)
                 o = o.reshape(b, nq * self.head_dim)
-            h = h + _linear(o, a.o_proj)[:, None]
+            h = h + self.w.linear(o, self.w.o[i])[:, None]
             x = _rms(h[:, 0], layer.post_attention_layernorm)
-            gu = F.linear(x, *self.gate_up[i])
+            gu = self.w.linear(x, self.w.gate_up[i])
             gate, up = gu.split(gu.shape[-1] // 2, dim=-1)
-            h = h + _linear(F.silu(gate) * up, layer.mlp.down_proj)[:, None]
+            h = h + self.w.linear(F.silu(gate) * up, self.w.down[i])[:, None]
         self.t = t + 1
-        return _linear(_rms(h, m.norm)[:, 0], self.model.lm_head)
+        return self.w.linear(_rms(h, m.norm)[:, 0], self.w.head)
 
 
 def _stacked(projs) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -192,7 +192,7 @@ def test_generate_rejects_bad_arguments(engine, prompts):
 
 
 # ------------------------------------------------------------------------------------ lean decode step
-def _agree(model_dir, prompts_fn, max_tokens=32):
+def _agree(model_dir, prompts_fn, max_tokens=32, tol=1e-5):
     hf = HFEngine(model_dir, dtype="float32", decode="hf")
     lean = HFEngine(hf.model, hf.tokenizer, decode="lean")
     assert hf.decode == "hf" and lean.decode == "lean"
@@ -205,7 +205,7 @@ def _agree(model_dir, prompts_fn, max_tokens=32):
         assert [g.token_ids for g in b] == [g.token_ids for g in a]
         assert [g.finish_reason for g in b] == [g.finish_reason for g in a]
         for x, y in zip(a, b):
-            assert y.logprobs == pytest.approx(x.logprobs, abs=1e-5)
+            assert y.logprobs == pytest.approx(x.logprobs, abs=tol)
     return prompts
 
 
@@ -217,21 +217,23 @@ def test_lean_decode_equals_hugging_face_decode_tiny(tiny_dir):
 
 def test_lean_decode_equals_hugging_face_decode_smollm2(smollm2_dir):
     """Llama with grouped-query attention (SmolLM2-135M: 9 query heads, 3 key/value heads) and tied embeddings."""
-    _agree(smollm2_dir, lambda tok: _chat(tok, ["Name a colour.", "Count from one to five."]), max_tokens=12)
+    # its lean step runs on packed weights (``LeanWeights``, auto): the sums in another order, hence 5e-5
+    _agree(smollm2_dir, lambda tok: _chat(tok, ["Name a colour.", "Count from one to five."]), max_tokens=12,
+           tol=5e-5)
 
 
-def _one_lean_step(eng, position_offset: int = 0):
+def _one_lean_step(eng, position_offset: int = 0, pack: str = "auto"):
     """(lean step's logits, the model's forward logits) for one token after a prefill of a short chat prompt."""
     from transformers import DynamicCache
 
-    from agents.engines.lean import LeanDecoder
+    from agents.engines.lean import LeanDecoder, LeanWeights
 
     ids = torch.tensor([_chat(eng.tokenizer, ["Goal: craft stick."])[0]])
     nxt = torch.tensor([7])
     with torch.no_grad():
         cache = DynamicCache(config=eng.model.config)
         eng.model(input_ids=ids, past_key_values=cache, use_cache=True)
-        dec = LeanDecoder(eng.model)
+        dec = LeanDecoder(eng.model, weights=LeanWeights(eng.model, pack=pack))
         dec.start(cache, torch.ones_like(ids), capacity=4)
         got = dec.step(nxt, torch.tensor([ids.shape[1] + position_offset]))
         ref = eng.model(torch.cat([ids, nxt[None]], 1)).logits[:, -1]
@@ -416,13 +418,113 @@ def test_batched_draw_is_torch_multinomial_row_by_row():
                          [torch.Generator().manual_seed(i) for i in range(3)])
 
 
-def test_lean_step_keeps_mlp_biases(tiny_dir):
-    """A Llama-style MLP with biases (``mlp_bias``): the fused gate|up projection keeps them (logits equal the
-    model's forward; dropping them fails this test)."""
+@pytest.mark.parametrize("pack", ["off", "on"])
+def test_lean_step_keeps_mlp_biases(tiny_dir, pack):
+    """A Llama-style MLP with biases (``mlp_bias``): the fused gate|up projection keeps them, packed or not (logits
+    equal the model's forward; dropping them fails this test)."""
+    from agents.engines.lean import packing_available
+
+    if pack == "on" and not packing_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
     eng = HFEngine(tiny_dir, dtype="float32", decode="hf")
     torch.manual_seed(3)
     for layer in eng.model.model.layers:
         for proj in (layer.mlp.gate_proj, layer.mlp.up_proj):
             proj.bias = torch.nn.Parameter(torch.randn(proj.out_features) * 0.5)
-    got, ref = _one_lean_step(eng)
+    got, ref = _one_lean_step(eng, pack=pack)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------ packed decode weights
+def _needs_packing():
+    from agents.engines.lean import packing_available
+
+    if not packing_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_packed_weights_give_the_unpacked_generations(model, tiny_dir, smollm2_dir):
+    """The lean step on oneDNN-packed weights (``LeanWeights(pack='on')``): the same tokens as on the model's own
+    weights, log-probs within float rounding, over interleaved groups (cascade) and rows finishing at different
+    steps. auto packs SmolLM2 (540 MB of weights) and not the tiny model."""
+    _needs_packing()
+    path = tiny_dir if model == "tiny" else smollm2_dir
+    plain = HFEngine(path, dtype="float32", decode="lean", pack_weights="off")
+    packed = HFEngine(plain.model, plain.tokenizer, decode="lean", pack_weights="on")
+    auto = HFEngine(plain.model, plain.tokenizer, decode="lean")
+    assert auto._weights_for(auto.model).packed == (model == "smollm2")
+    goal_a = "Goal: craft stick. Recipe: craft 4 stick using 2 oak planks. " * 3
+    goal_b = "Goal: craft 4 oak planks. Recipe: craft 4 oak planks using 1 oak log. " * 3
+    prompts = _chat(plain.tokenizer, [goal_a, goal_b, goal_a + "You hold nothing.", goal_a, goal_b, goal_a])
+    n = 24 if model == "tiny" else 8
+    for cfg in (SamplingConfig(temperature=1.0, max_tokens=n, stop=(".", "a", "e")),
+                SamplingConfig(temperature=0.0, max_tokens=n, stop=())):
+        seeds = list(range(60, 60 + len(prompts)))
+        a, b = plain.generate(prompts, cfg, seeds=seeds), packed.generate(prompts, cfg, seeds=seeds)
+        assert [g.token_ids for g in b] == [g.token_ids for g in a]
+        assert [g.finish_reason for g in b] == [g.finish_reason for g in a]
+        tol = 1e-5 if model == "tiny" else 5e-5
+        for x, y in zip(a, b):
+            assert y.logprobs == pytest.approx(x.logprobs, abs=tol)
+    assert packed._weights_for(packed.model).packed
+
+
+def test_packed_weights_follow_the_parameters(tiny_dir, tiny_dir_b, prompts, monkeypatch):
+    """Packed weights are kept between batches and rebuilt when the parameters change: in place through autograd's
+    view (an optimizer step), through ``.data`` (as DeepSpeed writes), or by ``update_weights``. After each change
+    the packed engine generates what an engine on the model's own weights generates."""
+    from transformers import AutoModelForCausalLM
+
+    from agents.engines.lean import LeanWeights
+
+    _needs_packing()
+    builds = []
+    real_build = LeanWeights._build
+
+    def counted(self):
+        builds.append(self.packed)
+        real_build(self)
+
+    monkeypatch.setattr(LeanWeights, "_build", counted)
+    eng = HFEngine(tiny_dir, dtype="float32", decode="lean", pack_weights="on")
+    ref = HFEngine(eng.model, eng.tokenizer, decode="lean", pack_weights="off")
+    cfg = SamplingConfig(temperature=1.0, max_tokens=12, stop=())
+    seeds = list(range(len(prompts)))
+
+    def check():
+        got, want = eng.generate(prompts, cfg, seeds=seeds), ref.generate(prompts, cfg, seeds=seeds)
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+        for x, y in zip(got, want):
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
+        return [(g.token_ids, [round(v, 3) for v in g.logprobs]) for g in got]
+
+    first = check()
+    check()
+    assert builds.count(True) == 1  # unchanged parameters: packed once
+    with torch.no_grad():
+        eng.model.model.layers[0].mlp.down_proj.weight.mul_(-3.0)
+        eng.model.lm_head.weight.mul_(2.0)
+    second = check()
+    assert builds.count(True) == 2 and second != first
+    new = AutoModelForCausalLM.from_pretrained(str(tiny_dir_b)).state_dict()
+    params = dict(eng.model.named_parameters())
+    for name, t in new.items():  # written through .data: the version counters do not move
+        if name in params:
+            params[name].data.copy_(t)
+    third = check()
+    assert builds.count(True) == 3 and third != second
+    eng.update_weights(iter(AutoModelForCausalLM.from_pretrained(str(tiny_dir)).state_dict().items()))
+    assert check() == first and builds.count(True) == 4
+
+
+def test_packed_weights_reject_what_they_cannot_serve(tiny_dir):
+    from agents.engines.lean import LeanWeights
+
+    _needs_packing()
+    with pytest.raises(ValueError, match="pack_weights='sometimes' must be auto"):
+        HFEngine(tiny_dir, dtype="float32", pack_weights="sometimes")
+    bf16 = HFEngine(tiny_dir, dtype="bfloat16")
+    with pytest.raises(ValueError, match="float32 model on the CPU"):
+        LeanWeights(bf16.model, pack="on")
+    assert not LeanWeights(bf16.model).packed
