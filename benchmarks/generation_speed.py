@@ -71,8 +71,9 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
     rows = []
     for label, path in models.items():
         if engine_name.startswith("hf"):
-            kw = ({"dtype": "float32", "decode": "lean"} if engine_name == "hf-lean"
-                  else {"dtype": "float32", "decode": "hf", "share_prefixes": False, "cascade": False})
+            kw = {"hf-lean": {"dtype": "float32", "decode": "lean"},
+                  "hf-unpacked": {"dtype": "float32", "decode": "lean", "pack_weights": "off"},
+                  }.get(engine_name, {"dtype": "float32", "decode": "hf", "share_prefixes": False, "cascade": False})
         else:
             kw = {"dtype": "float32", "max_model_len": 2048}
         t0 = time.perf_counter()
@@ -81,6 +82,13 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
         sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=max_tokens, stop=(), logprobs=False)
         warm = _prompts(eng.tokenizer, 2)
         eng.generate(warm, SamplingConfig(temperature=1.0, max_tokens=4, stop=()), seeds=[0, 1])  # warm-up
+        pack_s = None
+        if engine_name == "hf-lean" and eng._weights_for(eng.model).packed:  # packed in the warm-up: time a repack
+            from agents.engines.lean import LeanWeights
+
+            t0 = time.perf_counter()
+            LeanWeights(eng.model, pack="on").current()
+            pack_s = time.perf_counter() - t0
         for b in batches:
             prompts = _prompts(eng.tokenizer, b, group_size)
             times, toks = [], []
@@ -91,7 +99,7 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
                 toks.append(sum(len(g.token_ids) for g in gens))
             k = times.index(statistics.median(times)) if repeats % 2 else 0
             rows.append({"engine": engine_name, "model": label, "batch": b, "seconds": times[k],
-                         "tokens": toks[k], "tok_s": toks[k] / times[k], "start_s": start_s,
+                         "tokens": toks[k], "tok_s": toks[k] / times[k], "start_s": start_s, "pack_s": pack_s,
                          "prompt_tokens": sum(len(p) for p in prompts) / b})
             print(f"  {engine_name:5s} {label:20s} B={b:3d}  {rows[-1]['tok_s']:8.1f} tok/s", flush=True)
         eng.close()
@@ -155,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = _loadavg()
     print(f"machine: {_machine()}; load average {load0}")
     rows = run_cells("hf", models, batches, max_tokens, repeats, args.threads, args.group_size)
+    rows += run_cells("hf-unpacked", models, batches, max_tokens, repeats, args.threads, args.group_size)
     rows += run_cells("hf-lean", models, batches, max_tokens, repeats, args.threads, args.group_size)
 
     vllm_note = ""
@@ -197,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         + (f", in groups of G = {args.group_size} copies of one prompt (a rollout's group)" if args.group_size > 1
            else ", all distinct") + ". Tokens/s counts generated tokens only (prefill time included in the wall "
         "time). HF step: Hugging Face's decode step, every prompt prefilled whole (the HF engine before issue 19); "
-        "HF engine now: its defaults (lean step, shared prompt prefixes prefilled once, cascade decode attention).",
+        "HF engine now: its defaults (lean step, shared prompt prefixes prefilled once, cascade decode attention, "
+        "and for models of 64 MB or more its weights packed for oneDNN: `agents/engines/lean.py`, `LeanWeights`); "
+        "unpacked: the same with `pack_weights='off'` (the engine before packing). Packing runs once per set of "
+        "weights (in the warm-up call here; in training once per weight sync), its time listed below the table.",
         "",
         table,
         "",
@@ -208,19 +220,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def _table(rows: list[dict], models: dict, batches: list[int]) -> str:
     by = {(r["engine"], r["model"], r["batch"]): r for r in rows}
-    lines = ["| model | batch | prompt tokens (mean) | HF tok/s (HF step) | HF tok/s (HF engine now) | now / HF step | "
-             "vLLM tok/s | vLLM / HF now |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | batch | prompt tokens (mean) | HF tok/s (HF step) | HF tok/s (engine now, unpacked) | "
+             "HF tok/s (HF engine now) | now / unpacked | now / HF step | vLLM tok/s | vLLM / HF now |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in models:
         for b in batches:
-            h, hl, v = by.get(("hf", m, b)), by.get(("hf-lean", m, b)), by.get(("vllm", m, b))
-            lean = f"{hl['tok_s']:.1f} | {hl['tok_s'] / h['tok_s']:.2f}x" if hl else "– | –"
+            h, hu, hl, v = (by.get((e, m, b)) for e in ("hf", "hf-unpacked", "hf-lean", "vllm"))
+            unp = f"{hu['tok_s']:.1f}" if hu else "–"
+            lean = (f"{hl['tok_s']:.1f} | " + (f"{hl['tok_s'] / hu['tok_s']:.2f}x" if hu else "–")
+                    + f" | {hl['tok_s'] / h['tok_s']:.2f}x") if hl else "– | – | –"
             best = hl or h
             vl = f"{v['tok_s']:.1f} | {v['tok_s'] / best['tok_s']:.2f}x" if v else "– | –"
-            lines.append(f"| {m} | {b} | {h['prompt_tokens']:.0f} | {h['tok_s']:.1f} | {lean} | {vl} |")
+            lines.append(f"| {m} | {b} | {h['prompt_tokens']:.0f} | {h['tok_s']:.1f} | {unp} | {lean} | {vl} |")
     starts = {(r["engine"], r["model"]): r["start_s"] for r in rows}
     lines.append("")
     lines.append("Engine start (load + warm-up excluded): " + "; ".join(
         f"{e} {m}: {s:.1f} s" for (e, m), s in sorted(starts.items())))
+    packs = {r["model"]: r["pack_s"] for r in rows if r.get("pack_s")}
+    if packs:
+        lines.append("")
+        lines.append("Packing the weights (HF engine now; once per set of weights): " + "; ".join(
+            f"{m}: {s:.2f} s" for m, s in packs.items()) + ". Models not listed are not packed.")
     return "\n".join(lines)
 
 
