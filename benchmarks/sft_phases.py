@@ -13,6 +13,8 @@ alone:
   episodes in turn: ``batch_by="episode"``), and
 * ``unshared`` (every row computes its whole prompt: the default) or ``shared`` (rows sharing a prompt prefix compute
   it once, and its tokens' loss counts once per row: ``share_prompt_loss``).
+* with ``--compile``, a fifth: the default (``row``, ``unshared``) with the model's decoder through
+  ``torch.compile(dynamic=True)``: fused elementwise kernels, paid for by compiling in its first steps.
 
 Per variant: wall and CPU seconds per step, real tokens, the token positions the kernels computed (padding
 included), the GFLOP they cost (forward + backward = 3 forwards), the rate reached as a share of the machine's
@@ -30,7 +32,9 @@ from pathlib import Path
 
 from benchmarks.iteration_phases import batch_work, floor_work, forward_flops, matmul_gflops, model_shape
 
-VARIANTS = [("row", False), ("row", True), ("episode", False), ("episode", True)]
+VARIANTS = [("row", False, False), ("row", True, False), ("episode", False, False), ("episode", True, False)]
+"""(batches, shared prefixes, torch.compile) of each variant; ``--compile`` adds ``COMPILED``."""
+COMPILED = ("row", False, True)
 
 
 def step_work(prompt_ids, response_ids, share: bool) -> tuple[int, int, int]:
@@ -46,7 +50,7 @@ def step_work(prompt_ids, response_ids, share: bool) -> tuple[int, int, int]:
                                 [torch.cat([p[1:], r]) for p, r in zip(prompt_ids, response_ids)]))
 
 
-def run(steps: int, episodes: int, threads: int) -> dict:
+def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -71,8 +75,9 @@ def run(steps: int, episodes: int, threads: int) -> dict:
         shape = model_shape(load_model(init, dtype="float32"))
         rate = matmul_gflops()
         engines, plans, logs = {}, {}, {}
-        for v in VARIANTS:
-            batch_by, share = v
+        variants = VARIANTS + ([COMPILED] if compiled else [])
+        for v in variants:
+            batch_by, share, comp = v
             g = torch.Generator().manual_seed(cfg.seed * 1000)
             plans[v] = (sft._batches if batch_by == "row" else sft._episode_batches)(data, cfg.batch_rows, g)[:steps]
             engines[v] = sft.SFTEngine(load_model(init, dtype="float32"),
@@ -80,13 +85,15 @@ def run(steps: int, episodes: int, threads: int) -> dict:
                                                               micro_batch_rows=cfg.batch_rows,
                                                               warmup_steps=cfg.warmup_steps, zero_stage=cfg.zero_stage),
                                        total_steps=steps, prompt_weight=cfg.prompt_weight, share_prompt_loss=share)
+            if comp:  # the decoder through torch.compile (inductor), shapes dynamic: its first steps compile
+                engines[v].lm.get_decoder().compile(dynamic=True)  # in place: actor_forward calls this module
             logs[v] = {k: [] for k in ("wall", "cpu", "tokens", "gflop", "floor_gflop", "positions", "loss")}
         for k in range(steps):  # the variants take turns, step by step (a process runs slower at first)
-            for j in range(len(VARIANTS)):
-                v = VARIANTS[(j + k) % len(VARIANTS)]
+            for j in range(len(variants)):
+                v = variants[(j + k) % len(variants)]
                 if k >= len(plans[v]):
                     continue
-                _batch_by, share = v
+                _batch_by, share, _comp = v
                 idx = plans[v][k]
                 ps, rs = [data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx]
                 t, c = time.perf_counter(), time.process_time()
@@ -108,7 +115,8 @@ def run(steps: int, episodes: int, threads: int) -> dict:
             cells[v] = {"wall": statistics.median(log["wall"][warm]), "cpu": statistics.median(log["cpu"][warm]),
                         "tokens": statistics.mean(log["tokens"]), "positions": statistics.mean(log["positions"]),
                         "gflop": statistics.mean(log["gflop"]), "floor_gflop": statistics.mean(log["floor_gflop"]),
-                        "loss_first": log["loss"][0], "loss_last": log["loss"][-1], "steps": len(log["wall"])}
+                        "loss_first": log["loss"][0], "loss_last": log["loss"][-1], "steps": len(log["wall"]),
+                        "first3": sum(log["wall"][:3])}
     return {"cells": cells, "rate": rate, "shape": shape, "rows": len(data), "episodes": len(set(data.episode))}
 
 
@@ -117,7 +125,7 @@ def summarise(res: dict, cmd: str, threads: int, machine: str, load_txt: str) ->
 
     cfg = WarmStartConfig()
     rate = res["rate"]
-    base = res["cells"][("row", False)]["wall"]
+    base = res["cells"][("row", False, False)]["wall"]
     rows_round0 = round(res["rows"] * cfg.expert_episodes / res["episodes"])  # the default's 800 episodes
     steps_round0 = round(cfg.epochs * rows_round0 / cfg.batch_rows)
     lines = [
@@ -132,20 +140,22 @@ def summarise(res: dict, cmd: str, threads: int, machine: str, load_txt: str) ->
         "included); 'floor': the batch's prompt prefix tree once plus the responses, causal attention, forward + "
         "backward, at the matmul rate. 'round 0 min' = s/step x the default round 0's steps "
         f"(~{steps_round0} = 3 passes over ~{rows_round0} rows of 800 episodes / 8); the loss columns show the "
-        "variants train alike.",
+        "variants train alike. 'first 3 steps s': their wall time together (a compiled variant compiles there; "
+        "with dynamic shapes a new shape can still recompile later, in the median's steps).",
         "",
         "| batches | prefixes | wall s/step | CPU s/step | tokens | positions | GFLOP | GFLOP/s | % of matmul rate "
-        "| floor s | x floor | speed-up | round 0 min | loss first / last |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| floor s | x floor | speed-up | round 0 min | loss first / last | first 3 steps s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (batch_by, share), c in res["cells"].items():
+    for (batch_by, share, comp), c in res["cells"].items():
         floor_s = c["floor_gflop"] / rate
         lines.append(
-            f"| {batch_by} | {'shared' if share else 'unshared'} | {c['wall']:.3f} | {c['cpu']:.3f} | "
+            f"| {batch_by} | {'shared' if share else 'unshared'}{', torch.compile' if comp else ''} | "
+            f"{c['wall']:.3f} | {c['cpu']:.3f} | "
             f"{c['tokens']:,.0f} | {c['positions']:,.0f} | {c['gflop']:.1f} | {c['gflop'] / c['wall']:.1f} | "
             f"{100 * c['gflop'] / c['wall'] / rate:.1f} | {floor_s:.3f} | {c['wall'] / floor_s:.1f} | "
             f"{base / c['wall']:.2f}x | {c['wall'] * steps_round0 / 60:.1f} | {c['loss_first']:.2f} / "
-            f"{c['loss_last']:.2f} |")
+            f"{c['loss_last']:.2f} | {c['first3']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -155,13 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=200, help="expert episodes (the warm start uses 800)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the warm start's default: 1)")
     ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("--compile", action="store_true",
+                    help="add the default variant with its decoder through torch.compile (dynamic shapes)")
     a = ap.parse_args(argv)
     if a.steps < 4:
         ap.error("--steps must be >= 4 (the first three are not counted)")
     from common.machine import describe, loadavg
 
     load0 = loadavg()
-    res = run(a.steps, a.episodes, a.threads)
+    res = run(a.steps, a.episodes, a.threads, compiled=a.compile)
     cmd = "python -m benchmarks.sft_phases" + "".join(f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
     text = summarise(res, cmd, a.threads, describe(), f"{load0} / {loadavg()}")
     print(text)

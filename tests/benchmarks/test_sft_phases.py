@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.sft_phases import VARIANTS, step_work, summarise
+from benchmarks.sft_phases import COMPILED, VARIANTS, step_work, summarise
 
 
 def test_shared_step_work_counts_the_prefix_once():
@@ -21,11 +21,15 @@ def test_shared_step_work_counts_the_prefix_once():
 def test_report_names_every_variant_and_its_speed_up():
     def cell(wall):
         return {"wall": wall, "cpu": wall, "tokens": 10, "positions": 12, "gflop": 1.0, "floor_gflop": 0.5,
-                "loss_first": 7.0, "loss_last": 6.0, "steps": 10}
+                "loss_first": 7.0, "loss_last": 6.0, "steps": 10, "first3": 3 * wall}
 
-    walls = {("row", False): 2.0, ("row", True): 1.0, ("episode", False): 1.6, ("episode", True): 0.8}
-    res = {"cells": {v: cell(walls[v]) for v in VARIANTS}, "rate": 100.0, "shape": {}, "rows": 100, "episodes": 20}
+    walls = {("row", False, False): 2.0, ("row", True, False): 1.0, ("episode", False, False): 1.6,
+             ("episode", True, False): 0.8, COMPILED: 1.25}
+    res = {"cells": {v: cell(walls[v]) for v in [*VARIANTS, COMPILED]}, "rate": 100.0, "shape": {}, "rows": 100,
+           "episodes": 20}
+    res["cells"][COMPILED]["first3"] = 51.0
     text = summarise(res, "python -m benchmarks.sft_phases", 1, "test machine", "0 / 0")
     assert "| row | unshared | 2.000 |" in text and "| 1.00x |" in text
     assert "| episode | shared | 0.800 |" in text and "| 2.50x |" in text
+    assert "| row | unshared, torch.compile | 1.250 |" in text and "| 1.60x |" in text and "| 51.0 |" in text
     assert "~1500 = 3 passes over ~4000 rows" in text  # round 0 of the default warm start, scaled to 800 episodes
