@@ -318,6 +318,24 @@ def test_shared_prefix_prefill_gives_the_unshared_generations(model, tiny_dir, s
     assert again[0].token_ids == again[1].token_ids == again[2].token_ids
 
 
+def _same_generations(ref, other, prompts, model: str, seed0: int) -> list[set[int]]:
+    """Sampling with stop strings, then greedy: ``other`` gives ``ref``'s tokens and finish reasons, log-probs within
+    float rounding (1e-5; 5e-5 over SmolLM2's 30 layers). Returns each setting's set of generation lengths."""
+    n = 24 if model == "tiny" else 8
+    tol = 1e-5 if model == "tiny" else 5e-5
+    lens = []
+    for cfg in (SamplingConfig(temperature=1.0, max_tokens=n, stop=(".", "a", "e")),
+                SamplingConfig(temperature=0.0, max_tokens=n, stop=())):
+        seeds = list(range(seed0, seed0 + len(prompts)))
+        a, b = ref.generate(prompts, cfg, seeds=seeds), other.generate(prompts, cfg, seeds=seeds)
+        assert [g.token_ids for g in b] == [g.token_ids for g in a]
+        assert [g.finish_reason for g in b] == [g.finish_reason for g in a]
+        for x, y in zip(a, b):
+            assert y.logprobs == pytest.approx(x.logprobs, abs=tol)
+        lens.append({len(g.token_ids) for g in b})
+    return lens
+
+
 @pytest.mark.parametrize("model", ["tiny", "smollm2"])
 def test_cascade_decode_over_interleaved_groups_gives_the_plain_generations(model, tiny_dir, smollm2_dir,
                                                                           monkeypatch):
@@ -343,18 +361,7 @@ def test_cascade_decode_over_interleaved_groups_gives_the_plain_generations(mode
         return order
 
     monkeypatch.setattr(LeanDecoder, "start", spy)
-    n = 24 if model == "tiny" else 8
-    lens = []
-    for cfg in (SamplingConfig(temperature=1.0, max_tokens=n, stop=(".", "a", "e")),
-                SamplingConfig(temperature=0.0, max_tokens=n, stop=())):
-        seeds = list(range(40, 40 + len(prompts)))
-        a, b = plain.generate(prompts, cfg, seeds=seeds), lean.generate(prompts, cfg, seeds=seeds)
-        assert [g.token_ids for g in b] == [g.token_ids for g in a]
-        assert [g.finish_reason for g in b] == [g.finish_reason for g in a]
-        tol = 1e-5 if model == "tiny" else 5e-5
-        for x, y in zip(a, b):
-            assert y.logprobs == pytest.approx(x.logprobs, abs=tol)
-        lens.append({len(g.token_ids) for g in b})
+    lens = _same_generations(plain, lean, prompts, model, seed0=40)
     assert orders and all(c and runs >= 2 for c, _, runs in orders)  # the cascade ran, over 2+ prefixes
     assert all(o is not None and sorted(o) == list(range(len(prompts))) for _, o, _ in orders)  # and reordered
     assert len(lens[0]) > 1  # sampling with stop strings: rows left the batch at different steps
@@ -457,16 +464,7 @@ def test_packed_weights_give_the_unpacked_generations(model, tiny_dir, smollm2_d
     goal_a = "Goal: craft stick. Recipe: craft 4 stick using 2 oak planks. " * 3
     goal_b = "Goal: craft 4 oak planks. Recipe: craft 4 oak planks using 1 oak log. " * 3
     prompts = _chat(plain.tokenizer, [goal_a, goal_b, goal_a + "You hold nothing.", goal_a, goal_b, goal_a])
-    n = 24 if model == "tiny" else 8
-    for cfg in (SamplingConfig(temperature=1.0, max_tokens=n, stop=(".", "a", "e")),
-                SamplingConfig(temperature=0.0, max_tokens=n, stop=())):
-        seeds = list(range(60, 60 + len(prompts)))
-        a, b = plain.generate(prompts, cfg, seeds=seeds), packed.generate(prompts, cfg, seeds=seeds)
-        assert [g.token_ids for g in b] == [g.token_ids for g in a]
-        assert [g.finish_reason for g in b] == [g.finish_reason for g in a]
-        tol = 1e-5 if model == "tiny" else 5e-5
-        for x, y in zip(a, b):
-            assert y.logprobs == pytest.approx(x.logprobs, abs=tol)
+    _same_generations(plain, packed, prompts, model, seed0=60)
     assert packed._weights_for(packed.model).packed
 
 
