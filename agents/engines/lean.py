@@ -8,10 +8,11 @@ written in place. W_q|W_k|W_v and W_gate|W_up are concatenated once per batch (`
 batch's generation reads one set of weights and each step runs 4 matmuls per layer instead of 7.
 
 **Packed weights for models that do not fit the cache** [choice]. At a rollout's 8-16 rows, a step of
-SmolLM2-135M streams its 540 MB of weights from memory, and ``F.linear`` (MKL) streams them at 5.4 GB/s on one
-thread of these machines against 13.7 GB/s for a plain sum. ``LeanWeights`` reorders such a model's weights once
-into oneDNN's blocked layout, whose matmul streams them at 10 GB/s at 8 rows; they are kept until the
-parameters change. The demo's tiny model is not packed (its weights sit in the cache, where packing is slower).
+SmolLM2-135M reads its 540 MB of weights from memory, and ``F.linear`` (MKL) reads them at 5-7 GB/s on one thread
+of these machines against 13.6 GB/s for a plain sum. ``LeanWeights`` reorders such a model's weights once into
+oneDNN's blocked layout, whose matmul keeps 8-11 GB/s there; they are kept until the parameters change. The
+demo's tiny model is not packed (its weights sit in the cache, where packing is slower).
+``results/benchmarks/decode_linear.md`` (``python -m benchmarks.decode_linear``) has the figures.
 
 Per step, for B' live rows, layer by layer (D width, H query heads, H_kv key/value heads, d = head width):
     x   = RMSNorm(h)                                   h (B', D)
@@ -47,12 +48,12 @@ _TYPES = ("qwen2", "llama")
 
 PACK_MIN_BYTES = 64 << 20
 """``LeanWeights(pack="auto")`` packs a model whose decode weights take at least this many bytes [choice]: there a
-step streams its weights from memory, and at 8 rows oneDNN's packed matmul streams them 1.9x faster than
-``F.linear``; a small model's weights sit in the cache, where packing is slower (1.5x at the demo's 128 wide)."""
+step streams its weights from memory, and at a rollout's 8-16 rows oneDNN's packed matmul streams them faster than
+``F.linear``; a small model's weights sit in the cache, where packing does not pay
+(``results/benchmarks/decode_linear.md``: SmolLM2 and the demo's tiny model)."""
 
 PACK_ROWS_HINT = 8
-"""Rows the packed layout is chosen for [choice]: one layout serves every batch (1 to 64 rows measured within 3% of
-the best layout for each; results/benchmarks/generation_groups.md)."""
+"""Rows the packed layout is chosen for [choice]: one layout serves every batch, as rows finish and leave it."""
 
 
 def lean_support(model) -> str | None:
