@@ -357,7 +357,8 @@ class Trainer:
         cfg = self.cfg
         if cfg.rollout.engine == "hf":
             return make_engine("hf", self.model_dir, tokenizer=self.tokenizer, dtype=dtype, device=device,
-                               decode=cfg.rollout.hf_decode, share_prefixes=cfg.rollout.hf_share_prefixes)
+                               decode=cfg.rollout.hf_decode, share_prefixes=cfg.rollout.hf_share_prefixes,
+                               pack_weights=cfg.rollout.hf_pack_weights)
         extra = {}
         if self.world_size > 1:  # every rank owns an engine inside the launcher's process group (agents/README)
             extra["distributed_executor_backend"] = "external_launcher"

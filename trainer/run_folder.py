@@ -44,12 +44,13 @@ __all__ = ["RunFolder", "RunStatus", "RESUMABLE_CHANGES", "git_commit", "config_
 
 #: config keys (dotted prefixes) that may differ between the saved config and a resuming invocation [choice]
 #: ``sft.warmstart`` describes how ``sft.init_from`` was made; the folder it names (compared) is what a run starts from
-#: The speed switches (shared prefixes, suffix buckets, the decode step, the old log-probs' source) change results
+#: The speed switches (shared prefixes, suffix buckets, the decode step and its packed weights, the old log-probs'
+#: source) change results
 #: only by float rounding (their tests).
 RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.resume", "trainer.save_every",
                      "trainer.keep_last", "env.num_workers", "sft.warmstart", "sft.warmstart.",
                      "trainer.prefix_sharing", "trainer.suffix_buckets", "trainer.old_logprobs", "rollout.hf_decode",
-                     "rollout.hf_share_prefixes")
+                     "rollout.hf_share_prefixes", "rollout.hf_pack_weights")
 
 
 @dataclass

@@ -79,6 +79,7 @@ def test_yaml_and_overrides_are_typed(tmp_path):
         ("trainer.suffix_buckets=0", "trainer.suffix_buckets=0 must be >= 1"),
         ("trainer.old_logprobs=sampler", "trainer.old_logprobs='sampler' must be one of ['recompute', 'rollout']"),
         ("logging.jsonl_digits=20", "logging.jsonl_digits=20 must be <= 17"),
+        ("rollout.hf_pack_weights=yes", "rollout.hf_pack_weights='yes' must be auto | on | off"),
     ],
 )
 def test_bad_keys_and_values_name_the_field(override, needle):
@@ -245,8 +246,8 @@ def test_sft_warmstart_section():
 
 
 def test_speed_switches_do_not_block_a_resume():
-    """``trainer.prefix_sharing``, ``trainer.suffix_buckets``, ``trainer.old_logprobs``, ``rollout.hf_decode`` and
-    ``rollout.hf_share_prefixes`` change results only by float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
+    """``trainer.prefix_sharing``, ``trainer.suffix_buckets``, ``trainer.old_logprobs``, ``rollout.hf_decode``,
+    ``rollout.hf_share_prefixes`` and ``rollout.hf_pack_weights`` change results only by float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
     resumes too; a real change (the learning rate) still blocks."""
     from trainer.config import config_to_dict, load_config
     from trainer.run_folder import config_differences
@@ -254,11 +255,11 @@ def test_speed_switches_do_not_block_a_resume():
     base = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
     other = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", [
         "trainer.prefix_sharing=false", "trainer.suffix_buckets=1", "rollout.hf_decode=hf",
-        "rollout.hf_share_prefixes=false", "trainer.old_logprobs=rollout"]))
+        "rollout.hf_share_prefixes=false", "trainer.old_logprobs=rollout", "rollout.hf_pack_weights=off"]))
     assert config_differences(base, other) == []
     old = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml"))
     del old["trainer"]["prefix_sharing"], old["trainer"]["suffix_buckets"], old["rollout"]["hf_decode"]
-    del old["rollout"]["hf_share_prefixes"], old["trainer"]["old_logprobs"]
+    del old["rollout"]["hf_share_prefixes"], old["trainer"]["old_logprobs"], old["rollout"]["hf_pack_weights"]
     assert config_differences(old, base) == []
     assert config_differences(old, other) == []  # a preset that pins a switch off still resumes an older folder
     lr = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", ["trainer.lr=0.5"]))

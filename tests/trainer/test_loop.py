@@ -150,22 +150,28 @@ def test_tied_weights_are_refreshed_under_every_name():
         "model.embed_tokens.weight", "lm_head.weight", "x"]
 
 
-@pytest.mark.vllm
 @pytest.mark.slow
-def test_vllm_rollout_engine_follows_the_actor(tmp_path):
-    """rollout.engine=vllm: a training iteration runs (vLLM rollout, DeepSpeed update, refresh); then, with the
-    actor's parameters (the tied embedding included) moved far from the initial model's, a refresh makes the vLLM engine's greedy output
-    equal Hugging Face generation with the actor's weights and differ from the initial model's. (Without the tied
-    alias ``lm_head.weight`` in the refresh, vLLM keeps its old LM head and this fails.) The move is explicit
-    because one update of a random-weight model barely moves it: every episode fails, so every advantage is 0
-    and only the entropy bonus, ~0 at a near-uniform policy, has a gradient."""
+@pytest.mark.parametrize("engine", [pytest.param(["rollout.engine=vllm"], marks=pytest.mark.vllm, id="vllm"),
+                                    pytest.param(["rollout.hf_pack_weights=on"], id="hf-packed")])
+def test_rollout_engine_follows_the_actor(tmp_path, engine):
+    """A training iteration runs (rollout, DeepSpeed update, refresh); then, with the actor's parameters (the tied
+    embedding included) moved far from the initial model's, a refresh makes the rollout engine's greedy output
+    equal Hugging Face generation with the actor's weights and differ from the initial model's.
+    vLLM: without the tied alias ``lm_head.weight`` in the refresh, vLLM keeps its old LM head and this fails. The HF
+    engine on packed weights (``rollout.hf_pack_weights=on``): without the refresh dropping the packed copy it would
+    decode with the old weights. The move is explicit because one update of a random-weight model barely moves it:
+    every episode fails, so every advantage is 0 and only the entropy bonus, ~0 at a near-uniform policy, has a
+    gradient."""
     import copy
 
     from agents.engines import SamplingConfig, make_engine
+    from agents.engines.lean import packing_available
     from trainer.loop import Trainer
     from trainer.run_folder import RunFolder
 
-    cfg = load_config(PRESET, ["rollout.engine=vllm", "env.groups=2", "env.group_size=2", "env.max_steps=2",
+    if engine == ["rollout.hf_pack_weights=on"] and not packing_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
+    cfg = load_config(PRESET, [*engine, "env.groups=2", "env.group_size=2", "env.max_steps=2",
                                "rollout.max_response_tokens=8", "trainer.iterations=1", "trainer.lr=0.05",
                                "eval.every=0", "logging.progress_bar=false", "logging.tensorboard=false",
                                f"output_dir={tmp_path / 'run'}"])
@@ -184,9 +190,12 @@ def test_vllm_rollout_engine_follows_the_actor(tmp_path):
                    for c in ("Goal: craft stick.", "get 1 oak log", "inventory")]
         greedy = SamplingConfig(temperature=0, max_tokens=12, stop=())
         got = [g.token_ids for g in t.rollout_engine.generate(prompts, greedy)]
+        if cfg.rollout.engine == "hf":
+            assert t.rollout_engine._weights_for(t.rollout_engine.model).packed
         actor = copy.deepcopy(t.engine.lm).eval()
         actor.config.use_cache = True
-        want = [g.token_ids for g in make_engine("hf", actor, tokenizer=tok).generate(prompts, greedy)]
+        want = [g.token_ids for g in make_engine("hf", actor, tokenizer=tok, pack_weights="off").generate(prompts,
+                                                                                                         greedy)]
         before = [g.token_ids for g in make_engine("hf", t.model_dir, dtype="float32").generate(prompts, greedy)]
     assert got == want
     assert want != before

@@ -190,6 +190,10 @@ class RolloutConfig:
     hf_share_prefixes: bool = True
     """The hf engine computes a prompt prefix that several prompts of a turn share (a group's G copies, the task
     text) once and reuses its KV cache (agents/engines/hf.py: the same tokens, log-probs within 1e-5) [choice]."""
+    hf_pack_weights: str = "auto"
+    """The lean decode step reads its weights in oneDNN's packed layout: auto | on | off. auto = for float32 models
+    on the CPU of 64 MB or more (SmolLM2, not the tiny models), where a step's matmuls read the weights from memory
+    1.5-1.9x faster at 4-16 rows (results/benchmarks/decode_linear.md; the same tokens, log-probs within 1e-5) [choice]."""
     temperature: float = 1.0
     """Sampling temperature of training rollouts [GiGPO: 1.0]."""
     top_p: float = 1.0
@@ -210,6 +214,8 @@ class RolloutConfig:
             _fail(f"rollout.engine={self.engine!r} must be 'hf' or 'vllm'")
         if self.hf_decode not in ("auto", "lean", "hf"):
             _fail(f"rollout.hf_decode={self.hf_decode!r} must be auto | lean | hf")
+        if self.hf_pack_weights not in ("auto", "on", "off"):
+            _fail(f"rollout.hf_pack_weights={self.hf_pack_weights!r} must be auto | on | off")
         _num("rollout", "temperature", self.temperature, lo=0)
         _num("rollout", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
         _num("rollout", "max_response_tokens", self.max_response_tokens, lo=1, integer=True)
