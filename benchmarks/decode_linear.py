@@ -10,8 +10,9 @@ read the weights from memory, so the table reports GB of weights read per second
 a tensor of the same size is the reference (a pure read). Shapes: one set of the lean step's matrices per layer
 (W_q|W_k|W_v, W_o, W_gate|W_up, W_down) and the LM head, random float32 values, for ``smollm2`` (30 layers,
 width 576, 1,536 MLP, 3 key/value heads of 64, vocabulary 49,152) and ``tiny`` (the demo's 4 layers of width 128,
-vocabulary 1,370), one table each (``--models``). Each cell: one untimed pass, then the median of ``--repeats`` timed passes over all matrices.
-The packed layout is the one ``LeanWeights`` builds (for 8 rows); "pack s" = the time to pack all matrices.
+vocabulary 1,370), one table each (``--models``). Each cell: one untimed pass, then the median of ``--repeats``
+timed passes over all matrices. The packed layout is the one ``LeanWeights`` builds (for ``PACK_ROWS_HINT`` rows);
+each table's head gives the time it took to pack all its matrices.
 """
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_
         warm = _prompts(eng.tokenizer, 2)
         eng.generate(warm, SamplingConfig(temperature=1.0, max_tokens=4, stop=()), seeds=[0, 1])  # warm-up
         pack_s = None
-        if engine_name == "hf-lean" and eng._weights_for(eng.model).packed:  # packed in the warm-up: time a repack
+        if engine_name == "hf-lean" and eng.lean_weights().packed:  # packed in the warm-up: time a repack
             from agents.engines.lean import LeanWeights
 
             t0 = time.perf_counter()

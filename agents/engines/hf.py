@@ -84,8 +84,10 @@ class HFEngine(RolloutEngine):
         self.decode = "lean" if (decode != "hf" and why is None) else "hf"
         self.share_prefixes = bool(share_prefixes)
         self.cascade = bool(cascade)
-        if pack_weights not in ("auto", "on", "off"):
-            raise ValueError(f"HFEngine pack_weights={pack_weights!r} must be auto | on | off")
+        from .lean import PACK_MODES
+
+        if pack_weights not in PACK_MODES:  # here, not at the first batch: a bad value fails before any compute
+            raise ValueError(f"HFEngine pack_weights={pack_weights!r} must be one of {PACK_MODES}")
         self.pack_weights = pack_weights
         self._lean_weights = None  # LeanWeights, built at the first lean batch and kept while the parameters hold
         self.device = next(self.model.parameters()).device
@@ -182,7 +184,7 @@ class HFEngine(RolloutEngine):
         if self.decode == "lean":
             from .lean import LeanDecoder
 
-            lean = LeanDecoder(model, weights=self._weights_for(model))
+            lean = LeanDecoder(model, weights=self.lean_weights())
             prefix = None if shared is None or not self.cascade else (*prefix_kv, shared[1].to(dev), row_prefix)
             order = lean.start(cache, attn, capacity=sampling.max_tokens, prefix=prefix)
             cache = prefix_kv = None
@@ -288,13 +290,13 @@ class HFEngine(RolloutEngine):
         return None
 
     # ------------------------------------------------------------------ weights and memory
-    def _weights_for(self, model):
-        """The lean step's ``LeanWeights`` for ``model`` (the engine's model, possibly moved to another device)."""
+    def lean_weights(self):
+        """The lean step's ``LeanWeights`` (kept between batches; made anew when ``pack_weights`` was switched)."""
         from .lean import LeanWeights
 
         w = self._lean_weights
-        if w is None or w.model is not model or w.requested != self.pack_weights:
-            w = self._lean_weights = LeanWeights(model, pack=self.pack_weights)
+        if w is None or w.requested != self.pack_weights:
+            w = self._lean_weights = LeanWeights(self.model, pack=self.pack_weights)
         return w
 
     @torch.no_grad()

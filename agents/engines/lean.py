@@ -42,7 +42,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["lean_support", "LeanDecoder", "LeanWeights", "packing_available"]
+__all__ = ["lean_support", "LeanDecoder", "LeanWeights", "PACK_MODES", "packing_available"]
 
 _TYPES = ("qwen2", "llama")
 
@@ -51,6 +51,9 @@ PACK_MIN_BYTES = 64 << 20
 step streams its weights from memory, and at a rollout's 8-16 rows oneDNN's packed matmul streams them faster than
 ``F.linear``; a small model's weights sit in the cache, where packing does not pay
 (``results/benchmarks/decode_linear.md``: SmolLM2 and the demo's tiny model)."""
+
+PACK_MODES = ("auto", "on", "off")
+"""``LeanWeights``' ``pack`` (``HFEngine``'s ``pack_weights``, config ``rollout.hf_pack_weights``)."""
 
 PACK_ROWS_HINT = 8
 """Rows the packed layout is chosen for [choice]: one layout serves every batch, as rows finish and leave it."""
@@ -73,10 +76,7 @@ def lean_support(model) -> str | None:
     need = ("embed_tokens", "layers", "norm", "rotary_emb")
     if base is None or not all(hasattr(base, n) for n in need) or not hasattr(model, "lm_head"):
         return "not the standard <Model>ForCausalLM layout (model.embed_tokens, layers, norm, rotary_emb; lm_head)"
-    linears = [model.lm_head]
-    for layer in base.layers:
-        a, m = layer.self_attn, layer.mlp
-        linears += [a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj]
+    linears = _linears(model)
     odd = sorted({type(x).__name__ for x in linears if type(x) is not torch.nn.Linear})
     if odd:  # LoRA-injected, quantised, ...: their forward is not weight @ x + bias
         return f"projections of type {odd}, not plain torch.nn.Linear"
@@ -120,11 +120,10 @@ class LeanWeights:
     """
 
     def __init__(self, model, pack: str = "auto"):
-        if pack not in ("auto", "on", "off"):
-            raise ValueError(f"LeanWeights pack={pack!r} must be auto | on | off")
+        if pack not in PACK_MODES:
+            raise ValueError(f"LeanWeights pack={pack!r} must be one of {PACK_MODES}")
         self.model, self.requested = model, pack
-        base = model.model
-        params = [model.lm_head.weight] + [p for layer in base.layers for p in _projection_params(layer)]
+        params = [x.weight for x in _linears(model)]
         dtype = params[0].dtype
         on_cpu = params[0].device.type == "cpu"
         size = sum(p.numel() * p.element_size() for p in params)
@@ -172,9 +171,13 @@ class LeanWeights:
         return F.linear(x, *wb)
 
 
-def _projection_params(layer) -> list[torch.Tensor]:
-    a, m = layer.self_attn, layer.mlp
-    return [x.weight for x in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)]
+def _linears(model) -> list:
+    """The LM head, then every layer's seven projections: the matrices a decode step multiplies by."""
+    out = [model.lm_head]
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        out += [a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj]
+    return out
 
 
 @torch.no_grad()

@@ -460,12 +460,12 @@ def test_packed_weights_give_the_unpacked_generations(model, tiny_dir, smollm2_d
     plain = HFEngine(path, dtype="float32", decode="lean", pack_weights="off")
     packed = HFEngine(plain.model, plain.tokenizer, decode="lean", pack_weights="on")
     auto = HFEngine(plain.model, plain.tokenizer, decode="lean")
-    assert auto._weights_for(auto.model).packed == (model == "smollm2")
+    assert auto.lean_weights().packed == (model == "smollm2")
     goal_a = "Goal: craft stick. Recipe: craft 4 stick using 2 oak planks. " * 3
     goal_b = "Goal: craft 4 oak planks. Recipe: craft 4 oak planks using 1 oak log. " * 3
     prompts = _chat(plain.tokenizer, [goal_a, goal_b, goal_a + "You hold nothing.", goal_a, goal_b, goal_a])
     _same_generations(plain, packed, prompts, model, seed0=60)
-    assert packed._weights_for(packed.model).packed
+    assert packed.lean_weights().packed
 
 
 def test_packed_weights_follow_the_parameters(tiny_dir, tiny_dir_b, prompts, monkeypatch):
@@ -520,7 +520,7 @@ def test_packed_weights_reject_what_they_cannot_serve(tiny_dir):
     from agents.engines.lean import LeanWeights
 
     _needs_packing()
-    with pytest.raises(ValueError, match="pack_weights='sometimes' must be auto"):
+    with pytest.raises(ValueError, match="pack_weights='sometimes' must be one of"):
         HFEngine(tiny_dir, dtype="float32", pack_weights="sometimes")
     bf16 = HFEngine(tiny_dir, dtype="bfloat16")
     with pytest.raises(ValueError, match="float32 model on the CPU"):

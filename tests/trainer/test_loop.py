@@ -191,7 +191,7 @@ def test_rollout_engine_follows_the_actor(tmp_path, engine):
         greedy = SamplingConfig(temperature=0, max_tokens=12, stop=())
         got = [g.token_ids for g in t.rollout_engine.generate(prompts, greedy)]
         if cfg.rollout.engine == "hf":
-            assert t.rollout_engine._weights_for(t.rollout_engine.model).packed
+            assert t.rollout_engine.lean_weights().packed
         actor = copy.deepcopy(t.engine.lm).eval()
         actor.config.use_cache = True
         want = [g.token_ids for g in make_engine("hf", actor, tokenizer=tok, pack_weights="off").generate(prompts,
