@@ -36,8 +36,8 @@ ENV_IDS = {
     "TextCraft-v0": "envs.textcraft:TextCraftEnv",
     "ALFWorld-v0": "envs.alfworld:ALFWorldEnv",
     "WebShop-v0": "envs.webshop:WebShopEnv",
-    "FiniteCraft-v0": "groundtruth.textenv:CraftEnv",
-    "FiniteRooms-v0": "groundtruth.textenv:RoomsEnv",
+    "FiniteCraft-v0": "envs.finite.textenv:CraftEnv",
+    "FiniteRooms-v0": "envs.finite.textenv:RoomsEnv",
 }
 
 

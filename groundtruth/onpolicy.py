@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .mdp import TabularMDP
+from envs.finite.mdp import TabularMDP
+
 from .policy import Values, evaluate_policy
 
 __all__ = ["OnPolicyTruth", "row_distributions", "policy_from_rows", "exact_row_advantages", "score_actions"]

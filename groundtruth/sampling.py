@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from envs.finite.mdp import MALFORMED_ACTION, TabularMDP
 from estimators import StepBatch
-
-from .mdp import MALFORMED_ACTION, TabularMDP
 
 __all__ = ["Rollout", "sample_rollout", "render_observations", "response_texts", "to_step_batch"]
 
