@@ -71,7 +71,7 @@ class BenchConfig:
     """Settings of the advantage-quality part of the benchmark."""
 
     families: tuple[str, ...] = ("craft", "rooms")
-    """MDP families (``groundtruth.families``)."""
+    """MDP families (``envs.finite.families``)."""
     family_kwargs: dict = field(default_factory=dict)
     """Per-family config overrides, e.g. {"rooms": {"n_locations": 6}}."""
     scenarios: tuple[Scenario, ...] = DEFAULT_SCENARIOS

@@ -107,7 +107,7 @@ def sample_rollout(mdp: TabularMDP, pi: np.ndarray, tasks, group_size: int, rng:
 def render_observations(mdp: TabularMDP, ro: Rollout, rng: np.random.Generator) -> list[str]:
     """The observation text o_i of every row (the anchor observation), in row order.
 
-    One draw from ``rng`` seeds a ``random.Random`` that renders all rows (``groundtruth.text``).
+    One draw from ``rng`` seeds a ``random.Random`` that renders all rows (``envs.finite.text``).
     """
     fam = mdp.family
     r = random.Random(int(rng.integers(2**63)))
