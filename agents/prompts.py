@@ -278,7 +278,7 @@ PROMPT_BUILDERS: dict[str, PromptBuilder] = {
         "page and 'click[button or item]' to open results, pick options and buy.",
         action_hint="Choose the action that best finds and buys the product matching every requirement.",
     ),
-    # the finite worlds of groundtruth (FiniteCraft-v0 / FiniteRooms-v0): their action strings are exact, so the
+    # the finite worlds of envs/finite (FiniteCraft-v0 / FiniteRooms-v0): their action strings are exact, so the
     # wording says so; the recipe book of the craft world is in its first observation, kept like TextCraft's
     "finitecraft": PromptBuilder(
         env_name="finitecraft",

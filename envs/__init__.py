@@ -1,4 +1,4 @@
-"""Text environments (TextCraft, ALFWorld, WebShop, and the finite worlds of ``groundtruth``) behind one gymnasium
+"""Text environments (TextCraft, ALFWorld, WebShop, and the finite worlds of ``envs.finite``) behind one gymnasium
 interface, and the group pool.
 
 Importing ``envs`` registers the gymnasium ids (lazily: the environment modules load on ``make``):
@@ -9,11 +9,11 @@ id              entry point                        default horizon (``max_steps`
 TextCraft-v0    ``envs.textcraft:TextCraftEnv``    50
 ALFWorld-v0     ``envs.alfworld:ALFWorldEnv``      50
 WebShop-v0      ``envs.webshop:WebShopEnv``        15
-FiniteCraft-v0  ``groundtruth.textenv:CraftEnv``   50 (the MDP's horizon)
-FiniteRooms-v0  ``groundtruth.textenv:RoomsEnv``   50 (the MDP's horizon)
+FiniteCraft-v0  ``envs.finite.textenv:CraftEnv``   50 (the MDP's horizon)
+FiniteRooms-v0  ``envs.finite.textenv:RoomsEnv``   50 (the MDP's horizon)
 =============== ================================== ===========================================
 
-The two finite worlds take ``surface`` (``groundtruth.text`` presets), ``alias`` and the family's size options as
+The two finite worlds take ``surface`` (``envs.finite.text`` presets), ``alias`` and the family's size options as
 keyword arguments (``env.kwargs`` in a config); their ``info["state_key"]`` is the MDP state, whose exact
 values ``groundtruth.onpolicy`` computes.
 
@@ -36,8 +36,8 @@ ENV_IDS = {
     "TextCraft-v0": "envs.textcraft:TextCraftEnv",
     "ALFWorld-v0": "envs.alfworld:ALFWorldEnv",
     "WebShop-v0": "envs.webshop:WebShopEnv",
-    "FiniteCraft-v0": "groundtruth.textenv:CraftEnv",
-    "FiniteRooms-v0": "groundtruth.textenv:RoomsEnv",
+    "FiniteCraft-v0": "envs.finite.textenv:CraftEnv",
+    "FiniteRooms-v0": "envs.finite.textenv:RoomsEnv",
 }
 
 

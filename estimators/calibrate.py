@@ -19,7 +19,7 @@ result for the run and saves the scan as ``epsilon.json`` in the run folder). Ru
   "Nothing happens." makes them imprecise, and ``anchor_recall`` then merges too much).
 * ``singleton_match``: the smallest epsilon whose cluster singleton rate is at most the anchors'.
 * ``state_f1`` (an oracle, for worlds that know their states): the smallest epsilon whose clusters agree best, by
-  pair F1, with the true state (``state_key``: the finite worlds of ``groundtruth/``). It says what a calibration
+  pair F1, with the true state (``state_key``: the finite worlds of ``envs/finite/``). It says what a calibration
   could reach; a batch without ``state_key`` is refused.
 
 Without two rows of one observation in any prompt group (every anchor a singleton) neither rule has a reference:

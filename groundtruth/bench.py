@@ -21,11 +21,12 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import torch
 
+from envs.finite.families import make_family
+from envs.finite.mdp import TabularMDP, build_mdp
+from envs.finite.text import surface_preset
 from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
 
 from .embed import LMEmbedder, ProxyConfig, ProxyEmbedder
-from .families import make_family
-from .mdp import TabularMDP, build_mdp
 from .metrics import batch_metrics
 from .policy import (
     Values,
@@ -38,7 +39,6 @@ from .policy import (
     success_probability,
 )
 from .sampling import Rollout, render_observations, sample_rollout, to_step_batch
-from .text import surface_preset
 
 __all__ = ["Scenario", "BenchConfig", "HIDDEN_ESTIMATORS", "REFERENCES", "run_bench", "make_mdp",
            "calibrated_logits", "estimate", "BatchTruth", "prepare_truth", "bench_seed", "map_tasks"]
@@ -71,7 +71,7 @@ class BenchConfig:
     """Settings of the advantage-quality part of the benchmark."""
 
     families: tuple[str, ...] = ("craft", "rooms")
-    """MDP families (``groundtruth.families``)."""
+    """MDP families (``envs.finite.families``)."""
     family_kwargs: dict = field(default_factory=dict)
     """Per-family config overrides, e.g. {"rooms": {"n_locations": 6}}."""
     scenarios: tuple[Scenario, ...] = DEFAULT_SCENARIOS

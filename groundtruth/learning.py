@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from envs.finite.mdp import TabularMDP
+
 from .bench import HIDDEN_ESTIMATORS, Scenario, calibrated_logits, estimate, make_mdp, map_tasks
 from .embed import ProxyConfig, ProxyEmbedder
-from .mdp import TabularMDP
 from .policy import evaluate_policy, score_gradient, softmax, start_distribution, success_probability
 from .sampling import render_observations, sample_rollout, to_step_batch
 

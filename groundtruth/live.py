@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .mdp import TabularMDP
+from envs.finite.mdp import TabularMDP
+
 from .metrics import advantage_metrics
 from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
 

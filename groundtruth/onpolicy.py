@@ -1,6 +1,6 @@
 """The exact advantage of the policy being trained: its action distributions, then dynamic programming.
 
-Issue 20's second point. In a finite MDP (``groundtruth.mdp``) the actions are enumerable, so for every row i of
+Issue 20's second point. In a finite MDP (``envs.finite.mdp``) the actions are enumerable, so for every row i of
 a batch (step t_i, state s_i = ``info["state_key"]``) the actor can score every action string and give
 ``log P(response = a | prompt_i)`` for each action a. From those:
 
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .mdp import TabularMDP
+from envs.finite.mdp import TabularMDP
+
 from .policy import Values, evaluate_policy
 
 __all__ = ["OnPolicyTruth", "row_distributions", "policy_from_rows", "exact_row_advantages", "score_actions"]

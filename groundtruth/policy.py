@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .mdp import TabularMDP
+from envs.finite.mdp import TabularMDP
 
 __all__ = [
     "softmax",

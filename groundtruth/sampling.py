@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from envs.finite.mdp import MALFORMED_ACTION, TabularMDP
 from estimators import StepBatch
-
-from .mdp import MALFORMED_ACTION, TabularMDP
 
 __all__ = ["Rollout", "sample_rollout", "render_observations", "response_texts", "to_step_batch"]
 
@@ -108,7 +107,7 @@ def sample_rollout(mdp: TabularMDP, pi: np.ndarray, tasks, group_size: int, rng:
 def render_observations(mdp: TabularMDP, ro: Rollout, rng: np.random.Generator) -> list[str]:
     """The observation text o_i of every row (the anchor observation), in row order.
 
-    One draw from ``rng`` seeds a ``random.Random`` that renders all rows (``groundtruth.text``).
+    One draw from ``rng`` seeds a ``random.Random`` that renders all rows (``envs.finite.text``).
     """
     fam = mdp.family
     r = random.Random(int(rng.integers(2**63)))

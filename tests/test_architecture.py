@@ -1,5 +1,6 @@
 """The architecture, enforced: the import graph of the repo's packages has no cycle and no import against the
-package order, and only the environments and the acting loop step environments.
+package order, every gymnasium environment of the repo lives in ``envs`` (an entry point is an import the
+graph cannot see), and only the environments and the acting loop step environments.
 
 Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
 import each other)::
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import importlib
 import re
 from pathlib import Path
 
@@ -141,6 +143,59 @@ def test_imports_follow_the_package_order():
     assert not bad, "\n".join(bad)
 
 
+def _calls_register(node: ast.AST) -> bool:
+    """``register(...)`` / ``gym.register(...)`` with an entry point (keyword, or the second positional)."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+    return name == "register" and (any(k.arg == "entry_point" for k in node.keywords) or len(node.args) >= 2)
+
+
+def registering_modules(root: Path, packages) -> list[str]:
+    """The modules whose code registers a gymnasium environment (read with ``ast``)."""
+    return sorted(mod for mod, path in _modules(root, packages).items()
+                  if any(_calls_register(n) for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+
+
+def entry_point_package(entry_point) -> str | None:
+    """The repo package of an entry point (``"pkg.module:Class"`` or a callable); None outside the repo."""
+    if isinstance(entry_point, str):
+        module = entry_point.partition(":")[0]
+    else:
+        module = getattr(entry_point, "__module__", None) or ""
+    pkg = module.split(".")[0]
+    return pkg if pkg in LAYER_OF else None
+
+
+def registration_violations(entry_points: dict[str, object]) -> list[str]:
+    """Gymnasium ids (id -> entry point) whose entry point lies in a repo package other than ``envs`` and not
+    below it: ``envs`` registers every id, so the entry point is an import made from ``envs``."""
+    bad = []
+    for env_id, entry_point in sorted(entry_points.items()):
+        pkg = entry_point_package(entry_point)
+        if pkg is not None and pkg != "envs" and LAYER_OF[pkg] >= LAYER_OF["envs"]:
+            bad.append(f"{env_id} -> {entry_point} ({pkg} is not below envs in the package order; "
+                       "move the environment into envs/)")
+    return bad
+
+
+def test_environments_are_registered_with_entry_points_inside_envs():
+    """Import every module that registers a gymnasium environment, then read gymnasium's registry: each id
+    whose entry point is in this repo must point into ``envs`` (or below). A string entry point is imported
+    only by ``gymnasium.make``, so ``import_graph`` cannot see the edge it makes."""
+    import gymnasium as gym
+
+    modules = registering_modules(ROOT, _repo_packages())
+    assert "envs" in modules, f"no registration found in envs/__init__.py (found in: {modules})"
+    for mod in modules:
+        importlib.import_module(mod)
+    registered = {spec.id: spec.entry_point for spec in gym.registry.values()}
+    ours = {env_id: ep for env_id, ep in registered.items() if entry_point_package(ep) is not None}
+    assert set(importlib.import_module("envs").ENV_IDS) <= set(ours)
+    bad = registration_violations(registered)
+    assert not bad, "environments registered with an entry point above envs/:\n" + "\n".join(bad)
+
+
 def test_only_envs_and_the_acting_loop_step_environments():
     """An ``env.step``/``pool.step`` call (receiver named like an env or a pool) outside ``envs/`` and
     ``agents/rollout.py`` means a second acting loop."""
@@ -191,6 +246,29 @@ def test_a_function_local_cycle_and_a_back_edge_are_found(tmp_path, monkeypatch)
     assert graph["agents.x"] == {"envs.a"} and graph["trainer.y"] == {"agents.x"}
     assert cycles(graph) == [["envs.a", "envs.b"]]
     assert order_violations(graph) == ["envs.c imports trainer.y (trainer is not below envs in the package order)"]
+
+
+def test_an_entry_point_above_envs_is_found(tmp_path):
+    _write(tmp_path, {
+        "envs/__init__.py": "import gymnasium as gym\ngym.register(id='A-v0', entry_point='envs.a:A')\n",
+        "groundtruth/__init__.py": "",
+        "groundtruth/w.py": "from gymnasium import register\nregister('B-v0', 'x:B')\n",
+        "agents/__init__.py": "import atexit\natexit.register(print)\nregistry = {}\nregistry.register = 0\n",
+    })
+    assert registering_modules(tmp_path, ["envs", "groundtruth", "agents"]) == ["envs", "groundtruth.w"]
+
+    class Local:  # a class entry point, declared to live in groundtruth
+        pass
+
+    Local.__module__ = "groundtruth.textenv"
+    bad = registration_violations({
+        "Ok-v0": "envs.finite.textenv:RoomsEnv", "Common-v0": "common.x:E", "Gym-v1": "gymnasium.envs.x:C",
+        "Old-v0": "groundtruth.textenv:RoomsEnv", "Side-v0": "estimators.x:E", "Obj-v0": Local,
+        "Fn-v0": print,
+    })
+    assert [b.split(" (")[0] for b in bad] == [f"Obj-v0 -> {Local}", "Old-v0 -> groundtruth.textenv:RoomsEnv",
+                                              "Side-v0 -> estimators.x:E"]
+    assert "groundtruth is not below envs" in bad[1] and "estimators is not below envs" in bad[2]
 
 
 @pytest.mark.parametrize("edges,expected", [

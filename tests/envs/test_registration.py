@@ -11,7 +11,9 @@ import envs
 
 def test_ids_are_registered_with_their_entry_points():
     for env_id, entry in {"TextCraft-v0": "envs.textcraft:TextCraftEnv", "ALFWorld-v0": "envs.alfworld:ALFWorldEnv",
-                          "WebShop-v0": "envs.webshop:WebShopEnv"}.items():
+                          "WebShop-v0": "envs.webshop:WebShopEnv",
+                          "FiniteCraft-v0": "envs.finite.textenv:CraftEnv",
+                          "FiniteRooms-v0": "envs.finite.textenv:RoomsEnv"}.items():
         spec = gym.spec(env_id)
         assert spec.entry_point == entry and spec.max_episode_steps is None
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from groundtruth.families import make_family
-from groundtruth.mdp import SUCCESS_REWARD, build_mdp
-from groundtruth.text import surface_preset
+from envs.finite.families import make_family
+from envs.finite.mdp import SUCCESS_REWARD, build_mdp
+from envs.finite.text import surface_preset
 
 
 class ChainFamily:

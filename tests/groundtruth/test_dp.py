@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from groundtruth.mdp import GAMMA, INVALID_PENALTY
+from envs.finite.mdp import GAMMA, INVALID_PENALTY
 from groundtruth.policy import evaluate_policy, expert_logits, occupancy, softmax, start_distribution
 from groundtruth.sampling import sample_rollout
 

@@ -7,12 +7,12 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from envs.finite.families import make_family, n_hidden_facts
+from envs.finite.mdp import build_mdp
+from envs.finite.text import SurfaceConfig, surface_preset
 from estimators.ops import action_tag
-from groundtruth.families import make_family, n_hidden_facts
-from groundtruth.mdp import build_mdp
 from groundtruth.policy import expert_logits, softmax
 from groundtruth.sampling import render_observations, response_texts, sample_rollout, to_step_batch
-from groundtruth.text import SurfaceConfig, surface_preset
 
 KW = {"craft": dict(n_intermediates=2, n_base_per=2, n_distractors=1, n_junk_recipes=1, n_tasks=2),
       "rooms": dict(n_locations=5, n_objects=2, n_tasks=3)}

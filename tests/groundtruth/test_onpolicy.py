@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from groundtruth.mdp import GAMMA
+from envs.finite.mdp import GAMMA
 from groundtruth.onpolicy import exact_row_advantages, policy_from_rows, row_distributions
 from groundtruth.policy import evaluate_policy, expert_logits, softmax
 

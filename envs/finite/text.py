@@ -1,7 +1,7 @@
 """Surface variation of observation text: paraphrases, shuffled lists, distractor sentences, step counters.
 
 One true state is rendered into many strings (exact-match anchors fragment); which state facts the
-text shows at all is the family's *aliasing* level (``groundtruth.families``). All randomness comes from
+text shows at all is the family's *aliasing* level (``envs.finite.families``). All randomness comes from
 the ``random.Random`` passed in (Python's generator: a draw costs ~0.1 µs against ~3 µs for a NumPy call,
 and rendering is per row), so a seed fixes every string.
 """

@@ -1,6 +1,6 @@
 """Finite MDPs with known dynamics, enumerated into arrays from a family's transition function.
 
-A *family* (``groundtruth.families``) describes states as hashable Python objects and gives, for each
+A *family* (``envs.finite.families``) describes states as hashable Python objects and gives, for each
 (state, action), the list of outcomes ``(probability, next_state, reward, done, event)``. ``build_mdp``
 enumerates every state reachable from the family's start states (one start per task) and stores the
 dynamics as padded arrays so that dynamic programming and sampling are vectorised:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from envs.base import INFO_KEYS
-from groundtruth.textenv import FiniteMDPEnv
+from envs.finite.textenv import FiniteMDPEnv
 
 
 @pytest.mark.parametrize("family,kw", [("craft", dict(n_intermediates=2, n_base_per=2)), ("rooms", dict(n_locations=5))])

@@ -2,7 +2,7 @@
 
 Each family is a small, fully enumerable world whose *true state* the text hides behind:
 
-* surface variation (``groundtruth.text.SurfaceConfig``): one state, many strings;
+* surface variation (``envs.finite.text.SurfaceConfig``): one state, many strings;
 * aliasing (``alias`` in [0, 1]): the family's state facts are ordered, and the first
   ``floor(alias * n_facts + 0.5)`` of them are never shown, so different states render alike.
   ``alias = 0`` shows every fact (each string names one state); ``alias = 1`` shows only what the last
@@ -10,7 +10,7 @@ Each family is a small, fully enumerable world whose *true state* the text hides
 
 Rewards [GiGPO]: 10 on the winning step, 0 otherwise; inadmissible actions are no-ops answered with a
 failure message (well-formed, so ``valid = True``); the malformed-response action is added by
-``groundtruth.mdp.build_mdp``.
+``envs.finite.mdp.build_mdp``.
 
 ``craft``: the goal needs ``n_intermediates`` crafted items, each made from ``n_base_per`` base items
 fetched with ``get``; ``n_distractors`` useless base items can be fetched too; ``n_junk_recipes``
