@@ -91,7 +91,7 @@ def run_cell(a: dict) -> dict:
 
     from estimators import EstimatorConfig, StepBatch, compute_advantages
     from trainer.config import ModelConfig, TrainerConfig
-    from trainer.engine import ActorEngine
+    from trainer.ppo_actor import ActorEngine
     from trainer.seeding import seed_everything
 
     device = a["device"]

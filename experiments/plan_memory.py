@@ -13,7 +13,7 @@ config.json files) picked by the name in ``model.path``. Exit status 2 on a bad 
 Symbols: P model parameters, W ranks (= GPUs, one process each), T = rollout.max_prompt_tokens +
 rollout.max_response_tokens (the longest step row), L layers, h hidden size, I MLP size, V vocabulary.
 
-What is counted, per rank, following the code (``trainer/engine.py``, ``trainer/loop.py``, DeepSpeed 0.19):
+What is counted, per rank, following the code (``trainer/ppo_actor.py``, ``trainer/loop.py``, DeepSpeed 0.19):
 
 * actor weights, bf16, 2 B/param: whole on every rank at ZeRO 0-2, P/W at ZeRO-3; on the host with
   ``trainer.offload_params`` (ZeRO-3 only);

@@ -214,7 +214,7 @@ def save_checkpoint(root: str | Path, iteration: int, engine, *, sampler=None, g
                     extra: dict | None = None, keep_last: int = 2, tokenizer=None) -> Path:
     """Save everything needed to continue after iteration ``iteration``; collective over ranks.
 
-    engine     : ``trainer.engine.ActorEngine``
+    engine     : ``trainer.ppo_actor.ActorEngine``
     sampler    : object with ``state_dict() -> JSON-able dict`` and ``load_state_dict(d)`` (the task sampler)
     generators : named ``torch.Generator``/``numpy.random.Generator`` objects (e.g. ``Seeds.task``/``rollout``)
     extra      : JSON-able dict of the caller's own state (returned by ``load_checkpoint``)

@@ -36,7 +36,7 @@ Data parallelism (``torchrun``/``deepspeed`` launchers): every rank runs this lo
 end to end (own pool, rollout engine, advantages); DeepSpeed averages gradients; the metrics of the ranks are
 combined once per iteration (counts summed, everything else averaged; evaluation metrics weighted by each
 rank's episode count) and rank 0 writes them. Rank r plays groups r*P/W .. (r+1)*P/W - 1 of the same task draw
-and its share of every evaluation list; the loss already uses global denominators (``trainer.engine``).
+and its share of every evaluation list; the loss already uses global denominators (``trainer.ppo_actor``).
 """
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ class Trainer:
         from envs.pool import EnvPool, TaskSampler, training_pool
 
         from .checkpoint import CheckpointError, load_checkpoint
-        from .engine import ActorEngine, init_distributed, resolve_device, resolve_precision
+        from .ppo_actor import ActorEngine, init_distributed, resolve_device, resolve_precision
         from .logging import JsonlSink, MetricLogger
         from .models import resolve_model_folder
         from .seeding import seed_everything

@@ -355,7 +355,7 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, total_tokens: float | t
 
 # ================================================================================================== engine
 def _actor_engine_cls():
-    from trainer.engine import ActorEngine
+    from trainer.ppo_actor import ActorEngine
 
     return ActorEngine
 
@@ -443,7 +443,7 @@ class SFTEngine:
         on the response, so the actor's own forward computes every log-prob needed.
         """
         from trainer.actor import ActorOutput, PrefixPackedBatch, pack_rows_shared, prefix_order
-        from trainer.engine import split_even
+        from trainer.ppo_actor import split_even
 
         act = self.actor
         n = len(prompt_ids)
@@ -528,7 +528,7 @@ class SFTEngine:
         for _rows, bad, loss, nll in self._micro_losses(prompt_ids, response_ids, pad_id, total):
             if bad or not bool(torch.isfinite(loss.detach())):
                 bad_rows.extend(bad or _rows)
-                loss = loss * float("nan")  # poison: the step is skipped (trainer.engine's mechanism)
+                loss = loss * float("nan")  # poison: the step is skipped (trainer.ppo_actor's mechanism)
             act.engine.backward(loss * act.world_size, scale_wrt_gas=False)
             nll_sum += float(nll.detach())
         applied = act._optimizer_step(bad_rows)

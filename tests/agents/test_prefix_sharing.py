@@ -200,7 +200,7 @@ def test_engine_passes_agree_with_and_without_sharing(tiny_dir, rollout_rows):
     states, loss metrics and updated weights (float tolerance)."""
     from agents.models import load_model
     from trainer.config import ModelConfig, TrainerConfig
-    from trainer.engine import ActorEngine, shutdown_distributed
+    from trainer.ppo_actor import ActorEngine, shutdown_distributed
 
     ps = rollout_rows.prompt_ids
     # responses of 1..64 tokens (the sampled ones, repeated and cut), so that suffix lengths differ

@@ -370,7 +370,7 @@ def test_corrupt_latest_checkpoint_falls_back_and_extends(reference_run, tmp_pat
 def test_two_ranks_play_and_train_like_one_process(reference_run, tmp_path):
     """torchrun with 2 CPU ranks (gloo): each rank owns one of the P=2 groups; the rollouts equal the one-process
     run's (per-response seeds do not depend on the rank), the update equals it up to float reduction order."""
-    from trainer.engine import free_port
+    from trainer.ppo_actor import free_port
 
     out = tmp_path / "run"
     env = child_env()
@@ -402,7 +402,7 @@ def test_the_deepspeed_launcher_runs_two_cpu_ranks(tmp_path):
     """``deepspeed --num_accelerators 2 --module experiments.train ...`` (DS_ACCELERATOR=cpu): the launcher adds
     ``--local_rank=N`` to each rank's command, which the command line accepts; one iteration on 2 gloo ranks
     finishes (~30 s on the 2-core machine). ``deepspeed.launcher.runner`` is what the ``deepspeed`` script runs."""
-    from trainer.engine import free_port
+    from trainer.ppo_actor import free_port
 
     out = tmp_path / "run"
     env = child_env()

@@ -29,7 +29,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from tests.trainer.helpers import tiny_qwen2  # noqa: E402
 from trainer.config import ModelConfig, TrainerConfig  # noqa: E402
-from trainer.engine import ActorEngine, shutdown_distributed  # noqa: E402
+from trainer.ppo_actor import ActorEngine, shutdown_distributed  # noqa: E402
 
 N, MB = 16, 8
 

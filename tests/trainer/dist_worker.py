@@ -23,7 +23,7 @@ from safetensors.torch import save_file  # noqa: E402
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2  # noqa: E402
 from trainer.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from trainer.config import ModelConfig, TrainerConfig  # noqa: E402
-from trainer.engine import ActorEngine, shutdown_distributed  # noqa: E402
+from trainer.ppo_actor import ActorEngine, shutdown_distributed  # noqa: E402
 
 
 def build(stage: int) -> ActorEngine:

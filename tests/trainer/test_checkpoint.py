@@ -21,7 +21,7 @@ from trainer.checkpoint import (
     validate_checkpoint,
 )
 from trainer.config import ModelConfig, TrainerConfig
-from trainer.engine import ActorEngine
+from trainer.ppo_actor import ActorEngine
 from trainer.seeding import seed_everything
 
 

@@ -111,7 +111,7 @@ def test_nonfinite_hidden_states_stop_the_run_with_a_clear_error(tmp_path, monke
     """NaN hidden states in every iteration: each optimizer step is skipped (counted and logged with the rows);
     the third in a row ends the run with exit status 3 and a failed run.json."""
     from experiments.train import main
-    from trainer.engine import ActorEngine
+    from trainer.ppo_actor import ActorEngine
 
     original = ActorEngine.compute_logprobs
 

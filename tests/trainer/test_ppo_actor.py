@@ -10,7 +10,7 @@ import torch
 
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
 from trainer.config import ModelConfig, TrainerConfig
-from trainer.engine import ActorEngine, NonFiniteError, split_even
+from trainer.ppo_actor import ActorEngine, NonFiniteError, split_even
 from trainer.loss import ppo_loss
 
 HIDDEN = -2
@@ -158,7 +158,7 @@ def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, 
     old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
     adv = advantages(n, 1)
     adv[6] = float("nan")
-    with caplog.at_level("WARNING", logger="trainer.engine"):
+    with caplog.at_level("WARNING", logger="trainer.ppo_actor"):
         m = eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs, row_ids=row_ids)
     assert m["loss/skipped_steps"] == 1.0 and m["loss/optimizer_steps"] == 0.0
     assert eng.skipped_steps == 1 and eng.consecutive_skips == 1
@@ -295,7 +295,7 @@ def test_single_process_rendezvous_is_not_inherited():
 
 _FAILED_START_SCRIPT = """
 import os, deepspeed
-from trainer.engine import init_distributed
+from trainer.ppo_actor import init_distributed
 def broken(**kw):
     raise RuntimeError("no rendezvous")
 deepspeed.init_distributed = broken  # the rendezvous fails (the ImportError of a half-built op, a refused port)
@@ -324,7 +324,7 @@ _RESTART_SCRIPT = """
 import torch, torch.distributed as dist
 from tests.trainer.helpers import tiny_qwen2
 from trainer.config import ModelConfig, TrainerConfig
-from trainer.engine import ActorEngine
+from trainer.ppo_actor import ActorEngine
 for attempt in range(2):
     ActorEngine(tiny_qwen2(layers=2), TrainerConfig(zero_stage=2), model_cfg=ModelConfig(path="tiny:t", hidden_layer=-1),
                 device="cpu")
@@ -352,7 +352,7 @@ def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
     chose its own venv's folder: replaced by this venv's."""
     import os
 
-    from trainer.engine import _AUTO_EXT_FLAG, use_venv_extensions_dir, venv_extensions_dir
+    from trainer.ppo_actor import _AUTO_EXT_FLAG, use_venv_extensions_dir, venv_extensions_dir
 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     monkeypatch.delenv(_AUTO_EXT_FLAG, raising=False)
@@ -375,7 +375,7 @@ def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
     import threading
     import time
 
-    from trainer.engine import wait_for_build_lock
+    from trainer.ppo_actor import wait_for_build_lock
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     wait_for_build_lock()
@@ -396,7 +396,7 @@ def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
     import sys
 
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path), OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-c", "from trainer.engine import init_distributed; init_distributed('cpu')"],
+    res = subprocess.run([sys.executable, "-c", "from trainer.ppo_actor import init_distributed; init_distributed('cpu')"],
                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and f"Remove the folder {folder}" in res.stderr
 
@@ -405,7 +405,7 @@ def test_collective_timeout_defaults_to_two_hours_and_reads_the_environment(monk
     """DeepSpeed's 10-minute default is shorter than a rank may wait for the others' evaluation share."""
     import datetime
 
-    from trainer.engine import TIMEOUT_ENV, collective_timeout
+    from trainer.ppo_actor import TIMEOUT_ENV, collective_timeout
 
     monkeypatch.delenv(TIMEOUT_ENV, raising=False)
     assert collective_timeout() == datetime.timedelta(minutes=120)

@@ -66,7 +66,7 @@ __all__ = [
     "free_port",
 ]
 
-log = logging.getLogger("trainer.engine")
+log = logging.getLogger("trainer.ppo_actor")
 
 
 class NonFiniteError(RuntimeError):
