@@ -39,7 +39,7 @@ COMPILED = ("row", False, True)
 
 def step_work(prompt_ids, response_ids, share: bool) -> tuple[int, int, int]:
     """(positions, attended keys, real tokens) of one SFT step's forward over these rows, packed as
-    ``SFTEngine`` packs them with a prompt-token loss (one micro-batch)."""
+    ``SFTLearner`` packs them with a prompt-token loss (one micro-batch)."""
     import torch
 
     from trainer.actor import pack_rows, pack_rows_shared
@@ -80,8 +80,8 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
             batch_by, share, comp = v
             g = torch.Generator().manual_seed(cfg.seed * 1000)
             plans[v] = (sft._batches if batch_by == "row" else sft._episode_batches)(data, cfg.batch_rows, g)[:steps]
-            engines[v] = sft.SFTEngine(load_model(init, dtype="float32"),
-                                       sft.sft_trainer_config(lr=cfg.lr, batch_rows=cfg.batch_rows,
+            engines[v] = sft.SFTLearner(load_model(init, dtype="float32"),
+                                        sft.sft_trainer_config(lr=cfg.lr, batch_rows=cfg.batch_rows,
                                                               micro_batch_rows=cfg.batch_rows,
                                                               warmup_steps=cfg.warmup_steps, zero_stage=cfg.zero_stage),
                                        total_steps=steps, prompt_weight=cfg.prompt_weight, share_prompt_loss=share)

@@ -92,7 +92,7 @@ class WarmStartConfig:
     """What ``train_budget_s`` counts: ``wall`` seconds, or ``cpu`` seconds of this process (all threads), which
     buy the same training on a shared, busy machine as on an idle one."""
     prompt_weight: float = 0.3
-    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTEngine``)."""
+    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTLearner``)."""
     batch_rows: int = 8
     """Step rows per optimizer step."""
     batch_by: str = "row"
@@ -101,7 +101,7 @@ class WarmStartConfig:
     ``share_prefixes`` then computes once) [choice]."""
     share_prefixes: bool = False
     """Rows of a batch that share a prompt prefix compute it once, its tokens' loss counted once per row
-    (``trainer.sft.SFTEngine``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
+    (``trainer.sft.SFTLearner``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
     (``results/benchmarks/sft.md``)."""
     warmup_steps: int = 20
     """Warm-up optimizer steps of each round."""
@@ -141,7 +141,7 @@ class WarmStartConfig:
     seed: int = 0
     """Seeds the model init, the expert task seeds, the shuffles and the DAgger samplers."""
     zero_stage: int = 0
-    """DeepSpeed ZeRO stage of the SFT engine."""
+    """DeepSpeed ZeRO stage of the SFT learner (``trainer.sft.SFTLearner``)."""
     progress: bool = field(default=True, metadata={"key": False})
     """Progress bars (not part of the cache key)."""
     threads: int = 1

@@ -221,7 +221,7 @@ def test_the_deepspeed_launchers_local_rank_is_accepted(tmp_path, monkeypatch, f
 def test_package_exports():
     import trainer
 
-    assert trainer.RunConfig is RunConfig and callable(trainer.ActorEngine)
+    assert trainer.RunConfig is RunConfig and callable(trainer.PPOActor)
 
 
 def test_removed_sft_keys_load_and_resume(tmp_path):

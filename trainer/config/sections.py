@@ -246,7 +246,7 @@ KL_TYPES = ("low_var_kl", "kl", "mse")
 
 @dataclass
 class TrainerConfig:
-    """PPO update, optimiser, DeepSpeed engine, checkpoints."""
+    """PPO update, optimiser, DeepSpeed ZeRO, checkpoints (``trainer.ppo_actor.PPOActor``)."""
 
     iterations: int = 150
     """Training iterations (rollout -> advantages -> update) [GiGPO: 150]."""
@@ -283,7 +283,7 @@ class TrainerConfig:
     log-prob passes, the update and the SFT warm start; the results equal the unshared pass up to float rounding
     (trainer/actor.py) [choice; off under gradient checkpointing in passes with gradients, and on several ranks
     under ZeRO-3 (every pass) and ZeRO-2 (passes with gradients), where it would make the ranks' work differ in
-    structure: ``ActorEngine.sharing_allowed``, docs/gpu.md]."""
+    structure: ``PPOActor.sharing_allowed``, docs/gpu.md]."""
     suffix_buckets: int = 4
     """With ``prefix_sharing``: the rows after their shared prefixes run in up to this many forwards of rows of
     similar length, each over the prefixes' KV cache, instead of one padded to the longest row; same results up to
