@@ -91,17 +91,17 @@ def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
 
     model = load_model(path, dtype="float32")
     before = mean_loss(model)
-    engine = sft.SFTLearner(model, sft.sft_trainer_config(lr=3e-3, batch_rows=8, micro_batch_rows=4, warmup_steps=0,
-                                                          zero_stage=2), schedule="constant")
-    metrics = sft.train_sft(engine, data, epochs=4, batch_rows=8, pad_id=int(tok.pad_token_id))
-    after = mean_loss(engine.lm)
+    learner = sft.SFTLearner(model, sft.sft_trainer_config(lr=3e-3, batch_rows=8, micro_batch_rows=4, warmup_steps=0,
+                                                           zero_stage=2), schedule="constant")
+    metrics = sft.train_sft(learner, data, epochs=4, batch_rows=8, pad_id=int(tok.pad_token_id))
+    after = mean_loss(learner.lm)
     assert metrics["perf/steps"] == 12
     assert after < before - 1.0, (before, after)
 
 
 def test_time_budget_stops_training_and_fits_the_decay(tiny, expert_rows):
     """A spent budget stops after the step in progress; a budget that never runs out re-fits the decay's end to
-    the planned steps (4 one-row batches per epoch x 3 epochs = 12 < the engine's 1000)."""
+    the planned steps (4 one-row batches per epoch x 3 epochs = 12 < the learner's 1000)."""
     from agents.models import load_model
 
     path, tok = tiny
@@ -129,7 +129,7 @@ def test_lr_schedule_warmup_then_cosine(tiny):
     assert eng.lr_at(9) == pytest.approx(1e-3)
     assert eng.lr_at(60) == pytest.approx(1e-4 + 0.9e-3 * 0.5)
     assert eng.lr_at(110) == pytest.approx(1e-4)
-    assert eng.actor.lr_at(60) == eng.lr_at(60)  # the engine's optimizer steps use this schedule
+    assert eng.actor.lr_at(60) == eng.lr_at(60)  # the actor's optimizer steps use this schedule
 
 
 # ------------------------------------------------------------------------------ data equals the rollout
