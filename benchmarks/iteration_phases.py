@@ -62,7 +62,7 @@ def forward_flops(shape: dict, positions: int, attended: int, scored: int) -> fl
 
 def packed_work(prompt_ids, response_ids, bsz: int, share: bool) -> tuple[int, int, int]:
     """(token positions, attended keys, real tokens) of the no-gradient pass over these rows in batches of bsz,
-    as ``ActorEngine.compute_logprobs`` packs them (dense attention over each batch's padded width)."""
+    as ``PPOActor.compute_logprobs`` packs them (dense attention over each batch's padded width)."""
     import torch
 
     from trainer.actor import pack_rows, pack_rows_shared, prefix_order

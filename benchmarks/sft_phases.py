@@ -39,7 +39,7 @@ COMPILED = ("row", False, True)
 
 def step_work(prompt_ids, response_ids, share: bool) -> tuple[int, int, int]:
     """(positions, attended keys, real tokens) of one SFT step's forward over these rows, packed as
-    ``SFTEngine`` packs them with a prompt-token loss (one micro-batch)."""
+    ``SFTLearner`` packs them with a prompt-token loss (one micro-batch)."""
     import torch
 
     from trainer.actor import pack_rows, pack_rows_shared
@@ -74,19 +74,19 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
                                                                            cfg.history_length))
         shape = model_shape(load_model(init, dtype="float32"))
         rate = matmul_gflops()
-        engines, plans, logs = {}, {}, {}
+        learners, plans, logs = {}, {}, {}
         variants = VARIANTS + ([COMPILED] if compiled else [])
         for v in variants:
             batch_by, share, comp = v
             g = torch.Generator().manual_seed(cfg.seed * 1000)
             plans[v] = (sft._batches if batch_by == "row" else sft._episode_batches)(data, cfg.batch_rows, g)[:steps]
-            engines[v] = sft.SFTEngine(load_model(init, dtype="float32"),
-                                       sft.sft_trainer_config(lr=cfg.lr, batch_rows=cfg.batch_rows,
-                                                              micro_batch_rows=cfg.batch_rows,
-                                                              warmup_steps=cfg.warmup_steps, zero_stage=cfg.zero_stage),
-                                       total_steps=steps, prompt_weight=cfg.prompt_weight, share_prompt_loss=share)
+            learners[v] = sft.SFTLearner(load_model(init, dtype="float32"),
+                                         sft.sft_trainer_config(lr=cfg.lr, batch_rows=cfg.batch_rows,
+                                                                micro_batch_rows=cfg.batch_rows,
+                                                                warmup_steps=cfg.warmup_steps, zero_stage=cfg.zero_stage),
+                                         total_steps=steps, prompt_weight=cfg.prompt_weight, share_prompt_loss=share)
             if comp:  # the decoder through torch.compile (inductor), shapes dynamic: its first steps compile
-                engines[v].lm.get_decoder().compile(dynamic=True)  # in place: actor_forward calls this module
+                learners[v].lm.get_decoder().compile(dynamic=True)  # in place: actor_forward calls this module
             logs[v] = {k: [] for k in ("wall", "cpu", "tokens", "gflop", "floor_gflop", "positions", "loss")}
         for k in range(steps):  # the variants take turns, step by step (a process runs slower at first)
             for j in range(len(variants)):
@@ -97,7 +97,7 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
                 idx = plans[v][k]
                 ps, rs = [data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx]
                 t, c = time.perf_counter(), time.process_time()
-                m = engines[v].step(ps, rs, int(tok.pad_token_id))
+                m = learners[v].step(ps, rs, int(tok.pad_token_id))
                 log = logs[v]
                 log["wall"].append(time.perf_counter() - t)
                 log["cpu"].append(time.process_time() - c)

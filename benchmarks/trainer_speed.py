@@ -91,7 +91,7 @@ def run_cell(a: dict) -> dict:
 
     from estimators import EstimatorConfig, StepBatch, compute_advantages
     from trainer.config import ModelConfig, TrainerConfig
-    from trainer.engine import ActorEngine
+    from trainer.ppo_actor import PPOActor
     from trainer.seeding import seed_everything
 
     device = a["device"]
@@ -105,7 +105,7 @@ def run_cell(a: dict) -> dict:
     cfg = TrainerConfig(zero_stage=a["stage"], lr=1e-6, mini_batch_rows=a["mini"], micro_batch_rows=a["micro"],
                         logprob_batch_rows=a["lp_rows"], gradient_checkpointing=a["gc"], use_kl_loss=True,
                         kl_coef=0.01, logprob_chunk_tokens=a["chunk"])
-    eng = ActorEngine(model, cfg, model_cfg=ModelConfig(path=a["model"], hidden_layer=a["layer"]), device=device)
+    eng = PPOActor(model, cfg, model_cfg=ModelConfig(path=a["model"], hidden_layer=a["layer"]), device=device)
     build_s = time.perf_counter() - t0
     prompts, responses, group, traj, step = make_rows(a["P"], a["G"], a["S"], a["prompt"], a["response"], vocab)
     n = len(prompts)

@@ -18,12 +18,13 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
-__all__ = ["RATIONALE_STYLES", "RATIONALES", "format_response", "textcraft_rationale", "generic_rationale",
-           "expert_response", "ExpertStep", "ExpertEpisode", "expert_episode"]
+__all__ = ["RATIONALE_STYLES", "RationaleStyle", "RATIONALES", "format_response", "textcraft_rationale",
+           "generic_rationale", "expert_response", "ExpertStep", "ExpertEpisode", "expert_episode"]
 
-RATIONALE_STYLES = ("trace", "goal", "none")
+RationaleStyle = Literal["trace", "goal", "none"]
+RATIONALE_STYLES = get_args(RationaleStyle)
 
 
 # =============================================================================================== responses

@@ -25,7 +25,7 @@ What runs, in order, each phase timed (wall seconds after ``torch.cuda.synchroni
 
 Then, where DeepSpeed is installed (``--no-deepspeed`` skips it), what the paper presets run on GPUs, on one GPU:
 
-6. **DeepSpeed ZeRO-3** (``trainer.engine.ActorEngine``) on a copy of the model: parameter and optimizer offload to
+6. **DeepSpeed ZeRO-3** (``trainer.ppo_actor.PPOActor``) on a copy of the model: parameter and optimizer offload to
    the host, DeepSpeed's CPU Adam (compiled on first use on a GPU: it needs g++ and ninja), bf16 with fp32 master
    weights, gradient checkpointing, the frozen reference; both log-prob passes and one PPO update through it;
 7. **a NaN step**: the same update with a NaN advantage must be skipped (parameters unchanged, counted);
@@ -261,7 +261,7 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
 
     from trainer.checkpoint import load_checkpoint, save_checkpoint
     from trainer.config import ModelConfig, TrainerConfig
-    from trainer.engine import ActorEngine
+    from trainer.ppo_actor import PPOActor
 
     checks: dict[str, tuple[bool, str]] = {}
     prompts, responses = batch.prompt_ids, batch.response_ids
@@ -271,8 +271,8 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
                         micro_batch_rows=min(micro, n), logprob_batch_rows=micro, kl_coef=0.01)
     all_tokens = sum(int(p.numel() + r.numel()) for p, r in zip(prompts, responses))
     with ph.phase("DeepSpeed ZeRO-3 engine (param + optimizer offload, grad. checkpointing)"):
-        eng = ActorEngine(copy.deepcopy(model), cfg, model_cfg=ModelConfig(path="gpu-check", hidden_layer=layer),
-                          device=dev)
+        eng = PPOActor(copy.deepcopy(model), cfg, model_cfg=ModelConfig(path="gpu-check", hidden_layer=layer),
+                       device=dev)
     with ph.phase("ZeRO-3: old log-probs + hidden", tokens=all_tokens):
         old = eng.compute_logprobs(prompts, responses, pad_id=pad)
     with ph.phase("ZeRO-3: reference log-probs", tokens=all_tokens):

@@ -13,7 +13,7 @@ config.json files) picked by the name in ``model.path``. Exit status 2 on a bad 
 Symbols: P model parameters, W ranks (= GPUs, one process each), T = rollout.max_prompt_tokens +
 rollout.max_response_tokens (the longest step row), L layers, h hidden size, I MLP size, V vocabulary.
 
-What is counted, per rank, following the code (``trainer/engine.py``, ``trainer/loop.py``, DeepSpeed 0.19):
+What is counted, per rank, following the code (``trainer/ppo_actor.py``, ``trainer/loop.py``, DeepSpeed 0.19):
 
 * actor weights, bf16, 2 B/param: whole on every rank at ZeRO 0-2, P/W at ZeRO-3; on the host with
   ``trainer.offload_params`` (ZeRO-3 only);
@@ -38,9 +38,9 @@ What is counted, per rank, following the code (``trainer/engine.py``, ``trainer/
   plus the KV cache), asleep it takes ~0 GPU memory; the trainer builds it with sleep mode on GPU, level 1, which
   moves its bf16 weights (2P / ``vllm_tensor_parallel``) to host memory between rollouts;
 * checkpoints (``trainer/checkpoint.py``): every rank writes its optimizer state (fp32 master + Adam partitions,
-  ``ActorEngine.optimizer_state(copy=False)``: no clone of host-resident state), and safetensors serialises the
+  ``PPOActor.optimizer_state(copy=False)``: no clone of host-resident state), and safetensors serialises the
   whole file to bytes before writing it, which is one host copy of that state per rank; the HF export
-  (``ActorEngine.export_hf``) gathers each parameter on every rank but only rank 0 keeps it, one safetensors shard
+  (``PPOActor.export_hf``) gathers each parameter on every rank but only rank 0 keeps it, one safetensors shard
   (5 GiB) at a time. ``export_every_rank`` below gives, for comparison, the peak of an export that built the whole
   bf16 state dict on every rank (+2P per rank), as the code did before.
 
@@ -80,7 +80,7 @@ GB = 1e9
 REDUCE_BUCKET = 500_000_000
 PREFETCH_BUCKET = 50_000_000
 MAX_LIVE_PARAMETERS = 1_000_000_000
-#: ``ActorEngine.export_hf``'s shard size
+#: ``PPOActor.export_hf``'s shard size
 EXPORT_SHARD_BYTES = 5 * 2**30
 #: fp32 (chunk x V) tensors alive at once in the chunked LM head (logits, softmax, a product or gradient)
 LM_HEAD_FP32_COPIES = 3
@@ -427,7 +427,7 @@ def render(plan: Plan, title: str = "") -> str:
             f"Host per node ({rpn} ranks): steady {_gb(t['host_steady_node'])} GB; at a checkpoint "
             f"{_gb(t['host_checkpoint_node'])} GB (every rank's optimizer-state copy, or rank 0's export shard while the "
             "others hold theirs, whichever is larger).",
-            f"The HF export is streamed on rank 0 (ActorEngine.export_hf); an export that built the whole bf16 state "
+            f"The HF export is streamed on rank 0 (PPOActor.export_hf); an export that built the whole bf16 state "
             f"dict on every rank would peak at {_gb(t['host_checkpoint_node_export_every_rank'])} GB per node.",
             *plan.notes,
             "Estimates: activations (rows padded to T, no prefix sharing) and DeepSpeed buffers; not counted: CUDA "

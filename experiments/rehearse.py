@@ -223,7 +223,7 @@ def _check_export(run: Path) -> Check:
 def rehearse(preset: str, stage: int, work: Path, engine: str = "hf", timeout: float = 900.0) -> StageResult:
     """One preset at one ZeRO stage: the three runs and their checks (module docstring)."""
     from trainer.config import load_config
-    from trainer.engine import free_port
+    from trainer.ppo_actor import free_port
 
     cfg = load_config(preset)
     over = scale_overrides(cfg, stage, engine)

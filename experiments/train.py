@@ -82,7 +82,7 @@ def _train(cfg, folder, rollout_fns) -> int:
     from common.fsio import disk_full
     from groundtruth.live import probe_for
     from trainer.config import ConfigError
-    from trainer.engine import NonFiniteError
+    from trainer.ppo_actor import NonFiniteError
     from trainer.loop import Trainer, TrainingFailed
     from trainer.run_folder import RunFolderError
 
@@ -123,7 +123,7 @@ def _train(cfg, folder, rollout_fns) -> int:
     finally:
         trainer.close()
         if trainer.world_size > 1:
-            from trainer.engine import shutdown_distributed
+            from trainer.ppo_actor import shutdown_distributed
 
             shutdown_distributed()
 

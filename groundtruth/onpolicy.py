@@ -140,7 +140,7 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
     """(N, A) log P(action_ids[a] | context_ids[i]) under ``model``, the sum over a's tokens.
 
     model : a causal LM (``torch.nn.Module``), or a function ``(prompts, responses) -> ActorOutput`` such as the
-            trainer engine's ``compute_logprobs``, which knows the run's sharding and chunking.
+            trainer's ``PPOActor.compute_logprobs``, which knows the run's sharding and chunking.
 
     context_ids : N 1-D LongTensors, each row's prompt followed by its response up to where the action text starts.
     action_ids  : A 1-D LongTensors, the token ids of each action's text (end-of-sequence included, so that a

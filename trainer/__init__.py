@@ -1,8 +1,8 @@
-"""The trainer: typed run config, actor forward, PPO loss, DeepSpeed engine, checkpoints, logging, seeding.
+"""The trainer: typed run config, actor forward, PPO loss, PPOActor (DeepSpeed), checkpoints, logging, seeding.
 
 See ``trainer/README.md``. Names are imported lazily so that ``import trainer.config`` stays light::
 
-    from trainer import RunConfig, load_config, ActorEngine, save_checkpoint, load_checkpoint, MetricLogger
+    from trainer import RunConfig, load_config, PPOActor, save_checkpoint, load_checkpoint, MetricLogger
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _EXPORTS = {
     "ConfigError": "config", "EnvConfig": "config", "ModelConfig": "config", "RolloutConfig": "config",
     "TrainerConfig": "config", "LoggingConfig": "config", "EvalConfig": "config", "SFTConfig": "config",
     "ActorOutput": "actor", "actor_forward": "actor", "pack_rows": "actor", "hidden_state_module": "actor",
-    "ppo_loss": "loss", "ActorEngine": "engine", "NonFiniteError": "engine",
+    "ppo_loss": "loss", "PPOActor": "ppo_actor", "NonFiniteError": "ppo_actor",
     "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "MetricLogger": "logging",
     "seed_everything": "seeding", "Seeds": "seeding",
 }

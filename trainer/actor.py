@@ -388,7 +388,7 @@ def actor_forward(
     ``suffix_buckets``): the suffixes run as one forward per bucket, each trimmed to its rows' longest suffix and
     over its own copy of their prefixes' KV cache; the result is that of one suffix forward up to float rounding.
     ``head_chunks``: run the LM head at least that many times (pad chunks of zero weight), so that ranks with
-    fewer response tokens make the same calls (``ActorEngine`` sets it under ZeRO-3 on several ranks).
+    fewer response tokens make the same calls (``PPOActor`` sets it under ZeRO-3 on several ranks).
     """
     lm = causal_lm_of(model)
     decoder = lm.get_decoder()

@@ -10,12 +10,12 @@ Layout of a run's checkpoint folder::
         optimizer/rank_00000.safetensors   per rank: AdamW state + fp32 master partitions (metadata: JSON)
         rng/rank_00000.safetensors   per rank: torch CPU/CUDA RNG states and torch generators
         rng/rank_00000.json          per rank: Python, NumPy (global and Generator) RNG states
-        state.json                   iteration, engine counters, task-sampler state, caller's extra state
+        state.json                   iteration, actor counters, task-sampler state, caller's extra state
         manifest.json                every file with its size and SHA-256; written last: a folder without it is partial
 
 Decision [choice]: DeepSpeed's own ``save_checkpoint`` pickles Python objects (its loader calls ``torch.load``
 with ``weights_only=False``; the optimizer file holds DeepSpeed classes that ``weights_only=True`` rejects), so
-this module saves the optimizer state itself (``ActorEngine.optimizer_state``: flat tensors and JSON). Loading
+this module saves the optimizer state itself (``PPOActor.optimizer_state``: flat tensors and JSON). Loading
 reads only safetensors and JSON: nothing is unpickled.
 
 Writing is crash-safe: files go to ``iter_XXXXXXXX.partial/``; every rank fsyncs its files, rank 0 hashes
@@ -23,7 +23,7 @@ and fsyncs them all, writes the manifest after every rank finished, fsyncs the f
 ``latest`` with ``os.replace`` (fsynced with its folder), so a power loss leaves either the previous checkpoint
 or the new one complete on disk. A save that fails (a full disk) removes its partial folder and temporary files
 before the error goes on. Loading validates a candidate (manifest present, every file with its recorded size
-and SHA-256, headers readable) before touching the engine, and falls back to the previous checkpoint with a
+and SHA-256, headers readable) before touching the actor, and falls back to the previous checkpoint with a
 warning naming the file when the latest one is missing, partial, corrupt or altered. Checkpoints written before
 the manifest held checksums (``"files": {name: size}``) are still loaded, with a warning that their content
 could not be verified [choice: backward compatible]. Hashing costs about 1 s per GB on save and on load. The
@@ -210,11 +210,11 @@ def validate_checkpoint(path: str | Path) -> str | None:
 
 
 # -------------------------------------------------------------------------------------------------- saving
-def save_checkpoint(root: str | Path, iteration: int, engine, *, sampler=None, generators: dict | None = None,
+def save_checkpoint(root: str | Path, iteration: int, actor, *, sampler=None, generators: dict | None = None,
                     extra: dict | None = None, keep_last: int = 2, tokenizer=None) -> Path:
     """Save everything needed to continue after iteration ``iteration``; collective over ranks.
 
-    engine     : ``trainer.engine.ActorEngine``
+    actor      : ``trainer.ppo_actor.PPOActor``
     sampler    : object with ``state_dict() -> JSON-able dict`` and ``load_state_dict(d)`` (the task sampler)
     generators : named ``torch.Generator``/``numpy.random.Generator`` objects (e.g. ``Seeds.task``/``rollout``)
     extra      : JSON-able dict of the caller's own state (returned by ``load_checkpoint``)
@@ -225,7 +225,7 @@ def save_checkpoint(root: str | Path, iteration: int, engine, *, sampler=None, g
     final = root / name
     partial = root / (name + ".partial")
     try:
-        _write_partial(partial, root, iteration, engine, sampler, generators, extra, tokenizer, rank, world)
+        _write_partial(partial, root, iteration, actor, sampler, generators, extra, tokenizer, rank, world)
         if rank == 0:
             files = {}
             for p in sorted(partial.rglob("*")):
@@ -255,7 +255,7 @@ def save_checkpoint(root: str | Path, iteration: int, engine, *, sampler=None, g
     return final
 
 
-def _write_partial(partial: Path, root: Path, iteration: int, engine, sampler, generators, extra, tokenizer,
+def _write_partial(partial: Path, root: Path, iteration: int, actor, sampler, generators, extra, tokenizer,
                    rank: int, world: int) -> None:
     """Every rank's files into ``partial`` (fsynced by the rank that wrote them); returns after the barrier."""
     if rank == 0:
@@ -267,13 +267,13 @@ def _write_partial(partial: Path, root: Path, iteration: int, engine, sampler, g
         (partial / "rng").mkdir()
     _barrier()
     # model weights (collective under ZeRO-3; rank 0 writes)
-    engine.export_hf(partial / "model", tokenizer=tokenizer)
-    if engine.is_lora:
-        adapter = {n: t.detach().cpu().contiguous() for n, t in engine.trainable_named_parameters()}
+    actor.export_hf(partial / "model", tokenizer=tokenizer)
+    if actor.is_lora:
+        adapter = {n: t.detach().cpu().contiguous() for n, t in actor.trainable_named_parameters()}
         if rank == 0:
             save_file(adapter, str(partial / "adapter.safetensors"), metadata={"format": "pt"})
     # per-rank optimizer and RNG state
-    opt_t, opt_meta = engine.optimizer_state(copy=False)  # written at once: no second host copy
+    opt_t, opt_meta = actor.optimizer_state(copy=False)  # written at once: no second host copy
     mine = [partial / "optimizer" / f"rank_{rank:05d}.safetensors", partial / "rng" / f"rank_{rank:05d}.safetensors",
             partial / "rng" / f"rank_{rank:05d}.json"]
     save_file({k: v.contiguous() for k, v in opt_t.items()}, str(mine[0]), metadata={"meta": json.dumps(opt_meta)})
@@ -289,9 +289,9 @@ def _write_partial(partial: Path, root: Path, iteration: int, engine, sampler, g
             "format": FORMAT_VERSION,
             "iteration": int(iteration),
             "world_size": world,
-            "zero_stage": engine.zero_stage,
-            "lora": bool(engine.is_lora),
-            "engine": engine.counters_state(),
+            "zero_stage": actor.zero_stage,
+            "lora": bool(actor.is_lora),
+            "engine": actor.counters_state(),
             "sampler": sampler_state,
             "extra": extra or {},
         }
@@ -334,8 +334,8 @@ def _candidates(root: Path) -> tuple[list[Path], Path | None]:
     return ([named] if named is not None else []) + others, named
 
 
-def load_checkpoint(root: str | Path, engine, *, sampler=None, generators: dict | None = None) -> LoadedCheckpoint | None:
-    """Restore the newest usable checkpoint under ``root`` into ``engine``, ``sampler`` and ``generators`` (and the
+def load_checkpoint(root: str | Path, actor, *, sampler=None, generators: dict | None = None) -> LoadedCheckpoint | None:
+    """Restore the newest usable checkpoint under ``root`` into ``actor``, ``sampler`` and ``generators`` (and the
     global RNGs). Returns None when there is none; warns and falls back when the latest is unusable."""
     root = Path(root)
     rank, world = _rank_world()
@@ -350,7 +350,7 @@ def load_checkpoint(root: str | Path, engine, *, sampler=None, generators: dict 
         problem = validate_checkpoint(cand) if cand.exists() else f"{cand} does not exist"
         if problem is None:
             try:
-                it, extra = _load_one(cand, engine, sampler, generators, rank, world)
+                it, extra = _load_one(cand, actor, sampler, generators, rank, world)
                 fell_back = not first
                 if fell_back:
                     warnings.warn(f"loaded the older checkpoint {cand}, because the latest one was unusable",
@@ -376,16 +376,16 @@ def _read_model_folder(folder: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _load_one(path: Path, engine, sampler, generators, rank: int, world: int) -> tuple[int, dict]:
+def _load_one(path: Path, actor, sampler, generators, rank: int, world: int) -> tuple[int, dict]:
     state = json.loads((path / "state.json").read_text())
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"format {state.get('format')} is not {FORMAT_VERSION}")
-    if state["world_size"] != world or state["zero_stage"] != engine.zero_stage:
+    if state["world_size"] != world or state["zero_stage"] != actor.zero_stage:
         raise CheckpointError(
             f"it was written by {state['world_size']} ranks with ZeRO stage {state['zero_stage']}; this run has "
-            f"{world} ranks with stage {engine.zero_stage}: resume with the same launcher and trainer.zero_stage"
+            f"{world} ranks with stage {actor.zero_stage}: resume with the same launcher and trainer.zero_stage"
         )
-    if bool(state.get("lora")) != bool(engine.is_lora):
+    if bool(state.get("lora")) != bool(actor.is_lora):
         raise CheckpointError("LoRA setting differs from the checkpoint's (model.lora_rank)")
     opt_file = path / "optimizer" / f"rank_{rank:05d}.safetensors"
     with safe_open(str(opt_file), framework="pt") as h:
@@ -393,12 +393,12 @@ def _load_one(path: Path, engine, sampler, generators, rank: int, world: int) ->
     opt_t = load_file(str(opt_file))
     rng_t = load_file(str(path / "rng" / f"rank_{rank:05d}.safetensors"))
     rng_js = json.loads((path / "rng" / f"rank_{rank:05d}.json").read_text())
-    if engine.is_lora:
-        engine.load_named_parameters(load_file(str(path / "adapter.safetensors")), trainable_only=True)
+    if actor.is_lora:
+        actor.load_named_parameters(load_file(str(path / "adapter.safetensors")), trainable_only=True)
     else:
-        engine.load_named_parameters(_read_model_folder(path / "model"))
-    engine.load_optimizer_state(opt_t, opt_meta)
-    engine.load_counters_state(state["engine"])
+        actor.load_named_parameters(_read_model_folder(path / "model"))
+    actor.load_optimizer_state(opt_t, opt_meta)
+    actor.load_counters_state(state["engine"])
     if sampler is not None:
         if state.get("sampler") is None:
             raise CheckpointError("it holds no task-sampler state but a sampler was passed")

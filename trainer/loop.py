@@ -36,7 +36,7 @@ Data parallelism (``torchrun``/``deepspeed`` launchers): every rank runs this lo
 end to end (own pool, rollout engine, advantages); DeepSpeed averages gradients; the metrics of the ranks are
 combined once per iteration (counts summed, everything else averaged; evaluation metrics weighted by each
 rank's episode count) and rank 0 writes them. Rank r plays groups r*P/W .. (r+1)*P/W - 1 of the same task draw
-and its share of every evaluation list; the loss already uses global denominators (``trainer.engine``).
+and its share of every evaluation list; the loss already uses global denominators (``trainer.ppo_actor``).
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def old_from_rollout(batch):
     logprobs (N, T_r) = the sampler's ``log softmax(z / tau)`` of each generated token (before top-p), as the
     trainer's pass computes it; mask (N, T_r) = the response tokens; hidden (N, D) = ``hidden_states[L]`` at the
     last prompt token from the prompt's forward (``RolloutBatch.rollout_hidden``), or None where the rollout did
-    not capture it. T_r is the longest response, as in ``ActorEngine.compute_logprobs``.
+    not capture it. T_r is the longest response, as in ``PPOActor.compute_logprobs``.
     """
     from .actor import ActorOutput
 
@@ -220,9 +220,9 @@ class Trainer:
         from envs.pool import EnvPool, TaskSampler, training_pool
 
         from .checkpoint import CheckpointError, load_checkpoint
-        from .engine import ActorEngine, init_distributed, resolve_device, resolve_precision
         from .logging import JsonlSink, MetricLogger
         from .models import resolve_model_folder
+        from .ppo_actor import PPOActor, init_distributed, resolve_device, resolve_precision
         from .seeding import seed_everything
 
         cfg = self.cfg
@@ -298,8 +298,8 @@ class Trainer:
 
         model = load_model(self.model_dir, dtype=dtype, device="cpu")
         self.tied_aliases = tied_aliases(model)
-        self.engine = ActorEngine(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
-                                  device=cfg.device)
+        self.engine = PPOActor(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
+                               device=cfg.device)
         del model
         self.rank, self.world_size = self.engine.rank, self.engine.world_size
         if self.rollout_engine is None:

@@ -17,7 +17,7 @@ token. Pieces:
 * **Loss** (``sft_loss``): negative log-likelihood of the response tokens only, token-mean over the batch:
   ``L = -(1 / sum_i |r_i|) * sum_i sum_{t < |r_i|} log pi(r_{i,t} | prompt_i, r_{i,<t})``; prompt tokens are
   never targets (``trainer.actor.actor_forward`` only scores response positions).
-* **Engine** (``SFTEngine``): the trainer's DeepSpeed ``ActorEngine`` (ZeRO on CPU with gloo, as everywhere),
+* **Learner** (``SFTLearner``): the trainer's DeepSpeed ``PPOActor`` (ZeRO on CPU with gloo, as everywhere),
   without reference model, with an SFT learning-rate schedule (linear warm-up, then constant | linear | cosine
   decay) [choice].
 * **Acting**: ``play`` and ``evaluate`` play through ``agents.rollout.play``, the one loop RL rollouts and RL
@@ -62,7 +62,7 @@ __all__ = [
     "RENAME_POOLS",
     "rename_rows",
     "sft_loss",
-    "SFTEngine",
+    "SFTLearner",
     "sft_trainer_config",
     "train_sft",
     "EpisodeResult",
@@ -353,11 +353,11 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, total_tokens: float | t
     return -(logprobs * mask).sum() / denom
 
 
-# ================================================================================================== engine
-def _actor_engine_cls():
-    from trainer.engine import ActorEngine
+# ================================================================================================= learner
+def _ppo_actor_cls():
+    from trainer.ppo_actor import PPOActor
 
-    return ActorEngine
+    return PPOActor
 
 
 def sft_trainer_config(lr: float = 1e-3, batch_rows: int = 32, micro_batch_rows: int = 32,
@@ -372,8 +372,8 @@ def sft_trainer_config(lr: float = 1e-3, batch_rows: int = 32, micro_batch_rows:
                          logprob_batch_rows=max(batch_rows, 1))
 
 
-class SFTEngine:
-    """Behaviour cloning through the trainer's DeepSpeed ``ActorEngine`` (no reference model).
+class SFTLearner:
+    """Behaviour cloning through the trainer's DeepSpeed ``PPOActor`` (no reference model).
 
     model: a Hugging Face causal LM; cfg: ``TrainerConfig`` (``sft_trainer_config``); ``total_steps`` and
     ``schedule`` (constant | linear | cosine, after ``cfg.warmup_steps`` of linear warm-up) set the learning
@@ -402,10 +402,10 @@ class SFTEngine:
             raise ValueError(f"SFT prompt_weight={prompt_weight!r} must lie in [0, 1] (0 = response tokens only)")
         if cfg.use_kl_loss:
             raise ValueError("SFT needs trainer.use_kl_loss=false (no reference model); use sft_trainer_config()")
-        engine_cls = _actor_engine_cls()
+        actor_cls = _ppo_actor_cls()
         sched = self
 
-        class _Engine(engine_cls):
+        class _Actor(actor_cls):
             def lr_at(self, step: int) -> float:  # the SFT schedule instead of PPO's constant rate
                 return sched.lr_at(step)
 
@@ -415,8 +415,8 @@ class SFTEngine:
         self.min_lr_ratio = float(min_lr_ratio)
         self.prompt_weight = float(prompt_weight)
         self.share_prompt_loss = bool(share_prompt_loss)
-        self.actor = _Engine(model, cfg, model_cfg=ModelConfig(path="sft", hidden_layer=-1), temperature=1.0,
-                             device=device)
+        self.actor = _Actor(model, cfg, model_cfg=ModelConfig(path="sft", hidden_layer=-1), temperature=1.0,
+                            device=device)
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step ``step`` (0-based): warm-up, then the decay of ``schedule``."""
@@ -443,7 +443,7 @@ class SFTEngine:
         on the response, so the actor's own forward computes every log-prob needed.
         """
         from trainer.actor import ActorOutput, PrefixPackedBatch, pack_rows_shared, prefix_order
-        from trainer.engine import split_even
+        from trainer.ppo_actor import split_even
 
         act = self.actor
         n = len(prompt_ids)
@@ -518,17 +518,17 @@ class SFTEngine:
         act = self.actor
         n = len(prompt_ids)
         if n == 0:
-            raise ValueError("SFTEngine.step: no rows")
+            raise ValueError("SFTLearner.step: no rows")
         r_len = [int(r.numel()) for r in response_ids]
         if min(r_len) < 1:
-            raise ValueError("SFTEngine.step: a row has an empty response; every SFT row needs a target")
+            raise ValueError("SFTLearner.step: a row has an empty response; every SFT row needs a target")
         total = float(act._allreduce(torch.tensor([float(sum(r_len))]))[0])
         nll_sum, bad_rows = 0.0, []
         act.engine.train()
         for _rows, bad, loss, nll in self._micro_losses(prompt_ids, response_ids, pad_id, total):
             if bad or not bool(torch.isfinite(loss.detach())):
                 bad_rows.extend(bad or _rows)
-                loss = loss * float("nan")  # poison: the step is skipped (trainer.engine's mechanism)
+                loss = loss * float("nan")  # poison: the step is skipped (trainer.ppo_actor's mechanism)
             act.engine.backward(loss * act.world_size, scale_wrt_gas=False)
             nll_sum += float(nll.detach())
         applied = act._optimizer_step(bad_rows)
@@ -540,7 +540,7 @@ class SFTEngine:
         return m
 
     def export(self, out_dir: str | Path, tokenizer=None) -> Path | None:
-        """The trained model as a Hugging Face folder (``ActorEngine.export_hf``)."""
+        """The trained model as a Hugging Face folder (``PPOActor.export_hf``)."""
         return self.actor.export_hf(out_dir, tokenizer=tokenizer)
 
 
@@ -574,13 +574,13 @@ def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, buc
     return [out[k] for k in order]
 
 
-def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batch_rows: int = 32, seed: int = 0,
+def train_sft(learner: SFTLearner, data: EncodedRows, *, epochs: float = 1.0, batch_rows: int = 32, seed: int = 0,
               pad_id: int = 0, progress: bool = False, desc: str = "sft", time_budget_s: float | None = None,
               log_every: int = 50, on_log: Callable[[dict], None] | None = None, budget_clock: str = "wall",
               batch_by: str = "row") -> dict[str, float]:
     """``epochs`` passes (fractions allowed) of shuffled mini-batches of ``batch_rows`` rows.
 
-    Stops early when ``time_budget_s`` (wall seconds) runs out; with a budget, the engine's ``total_steps`` (the
+    Stops early when ``time_budget_s`` (wall seconds) runs out; with a budget, the learner's ``total_steps`` (the
     end of its learning-rate decay) is re-fitted after 10 and 50 steps to the steps the budget allows at the pace
     measured so far, so the decay ends with the budget. ``budget_clock``: ``wall`` (elapsed seconds) or ``cpu``
     (this process's CPU seconds, all threads: the same amount of training on a busy or an idle machine) [choice].
@@ -613,7 +613,7 @@ def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batc
     steps = 0
     try:
         for idx in plan:
-            m = engine.step([data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx], pad_id)
+            m = learner.step([data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx], pad_id)
             steps += 1
             tokens += sum(int(data.prompt_ids[i].numel() + data.response_ids[i].numel()) for i in idx)
             if m["loss/applied"]:
@@ -631,10 +631,10 @@ def train_sft(engine: SFTEngine, data: EncodedRows, *, epochs: float = 1.0, batc
                 spent = clock() - b0
                 if spent > time_budget_s:
                     break
-                if steps in (10, 50) and hasattr(engine, "total_steps"):
+                if steps in (10, 50) and hasattr(learner, "total_steps"):
                     # fit the decay into the budget: the steps that fit at the pace so far [choice]
-                    engine.total_steps = min(len(plan), max(steps + 1, int(time_budget_s * steps / spent)))
-                    bar.total = engine.total_steps
+                    learner.total_steps = min(len(plan), max(steps + 1, int(time_budget_s * steps / spent)))
+                    bar.total = learner.total_steps
     finally:
         bar.close()
     secs = time.perf_counter() - t0

@@ -119,11 +119,11 @@ def _splits(cfg: WarmStartConfig) -> tuple[str, str]:
     return train, ev
 
 
-def _save_model_folder(src_engine, tokenizer, out: Path) -> Path:
+def _save_model_folder(learner, tokenizer, out: Path) -> Path:
     tmp = out.with_name(out.name + ".partial")
     if tmp.exists():
         shutil.rmtree(tmp)
-    src_engine.export(tmp, tokenizer=tokenizer)
+    learner.export(tmp, tokenizer=tokenizer)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
@@ -255,20 +255,20 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
         data = sft.encode_rows(train_rows, tokenizer, env_name, pcfg, progress=cfg.progress)
         model = load_model(prev, dtype="float32")
         steps = int(max(1, round(epochs * len(data) / cfg.batch_rows)))
-        engine = sft.SFTEngine(model, sft.sft_trainer_config(lr=lr, batch_rows=cfg.batch_rows,
-                                                             micro_batch_rows=cfg.batch_rows,
-                                                             warmup_steps=cfg.warmup_steps,
-                                                             zero_stage=cfg.zero_stage),
-                               total_steps=steps, prompt_weight=cfg.prompt_weight,
-                               share_prompt_loss=cfg.share_prefixes)
+        learner = sft.SFTLearner(model, sft.sft_trainer_config(lr=lr, batch_rows=cfg.batch_rows,
+                                                               micro_batch_rows=cfg.batch_rows,
+                                                               warmup_steps=cfg.warmup_steps,
+                                                               zero_stage=cfg.zero_stage),
+                                 total_steps=steps, prompt_weight=cfg.prompt_weight,
+                                 share_prompt_loss=cfg.share_prefixes)
         budget = cfg.train_budget_s if (k == 0 and cfg.train_budget_s > 0) else None
-        tm = sft.train_sft(engine, data, epochs=epochs, batch_rows=cfg.batch_rows, seed=cfg.seed * 1000 + k,
+        tm = sft.train_sft(learner, data, epochs=epochs, batch_rows=cfg.batch_rows, seed=cfg.seed * 1000 + k,
                            pad_id=int(tokenizer.pad_token_id), progress=cfg.progress, desc=f"sft round {k}",
                            time_budget_s=budget, budget_clock=cfg.train_budget_clock, batch_by=cfg.batch_by)
         metrics.update({"rows": len(data), "tokens": data.num_tokens, **tm})
-        _save_model_folder(engine, tokenizer, out / "model")
+        _save_model_folder(learner, tokenizer, out / "model")
         timed(f"round{k}_train", t0, c0)
-        del engine, model
+        del learner, model
         _atomic_json(out / "metrics.json", metrics)
         history.append(metrics)
         prev = out / "model"

@@ -11,7 +11,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
+
+from common.config_checks import check_choices, check_number, fail
+from envs.rationale import RationaleStyle
 
 __all__ = ["ENV_PRESETS", "WarmStartConfig", "cache_key", "cache_folder", "env_short_name", "SECTION_EXCLUDED"]
 
@@ -33,7 +36,8 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 #: how ``trainer.sft.train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" =
 #: the rows of shuffled episodes in turn (a batch holds one or two episodes' rows, which share most of their prompt).
 #: Defined here, not in trainer.sft, which imports it: the other way round closes an import cycle.
-BATCH_BY = ("row", "episode")
+BatchBy = Literal["row", "episode"]
+BATCH_BY = get_args(BatchBy)
 
 
 @dataclass
@@ -64,7 +68,7 @@ class WarmStartConfig:
     """tiny model: BPE vocabulary bound (TextCraft's text saturates near 1.4k)."""
     tokenizer_rows: int = 4000
     """Expert rows whose rendered prompts and responses train the tiny model's tokenizer."""
-    rationale: str = "trace"
+    rationale: RationaleStyle = "trace"
     """Think-tag content of the targets: trace (recipe chain with counts) | goal | none (``trainer.sft``)."""
     train_split: str | None = None
     """Split of the expert and DAgger tasks; null = the env's train split."""
@@ -88,20 +92,20 @@ class WarmStartConfig:
     training): training stops when it runs out and the learning-rate decay is fitted to the steps it allows
     (``trainer.sft.train_sft``); with a budget, set ``epochs`` high enough that the budget, not the data, ends
     training. A wall-clock budget makes the result depend on the machine's speed and load."""
-    train_budget_clock: str = "wall"
+    train_budget_clock: Literal["wall", "cpu"] = "wall"
     """What ``train_budget_s`` counts: ``wall`` seconds, or ``cpu`` seconds of this process (all threads), which
     buy the same training on a shared, busy machine as on an idle one."""
     prompt_weight: float = 0.3
-    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTEngine``)."""
+    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTLearner``)."""
     batch_rows: int = 8
     """Step rows per optimizer step."""
-    batch_by: str = "row"
+    batch_by: BatchBy = "row"
     """How the rows form mini-batches (``BATCH_BY``): ``row`` (shuffled rows, similar lengths together)
     or ``episode`` (the rows of shuffled episodes in turn, so that a batch's rows share most of their prompt, which
     ``share_prefixes`` then computes once) [choice]."""
     share_prefixes: bool = False
     """Rows of a batch that share a prompt prefix compute it once, its tokens' loss counted once per row
-    (``trainer.sft.SFTEngine``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
+    (``trainer.sft.SFTLearner``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
     (``results/benchmarks/sft.md``)."""
     warmup_steps: int = 20
     """Warm-up optimizer steps of each round."""
@@ -141,7 +145,7 @@ class WarmStartConfig:
     seed: int = 0
     """Seeds the model init, the expert task seeds, the shuffles and the DAgger samplers."""
     zero_stage: int = 0
-    """DeepSpeed ZeRO stage of the SFT engine."""
+    """DeepSpeed ZeRO stage of the SFT learner (``trainer.sft.SFTLearner``)."""
     progress: bool = field(default=True, metadata={"key": False})
     """Progress bars (not part of the cache key)."""
     threads: int = 1
@@ -154,15 +158,12 @@ class WarmStartConfig:
     """Parent folder of the cache entries; null = ``envs.paths.cache_dir("warmstart")``."""
 
     def __post_init__(self) -> None:
-        from envs.rationale import RATIONALE_STYLES
+        s = "WarmStartConfig"
 
         def positive(name, integer=True, zero_ok=False):
-            v = getattr(self, name)
-            kind = int if integer else (int, float)
-            if isinstance(v, bool) or not isinstance(v, kind) or (v < 0 if zero_ok else v <= 0):
-                raise ValueError(f"WarmStartConfig.{name}={v!r} must be a {'non-negative' if zero_ok else 'positive'} "
-                                 f"{'integer' if integer else 'number'}")
+            check_number(s, name, getattr(self, name), lo=0, lo_open=not zero_ok, integer=integer)
 
+        check_choices(self, s)
         for n in ("tiny_layers", "tiny_hidden", "tiny_heads", "tiny_vocab", "tokenizer_rows", "expert_episodes",
                   "batch_rows", "dagger_episodes", "max_response_tokens", "max_prompt_tokens"):
             positive(n)
@@ -173,23 +174,15 @@ class WarmStartConfig:
         positive("train_budget_s", integer=False, zero_ok=True)
         positive("eval_train_tasks", zero_ok=True)
         positive("train_tasks", zero_ok=True)
-        if self.batch_by not in BATCH_BY:
-            raise ValueError(f"WarmStartConfig.batch_by={self.batch_by!r} must be one of {BATCH_BY}")
         if not isinstance(self.share_prefixes, bool):
-            raise ValueError(f"WarmStartConfig.share_prefixes={self.share_prefixes!r} must be true or false")
-        if self.train_budget_clock not in ("wall", "cpu"):
-            raise ValueError(f"WarmStartConfig.train_budget_clock={self.train_budget_clock!r} must be 'wall' or 'cpu'")
-        if not 0.0 <= float(self.prompt_weight) <= 1.0:
-            raise ValueError(f"WarmStartConfig.prompt_weight={self.prompt_weight!r} must lie in [0, 1]")
+            fail(f"WarmStartConfig.share_prefixes={self.share_prefixes!r} must be true or false")
+        check_number(s, "prompt_weight", self.prompt_weight, lo=0, hi=1)
         positive("dagger_temperature", integer=False, zero_ok=True)
         positive("eval_temperature", integer=False, zero_ok=True)
-        if not 0.0 <= float(self.expert_mix) <= 1.0:
-            raise ValueError(f"WarmStartConfig.expert_mix={self.expert_mix!r} must lie in [0, 1]")
-        if self.rationale not in RATIONALE_STYLES:
-            raise ValueError(f"WarmStartConfig.rationale={self.rationale!r} must be one of {RATIONALE_STYLES}")
+        check_number(s, "expert_mix", self.expert_mix, lo=0, hi=1)
         if self.env not in ENV_PRESETS and "-v" not in self.env:
-            raise ValueError(f"WarmStartConfig.env={self.env!r}: use one of {sorted(ENV_PRESETS)} or a gymnasium id "
-                             "such as 'TextCraft-v0'")
+            fail(f"WarmStartConfig.env={self.env!r}: use one of {sorted(ENV_PRESETS)} or a gymnasium id such as "
+                 "'TextCraft-v0'")
         if self.eval_max_tasks is not None:
             positive("eval_max_tasks")
 

@@ -132,7 +132,7 @@ class TestTinyModel:
 
         from agents.engines.hf import HFEngine
         from agents.models import load_model
-        from trainer.engine import init_distributed
+        from trainer.ppo_actor import init_distributed
 
         for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29561", "RANK": "0", "WORLD_SIZE": "1",
                      "LOCAL_RANK": "0", "DS_ACCELERATOR": "cpu"}.items():

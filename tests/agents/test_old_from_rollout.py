@@ -32,11 +32,11 @@ def _rollout(engine, hidden_layer, seed=2):
 def trainer_engine(tiny_dir):
     from agents.models import load_model
     from trainer.config import ModelConfig, TrainerConfig
-    from trainer.engine import ActorEngine, shutdown_distributed
+    from trainer.ppo_actor import PPOActor, shutdown_distributed
 
     cfg = TrainerConfig(zero_stage=0, logprob_batch_rows=8, use_kl_loss=False)
-    eng = ActorEngine(load_model(tiny_dir, dtype="float32", device="cpu"), cfg,
-                      model_cfg=ModelConfig(path="tiny", hidden_layer=LAYER), temperature=1.0, device="cpu")
+    eng = PPOActor(load_model(tiny_dir, dtype="float32", device="cpu"), cfg,
+                   model_cfg=ModelConfig(path="tiny", hidden_layer=LAYER), temperature=1.0, device="cpu")
     yield eng
     shutdown_distributed()
 

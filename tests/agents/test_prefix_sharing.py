@@ -195,12 +195,12 @@ def test_gradient_checkpointing_refuses_a_shared_prefix():
         actor_forward(model, **shared.as_kwargs())
 
 
-def test_engine_passes_agree_with_and_without_sharing(tiny_dir, rollout_rows):
-    """``ActorEngine.compute_logprobs`` and ``update`` with ``prefix_sharing`` on and off: same log-probs, hidden
+def test_actor_passes_agree_with_and_without_sharing(tiny_dir, rollout_rows):
+    """``PPOActor.compute_logprobs`` and ``update`` with ``prefix_sharing`` on and off: same log-probs, hidden
     states, loss metrics and updated weights (float tolerance)."""
     from agents.models import load_model
     from trainer.config import ModelConfig, TrainerConfig
-    from trainer.engine import ActorEngine, shutdown_distributed
+    from trainer.ppo_actor import PPOActor, shutdown_distributed
 
     ps = rollout_rows.prompt_ids
     # responses of 1..64 tokens (the sampled ones, repeated and cut), so that suffix lengths differ
@@ -213,8 +213,8 @@ def test_engine_passes_agree_with_and_without_sharing(tiny_dir, rollout_rows):
         cfg = TrainerConfig(lr=1e-3, zero_stage=0, mini_batch_rows=8, micro_batch_rows=4, logprob_batch_rows=8,
                             use_kl_loss=False, prefix_sharing=bool(share), shuffle_minibatches=True,
                             suffix_buckets=3 if share == "buckets" else 1)
-        eng = ActorEngine(model, cfg, model_cfg=ModelConfig(path="tiny", hidden_layer=-2), temperature=1.0,
-                          device="cpu")
+        eng = PPOActor(model, cfg, model_cfg=ModelConfig(path="tiny", hidden_layer=-2), temperature=1.0,
+                       device="cpu")
         try:
             old = eng.compute_logprobs(ps, rs, pad_id=0)
             adv = torch.linspace(-1, 1, len(rollout_rows))

@@ -245,7 +245,7 @@ def test_config_error_exit_status_of_the_command(tmp_path):
     t = time.perf_counter()
     res = _cli([*FAST, "trainer.zero_stage=5", f"output_dir={tmp_path / 'run'}"])
     assert res.returncode == 2
-    assert "trainer.zero_stage=5 must be 0, 1, 2 or 3" in res.stderr
+    assert "trainer.zero_stage=5 must be one of [0, 1, 2, 3]" in res.stderr
     assert not (tmp_path / "run").exists()
     assert "deepspeed" not in res.stderr.lower()  # failed before the engine started
     print(f"config error in {time.perf_counter() - t:.1f} s")
@@ -370,7 +370,7 @@ def test_corrupt_latest_checkpoint_falls_back_and_extends(reference_run, tmp_pat
 def test_two_ranks_play_and_train_like_one_process(reference_run, tmp_path):
     """torchrun with 2 CPU ranks (gloo): each rank owns one of the P=2 groups; the rollouts equal the one-process
     run's (per-response seeds do not depend on the rank), the update equals it up to float reduction order."""
-    from trainer.engine import free_port
+    from trainer.ppo_actor import free_port
 
     out = tmp_path / "run"
     env = child_env()
@@ -402,7 +402,7 @@ def test_the_deepspeed_launcher_runs_two_cpu_ranks(tmp_path):
     """``deepspeed --num_accelerators 2 --module experiments.train ...`` (DS_ACCELERATOR=cpu): the launcher adds
     ``--local_rank=N`` to each rank's command, which the command line accepts; one iteration on 2 gloo ranks
     finishes (~30 s on the 2-core machine). ``deepspeed.launcher.runner`` is what the ``deepspeed`` script runs."""
-    from trainer.engine import free_port
+    from trainer.ppo_actor import free_port
 
     out = tmp_path / "run"
     env = child_env()

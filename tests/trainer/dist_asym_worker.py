@@ -29,7 +29,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from tests.trainer.helpers import tiny_qwen2  # noqa: E402
 from trainer.config import ModelConfig, TrainerConfig  # noqa: E402
-from trainer.engine import ActorEngine, shutdown_distributed  # noqa: E402
+from trainer.ppo_actor import PPOActor, shutdown_distributed  # noqa: E402
 
 N, MB = 16, 8
 
@@ -54,11 +54,11 @@ def asym_rows(vocab: int = 256, seed: int = 3) -> tuple[list[torch.Tensor], list
     return prompts, responses
 
 
-def build(stage: int, sharing: bool, ckpt: bool) -> ActorEngine:
+def build(stage: int, sharing: bool, ckpt: bool) -> PPOActor:
     cfg = TrainerConfig(zero_stage=stage, lr=0.05, adam_eps=1.0, mini_batch_rows=MB, micro_batch_rows=2,
                         logprob_batch_rows=3, logprob_chunk_tokens=16, kl_coef=0.05, prefix_sharing=sharing,
                         suffix_buckets=4, gradient_checkpointing=ckpt)
-    return ActorEngine(tiny_qwen2(layers=2, tie=True), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-2))
+    return PPOActor(tiny_qwen2(layers=2, tie=True), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-2))
 
 
 def run_variant(out: str, stage: int, sharing: bool, ckpt: bool) -> None:

@@ -23,13 +23,13 @@ from safetensors.torch import save_file  # noqa: E402
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2  # noqa: E402
 from trainer.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from trainer.config import ModelConfig, TrainerConfig  # noqa: E402
-from trainer.engine import ActorEngine, shutdown_distributed  # noqa: E402
+from trainer.ppo_actor import PPOActor, shutdown_distributed  # noqa: E402
 
 
-def build(stage: int) -> ActorEngine:
+def build(stage: int) -> PPOActor:
     cfg = TrainerConfig(zero_stage=stage, lr=0.05, adam_eps=1.0, mini_batch_rows=8, micro_batch_rows=2,
                         logprob_batch_rows=3, kl_coef=0.05)
-    return ActorEngine(tiny_qwen2(layers=2), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-2))
+    return PPOActor(tiny_qwen2(layers=2), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-2))
 
 
 def local_rows(rank: int, world: int, n: int = 16, mb: int = 8) -> list[int]:

@@ -21,7 +21,7 @@ from trainer.checkpoint import (
     validate_checkpoint,
 )
 from trainer.config import ModelConfig, TrainerConfig
-from trainer.engine import ActorEngine
+from trainer.ppo_actor import PPOActor
 from trainer.seeding import seed_everything
 
 
@@ -42,10 +42,10 @@ class ToySampler:
         self.draws, self.num_tasks = d["draws"], d["num_tasks"]
 
 
-def make_engine(stage: int, precision: str = "fp32") -> ActorEngine:
+def make_actor(stage: int, precision: str = "fp32") -> PPOActor:
     cfg = TrainerConfig(zero_stage=stage, precision=precision, lr=1e-3, mini_batch_rows=4, micro_batch_rows=2, logprob_batch_rows=4,
                         shuffle_minibatches=True, kl_coef=0.05, save_every=2, keep_last=3)
-    return ActorEngine(tiny_qwen2(layers=2), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-1))
+    return PPOActor(tiny_qwen2(layers=2), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-1))
 
 
 def toy_loop(eng, seeds, sampler, start, stop, root):
@@ -77,18 +77,18 @@ def test_resume_continues_exactly(stage, precision, tmp_path):
     """bf16 (the GPU set-up, here on CPU): bf16 weights in the HF folder, fp32 masters in the optimizer file."""
     # uninterrupted run: 5 iterations
     seeds = seed_everything(0)
-    eng = make_engine(stage, precision)
+    eng = make_actor(stage, precision)
     want = toy_loop(eng, seeds, ToySampler(seeds.task), 0, 5, tmp_path / "a")
     want_params = final_params(eng)
     want_opt, _ = eng.optimizer_state()
     # interrupted run: stops after iteration 3 (its last checkpoint is iteration 2)
     seeds = seed_everything(0)
-    eng = make_engine(stage, precision)
+    eng = make_actor(stage, precision)
     toy_loop(eng, seeds, ToySampler(seeds.task), 0, 3, tmp_path / "b")
     del eng
     # a new process would start from other RNG states: scramble them, then resume
     seeds = seed_everything(999)
-    eng = make_engine(stage, precision)
+    eng = make_actor(stage, precision)
     sampler = ToySampler(seeds.task)
     loaded = load_checkpoint(tmp_path / "b", eng, sampler=sampler, generators={"task": seeds.task, "rollout": seeds.rollout})
     assert loaded.iteration == 2 and not loaded.fell_back and sampler.draws == 2
@@ -104,8 +104,8 @@ def test_resume_continues_exactly(stage, precision, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def engine0():
-    return make_engine(0)
+def actor0():
+    return make_actor(0)
 
 
 def _save(root, it, eng, **kw):
@@ -113,9 +113,9 @@ def _save(root, it, eng, **kw):
     return save_checkpoint(root, it, eng, sampler=ToySampler(seeds.task), generators={"rollout": seeds.rollout}, **kw)
 
 
-def test_layout_manifest_and_pruning(tmp_path, engine0):
+def test_layout_manifest_and_pruning(tmp_path, actor0):
     for it in (2, 4, 6, 8):
-        _save(tmp_path, it, engine0, keep_last=2)
+        _save(tmp_path, it, actor0, keep_last=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["iter_00000006", "iter_00000008"]
     assert (tmp_path / "latest").read_text().strip() == "iter_00000008"
     ck = tmp_path / "iter_00000008"
@@ -129,56 +129,56 @@ def test_layout_manifest_and_pruning(tmp_path, engine0):
     assert not list(tmp_path.glob("*.pt")) and not list(tmp_path.rglob("*.pt"))  # no pickles anywhere
 
 
-def test_corrupt_latest_falls_back_with_a_warning(tmp_path, engine0):
+def test_corrupt_latest_falls_back_with_a_warning(tmp_path, actor0):
     for it in (2, 4):
-        _save(tmp_path, it, engine0, keep_last=5)
+        _save(tmp_path, it, actor0, keep_last=5)
     f = tmp_path / "iter_00000004" / "optimizer" / "rank_00000.safetensors"
     f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # truncated, e.g. by a full disk
     assert "bytes, the manifest says" in validate_checkpoint(tmp_path / "iter_00000004")
     with pytest.warns(UserWarning, match="trying the previous one"):
-        loaded = load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+        loaded = load_checkpoint(tmp_path, actor0, sampler=ToySampler(np.random.default_rng()),
                                  generators={"rollout": torch.Generator()})
     assert loaded.iteration == 2 and loaded.fell_back
 
 
-def test_partial_and_dangling_latest(tmp_path, engine0):
-    _save(tmp_path, 2, engine0)
+def test_partial_and_dangling_latest(tmp_path, actor0):
+    _save(tmp_path, 2, actor0)
     # a crash mid-save leaves a .partial folder (never loaded) and possibly a latest that names nothing
     (tmp_path / "iter_00000006.partial").mkdir()
     (tmp_path / "latest").write_text("iter_00000006\n")
     with pytest.warns(UserWarning, match="does not exist"):
-        loaded = load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+        loaded = load_checkpoint(tmp_path, actor0, sampler=ToySampler(np.random.default_rng()),
                                  generators={"rollout": torch.Generator()})
     assert loaded.iteration == 2
     # a checkpoint without a manifest is partial
-    _save(tmp_path, 4, engine0)
+    _save(tmp_path, 4, actor0)
     (tmp_path / "iter_00000004" / "manifest.json").unlink()
     assert "no manifest" in validate_checkpoint(tmp_path / "iter_00000004")
     with pytest.warns(UserWarning):
-        assert load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+        assert load_checkpoint(tmp_path, actor0, sampler=ToySampler(np.random.default_rng()),
                                generators={"rollout": torch.Generator()}).iteration == 2
 
 
-def test_nothing_usable_is_an_error_and_empty_is_none(tmp_path, engine0):
-    assert load_checkpoint(tmp_path / "none", engine0) is None
-    _save(tmp_path, 2, engine0)
+def test_nothing_usable_is_an_error_and_empty_is_none(tmp_path, actor0):
+    assert load_checkpoint(tmp_path / "none", actor0) is None
+    _save(tmp_path, 2, actor0)
     (tmp_path / "iter_00000002" / "state.json").write_text("{broken")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(CheckpointError, match="every checkpoint under .* is unusable"):
-            load_checkpoint(tmp_path, engine0)
+            load_checkpoint(tmp_path, actor0)
 
 
-def test_other_zero_stage_is_refused(tmp_path, engine0):
-    _save(tmp_path, 2, engine0)
-    eng2 = make_engine(2)
+def test_other_zero_stage_is_refused(tmp_path, actor0):
+    _save(tmp_path, 2, actor0)
+    eng2 = make_actor(2)
     with pytest.warns(UserWarning, match="resume with the same launcher and trainer.zero_stage"):
         with pytest.raises(CheckpointError):
             load_checkpoint(tmp_path, eng2)
 
 
-def test_loading_never_unpickles(tmp_path, engine0, monkeypatch):
-    _save(tmp_path, 2, engine0)
+def test_loading_never_unpickles(tmp_path, actor0, monkeypatch):
+    _save(tmp_path, 2, actor0)
 
     def forbidden(*a, **k):
         raise AssertionError("unpickling during checkpoint load")
@@ -187,18 +187,18 @@ def test_loading_never_unpickles(tmp_path, engine0, monkeypatch):
     monkeypatch.setattr(pickle, "load", forbidden)
     monkeypatch.setattr(pickle, "loads", forbidden)
     monkeypatch.setattr(pickle, "Unpickler", forbidden)
-    loaded = load_checkpoint(tmp_path, engine0, sampler=ToySampler(np.random.default_rng()),
+    loaded = load_checkpoint(tmp_path, actor0, sampler=ToySampler(np.random.default_rng()),
                              generators={"rollout": torch.Generator()})
     assert loaded.iteration == 2
 
 
-def test_state_must_be_json(tmp_path, engine0):
+def test_state_must_be_json(tmp_path, actor0):
     class BadSampler(ToySampler):
         def state_dict(self):
             return {"rng": np.random.default_rng()}
 
     with pytest.raises(CheckpointError, match="not JSON-serialisable"):
-        save_checkpoint(tmp_path, 2, engine0, sampler=BadSampler(np.random.default_rng()))
+        save_checkpoint(tmp_path, 2, actor0, sampler=BadSampler(np.random.default_rng()))
     assert not list_checkpoints(tmp_path)  # nothing half-written became a checkpoint
 
 
@@ -207,9 +207,9 @@ def _load(root, eng):
     return load_checkpoint(root, eng, sampler=ToySampler(np.random.default_rng()), generators={"rollout": torch.Generator()})
 
 
-def test_a_same_size_edit_fails_the_checksum_and_falls_back_naming_the_file(tmp_path, engine0):
+def test_a_same_size_edit_fails_the_checksum_and_falls_back_naming_the_file(tmp_path, actor0):
     for it in (2, 4):
-        _save(tmp_path, it, engine0, keep_last=5)
+        _save(tmp_path, it, actor0, keep_last=5)
     f = tmp_path / "iter_00000004" / "model" / "model.safetensors"
     data = bytearray(f.read_bytes())
     mid = len(data) // 2
@@ -218,20 +218,20 @@ def test_a_same_size_edit_fails_the_checksum_and_falls_back_naming_the_file(tmp_
     problem = validate_checkpoint(tmp_path / "iter_00000004")
     assert problem is not None and str(f) in problem and "SHA-256" in problem
     with pytest.warns(UserWarning, match="model.safetensors does not match the SHA-256"):
-        loaded = _load(tmp_path, engine0)
+        loaded = _load(tmp_path, actor0)
     assert (loaded.iteration, loaded.fell_back) == (2, True)
     # the iteration number edited in place (same size) in state.json is caught the same way
-    _save(tmp_path, 6, engine0, keep_last=5)
+    _save(tmp_path, 6, actor0, keep_last=5)
     state = tmp_path / "iter_00000006" / "state.json"
     text = state.read_text()
     assert '"iteration": 6' in text
     state.write_text(text.replace('"iteration": 6', '"iteration": 9'))
     with pytest.warns(UserWarning, match="state.json does not match the SHA-256"):
-        assert _load(tmp_path, engine0).iteration == 2  # 6 edited, 4 corrupt
+        assert _load(tmp_path, actor0).iteration == 2  # 6 edited, 4 corrupt
 
 
-def test_a_manifest_without_checksums_still_loads_with_a_warning(tmp_path, engine0):
-    _save(tmp_path, 2, engine0)
+def test_a_manifest_without_checksums_still_loads_with_a_warning(tmp_path, actor0):
+    _save(tmp_path, 2, actor0)
     man = tmp_path / "iter_00000002" / "manifest.json"
     m = json.loads(man.read_text())
     m["files"] = {k: v["size"] for k, v in m["files"].items()}  # the manifest of checkpoints made before checksums
@@ -239,10 +239,10 @@ def test_a_manifest_without_checksums_still_loads_with_a_warning(tmp_path, engin
     with pytest.warns(UserWarning, match="saved without checksums"):
         assert validate_checkpoint(tmp_path / "iter_00000002") is None
     with pytest.warns(UserWarning, match="saved without checksums"):
-        assert _load(tmp_path, engine0).iteration == 2
+        assert _load(tmp_path, actor0).iteration == 2
 
 
-def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_leaves_no_partial(tmp_path, engine0, monkeypatch):
+def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_leaves_no_partial(tmp_path, actor0, monkeypatch):
     """ENOSPC injected where the optimizer file is written (safetensors reports it as a SafetensorError): the
     error names the checkpoint folder, the partial folder is gone, the previous checkpoint stays the latest."""
     from safetensors import SafetensorError
@@ -250,7 +250,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_leaves_no_p
     import trainer.checkpoint as ck
     from common.fsio import disk_full
 
-    _save(tmp_path, 2, engine0)
+    _save(tmp_path, 2, actor0)
     real = ck.save_file
 
     def full_disk(tensors, filename, metadata=None):
@@ -263,8 +263,8 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_leaves_no_p
 
     monkeypatch.setattr(ck, "save_file", full_disk)
     with pytest.raises(OSError) as e:
-        _save(tmp_path, 4, engine0)
+        _save(tmp_path, 4, actor0)
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "iter_00000004.partial")
     assert disk_full(e.value) is e.value
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_00000002", "latest"]
-    assert _load(tmp_path, engine0).iteration == 2
+    assert _load(tmp_path, actor0).iteration == 2

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 
 import pytest
 import yaml
@@ -60,7 +61,7 @@ def test_yaml_and_overrides_are_typed(tmp_path):
         ("traner.lr=1", "did you mean 'trainer'"),
         ("trainer.lr=fast", "trainer.lr='fast' is not a number"),
         ("trainer.zero_stage=2.5", "trainer.zero_stage='2.5' is not an integer"),
-        ("trainer.zero_stage=5", "trainer.zero_stage=5 must be 0, 1, 2 or 3"),
+        ("trainer.zero_stage=5", "trainer.zero_stage=5 must be one of [0, 1, 2, 3]"),
         ("logging.wandb=maybe", "is not a bool"),
         ("trainer.lr=-1", "trainer.lr=-1.0 must be >= 0"),
         ("trainer.loss_agg_mode=mean", "must be one of"),
@@ -74,13 +75,13 @@ def test_yaml_and_overrides_are_typed(tmp_path):
         ("env.train_pool=0", "env.train_pool=0 must be >= 1"),
         ("env.train_pool=[3, 3]", "lists a task twice"),
         ("env.train_pool=[-1]", "task indices (ints >= 0)"),
-        ("env.train_sampling=shuffle", "env.train_sampling='shuffle' is not one of ['epoch', 'replacement']"),
+        ("env.train_sampling=shuffle", "env.train_sampling='shuffle' must be one of ['epoch', 'replacement']"),
         ("estimator.epsilon=big", "must be a number in [0, 2] or 'auto'"),
-        ("estimator.epsilon_criterion=f1", "epsilon_criterion='f1' is not one of"),
-        ("trainer.suffix_buckets=0", "trainer.suffix_buckets=0 must be >= 1"),
+        ("estimator.epsilon_criterion=f1", "estimator.epsilon_criterion='f1' must be one of"),
+        ("trainer.suffix_buckets=0", "trainer.suffix_buckets=0 must lie in [1, 64]"),
         ("trainer.old_logprobs=sampler", "trainer.old_logprobs='sampler' must be one of ['recompute', 'rollout']"),
-        ("logging.jsonl_digits=20", "logging.jsonl_digits=20 must be <= 17"),
-        ("rollout.hf_pack_weights=yes", "rollout.hf_pack_weights='yes' must be auto | on | off"),
+        ("logging.jsonl_digits=20", "logging.jsonl_digits=20 must lie in [0, 17]"),
+        ("rollout.hf_pack_weights=yes", "rollout.hf_pack_weights='yes' must be one of ['auto', 'on', 'off']"),
         ("rollout.vllm_tensor_parallel=2", "rollout.vllm_tensor_parallel=2 is not supported"),
         ("rollout.vllm_tensor_parallel=0", "rollout.vllm_tensor_parallel=0 must be >= 1"),
     ],
@@ -89,6 +90,81 @@ def test_bad_keys_and_values_name_the_field(override, needle):
     with pytest.raises(ConfigError) as e:
         load_config(None, [override])
     assert needle in str(e.value)
+
+
+def _choice_fields():
+    """(section, field, allowed values) of every choice field of the run config (typed ``Literal[...]``)."""
+    from common.config_checks import literal_choices
+
+    out = []
+    for name, cls in [("", RunConfig), *_SECTIONS.items()]:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            found = literal_choices(hints[f.name])
+            if found is not None:
+                out.append((name, f.name, found[0]))
+    return out
+
+
+def test_a_choice_is_refused_alike_when_read_and_when_built_in_code():
+    """Every choice field is a ``Literal``: the reader refuses another value as it reads it, and the sections'
+    ``validate`` (a config built in code) with the same message, naming the field, the value and the values."""
+    fields_ = _choice_fields()
+    assert {(s, f) for s, f, _ in fields_} >= {
+        ("", "device"), ("env", "train_sampling"), ("model", "attn_implementation"), ("rollout", "engine"),
+        ("rollout", "hf_decode"), ("rollout", "hf_pack_weights"), ("trainer", "old_logprobs"),
+        ("trainer", "loss_agg_mode"), ("trainer", "kl_type"), ("trainer", "zero_stage"), ("trainer", "precision"),
+        ("logging", "wandb_mode"), ("estimator", "norm_mode"), ("estimator", "epsilon_criterion"),
+        ("estimator", "centroid"), ("estimator", "cluster_backend"), ("estimator", "pace_key"),
+        ("estimator", "pace_fallback"), ("estimator", "pace_norm")}
+    for section, name, allowed in fields_:
+        key = f"{section}.{name}" if section else name
+        bad = "bogus" if isinstance(allowed[0], str) else 7
+        with pytest.raises(ConfigError) as read:
+            load_config(None, [f"{key}={bad}"])
+        assert str(read.value) == f"{key}={bad!r} must be one of {list(allowed)}"
+        if section == "estimator":
+            from estimators import EstimatorConfig
+
+            with pytest.raises(ConfigError) as built:  # EstimatorConfig checks itself when built, under its own name
+                EstimatorConfig(**{name: bad})
+            assert str(built.value) == f"EstimatorConfig.{name}={bad!r} must be one of {list(allowed)}"
+            continue
+        cfg = RunConfig()
+        setattr(getattr(cfg, section) if section else cfg, name, bad)
+        with pytest.raises(ConfigError) as built:
+            cfg.validate()
+        assert str(built.value) == str(read.value)
+
+
+def test_a_numeric_choice_is_read_as_a_number():
+    """``trainer.zero_stage=3`` on the command line is the text "3": the reader makes it the int 3 (a ``Literal``
+    of ints compared with the text would refuse every stage), and refuses a bool, a fraction or another int."""
+    assert load_config(None, ["trainer.zero_stage=3"]).trainer.zero_stage == 3
+    assert type(load_config(None, ["trainer.zero_stage=0"]).trainer.zero_stage) is int
+    for value, needle in [("true", "is not an integer"), ("2.5", "is not an integer"), ("4", "must be one of")]:
+        with pytest.raises(ConfigError, match=needle):
+            load_config(None, [f"trainer.zero_stage={value}"])
+    with pytest.raises(ConfigError, match=r"trainer.zero_stage=True must be one of \[0, 1, 2, 3\]"):
+        RunConfig(trainer=TrainerConfig(zero_stage=True))
+
+
+def test_one_error_type_for_every_config():
+    """The run config, the estimator's and the warm start's raise the same ``ConfigError`` (a ``ValueError``)."""
+    from estimators import EstimatorConfig
+    from trainer.warmstart_config import WarmStartConfig
+
+    for build in (lambda: RunConfig(seed=-1), lambda: EstimatorConfig(gamma=2.0),
+                  lambda: EstimatorConfig(pace_norm="global"), lambda: WarmStartConfig(epochs=0),
+                  lambda: WarmStartConfig(batch_by="goal"), lambda: WarmStartConfig(rationale="long")):
+        with pytest.raises(ConfigError):
+            build()
+    assert issubclass(ConfigError, ValueError)
+    with pytest.raises(ConfigError, match=r"^estimator: EstimatorConfig.gamma=2.0 must lie in \[0, 1\]$"):
+        load_config(None, ["estimator.gamma=2"])
+    with pytest.raises(ConfigError) as e:
+        WarmStartConfig(rationale="long")
+    assert str(e.value) == "WarmStartConfig.rationale='long' must be one of ['trace', 'goal', 'none']"
 
 
 @pytest.mark.parametrize(
@@ -221,7 +297,7 @@ def test_the_deepspeed_launchers_local_rank_is_accepted(tmp_path, monkeypatch, f
 def test_package_exports():
     import trainer
 
-    assert trainer.RunConfig is RunConfig and callable(trainer.ActorEngine)
+    assert trainer.RunConfig is RunConfig and callable(trainer.PPOActor)
 
 
 def test_removed_sft_keys_load_and_resume(tmp_path):
@@ -266,7 +342,7 @@ def test_sft_warmstart_section():
     assert cache_key(load_config("configs/cpu/textcraft_demo.yaml").warmstart_config()) == "ec49e7aed20f"
     with pytest.raises(ConfigError, match=r"sft.warmstart.epoch is not a warm-start setting; did you mean 'epochs'"):
         load_config(None, ["sft.warmstart.epoch=3"])
-    with pytest.raises(ConfigError, match=r"sft.warmstart: WarmStartConfig.epochs=-3 must be a positive number"):
+    with pytest.raises(ConfigError, match=r"sft.warmstart: WarmStartConfig.epochs=-3 must be > 0"):
         load_config(None, ["sft.warmstart.epochs=-3"])
     with pytest.raises(ConfigError, match="sft.warmstart.env is not a warm-start setting"):
         load_config(None, ["sft.warmstart.env=alfworld"])  # the run's env is the warm start's

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainer.engine import free_port
+from trainer.ppo_actor import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("dist_worker.py")

@@ -19,7 +19,7 @@ import pytest
 from safetensors.torch import load_file
 
 from common.procs import kill_matching
-from trainer.engine import free_port
+from trainer.ppo_actor import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("dist_asym_worker.py")

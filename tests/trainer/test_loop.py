@@ -111,9 +111,9 @@ def test_nonfinite_hidden_states_stop_the_run_with_a_clear_error(tmp_path, monke
     """NaN hidden states in every iteration: each optimizer step is skipped (counted and logged with the rows);
     the third in a row ends the run with exit status 3 and a failed run.json."""
     from experiments.train import main
-    from trainer.engine import ActorEngine
+    from trainer.ppo_actor import PPOActor
 
-    original = ActorEngine.compute_logprobs
+    original = PPOActor.compute_logprobs
 
     def poisoned(self, *args, **kwargs):
         out = original(self, *args, **kwargs)
@@ -121,7 +121,7 @@ def test_nonfinite_hidden_states_stop_the_run_with_a_clear_error(tmp_path, monke
             out.hidden[0] = float("nan")
         return out
 
-    monkeypatch.setattr(ActorEngine, "compute_logprobs", poisoned)
+    monkeypatch.setattr(PPOActor, "compute_logprobs", poisoned)
     torch.set_num_threads(1)
     out = tmp_path / "run"
     rc = main(["--config", str(PRESET), "env.groups=2", "env.group_size=2", "env.max_steps=2",

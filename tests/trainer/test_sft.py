@@ -91,27 +91,27 @@ def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
 
     model = load_model(path, dtype="float32")
     before = mean_loss(model)
-    engine = sft.SFTEngine(model, sft.sft_trainer_config(lr=3e-3, batch_rows=8, micro_batch_rows=4, warmup_steps=0,
-                                                         zero_stage=2), schedule="constant")
-    metrics = sft.train_sft(engine, data, epochs=4, batch_rows=8, pad_id=int(tok.pad_token_id))
-    after = mean_loss(engine.lm)
+    learner = sft.SFTLearner(model, sft.sft_trainer_config(lr=3e-3, batch_rows=8, micro_batch_rows=4, warmup_steps=0,
+                                                           zero_stage=2), schedule="constant")
+    metrics = sft.train_sft(learner, data, epochs=4, batch_rows=8, pad_id=int(tok.pad_token_id))
+    after = mean_loss(learner.lm)
     assert metrics["perf/steps"] == 12
     assert after < before - 1.0, (before, after)
 
 
 def test_time_budget_stops_training_and_fits_the_decay(tiny, expert_rows):
     """A spent budget stops after the step in progress; a budget that never runs out re-fits the decay's end to
-    the planned steps (4 one-row batches per epoch x 3 epochs = 12 < the engine's 1000)."""
+    the planned steps (4 one-row batches per epoch x 3 epochs = 12 < the learner's 1000)."""
     from agents.models import load_model
 
     path, tok = tiny
     data = sft.encode_rows(expert_rows[:4], tok, "textcraft")
     cfg = sft.sft_trainer_config(lr=1e-3, batch_rows=1, micro_batch_rows=1, warmup_steps=0, zero_stage=0)
-    eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
+    eng = sft.SFTLearner(load_model(path, dtype="float32"), cfg, total_steps=1000)
     m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=0.0,
                       budget_clock="cpu")
     assert m["perf/steps"] == 1 and m["perf/planned_steps"] == 12
-    eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
+    eng = sft.SFTLearner(load_model(path, dtype="float32"), cfg, total_steps=1000)
     m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=1e9)
     assert m["perf/steps"] == 12 and eng.total_steps == 12
     assert eng.lr_at(12) == pytest.approx(1e-3 * eng.min_lr_ratio)  # 1000 planned steps would give ~1e-3
@@ -123,13 +123,13 @@ def test_lr_schedule_warmup_then_cosine(tiny):
     from agents.models import load_model
 
     path, _ = tiny
-    eng = sft.SFTEngine(load_model(path), sft.sft_trainer_config(lr=1e-3, warmup_steps=10), schedule="cosine",
-                        total_steps=110, min_lr_ratio=0.1)
+    eng = sft.SFTLearner(load_model(path), sft.sft_trainer_config(lr=1e-3, warmup_steps=10), schedule="cosine",
+                         total_steps=110, min_lr_ratio=0.1)
     assert eng.lr_at(0) == pytest.approx(1e-4)
     assert eng.lr_at(9) == pytest.approx(1e-3)
     assert eng.lr_at(60) == pytest.approx(1e-4 + 0.9e-3 * 0.5)
     assert eng.lr_at(110) == pytest.approx(1e-4)
-    assert eng.actor.lr_at(60) == eng.lr_at(60)  # the engine's optimizer steps use this schedule
+    assert eng.actor.lr_at(60) == eng.lr_at(60)  # the actor's optimizer steps use this schedule
 
 
 # ------------------------------------------------------------------------------ data equals the rollout
@@ -353,8 +353,8 @@ def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
     n_resp = data.num_response_tokens
     losses = {}
     for w in (0.0, 0.5):
-        eng = sft.SFTEngine(load_model(path, dtype="float32"), sft.sft_trainer_config(batch_rows=3, micro_batch_rows=2),
-                            prompt_weight=w)
+        eng = sft.SFTLearner(load_model(path, dtype="float32"), sft.sft_trainer_config(batch_rows=3, micro_batch_rows=2),
+                             prompt_weight=w)
         parts = list(eng._micro_losses(data.prompt_ids, data.response_ids, 0, float(n_resp)))
         losses[w] = sum(float(loss.detach()) for _r, _b, loss, _n in parts)
         assert sum(float(n.detach()) for _r, _b, _l, n in parts) == pytest.approx(float(nll_resp), rel=1e-5)

@@ -1,4 +1,4 @@
-"""The SFT warm start's shared-prefix pass (``SFTEngine(share_prompt_loss=True)``) and its episode batches.
+"""The SFT warm start's shared-prefix pass (``SFTLearner(share_prompt_loss=True)``) and its episode batches.
 
 The rows are real expert TextCraft rows (the warm start's own shape: the rows of one episode share most of their
 prompt); the reference is the unshared pass, which tests/trainer/test_sft.py checks against a hand computation.
@@ -38,12 +38,12 @@ def _data(rows, tok):
 
 
 def _loss_and_grads(path, data, idx, *, share, w=0.3, micro=8):
-    """The loss of one step's rows and its gradient, as SFTEngine.step would backpropagate them."""
+    """The loss of one step's rows and its gradient, as SFTLearner.step would backpropagate them."""
     from agents.models import load_model
 
-    eng = sft.SFTEngine(load_model(path, dtype="float32"),
-                        sft.sft_trainer_config(batch_rows=len(idx), micro_batch_rows=micro),
-                        prompt_weight=w, share_prompt_loss=share)
+    eng = sft.SFTLearner(load_model(path, dtype="float32"),
+                         sft.sft_trainer_config(batch_rows=len(idx), micro_batch_rows=micro),
+                         prompt_weight=w, share_prompt_loss=share)
     ps, rs = [data.prompt_ids[i] for i in idx], [data.response_ids[i] for i in idx]
     total = float(sum(int(r.numel()) for r in rs))
     lm = eng.lm
@@ -119,7 +119,7 @@ def test_shared_prompt_loss_needs_the_switches(tiny, rows):
     from agents.models import load_model
 
     path, tok = tiny
-    assert sft.SFTEngine(load_model(path, dtype="float32"), sft.sft_trainer_config()).share_prompt_loss is False
+    assert sft.SFTLearner(load_model(path, dtype="float32"), sft.sft_trainer_config()).share_prompt_loss is False
     with pytest.raises(ValueError, match="prefix_targets needs a shared batch"):
         from trainer.actor import actor_forward, pack_rows
 

@@ -12,9 +12,10 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from common.config_checks import ConfigError, choice_message, fail, is_choice
 from common.dataclass_cli import FALSE_WORDS, TRUE_WORDS
 
-from .sections import ConfigError, RunConfig, _fail, config_to_dict
+from .sections import RunConfig, config_to_dict
 
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -41,7 +42,7 @@ def _coerce(value, tp, key: str):
         if value is None or (isinstance(value, str) and value.strip().lower() in ("null", "none", "~")):
             if type(None) in args:
                 return None
-            _fail(f"{key}=null is not allowed: give a {_type_name(tp)}")
+            fail(f"{key}=null is not allowed: give a {_type_name(tp)}")
         errors = []
         for a in args:
             if a is type(None):
@@ -50,13 +51,15 @@ def _coerce(value, tp, key: str):
                 return _coerce(value, a, key)
             except ConfigError as e:
                 errors.append(str(e))
-        _fail(f"{key}={value!r} is not a {_type_name(tp)}")
-    if origin is Literal:
+        fail(f"{key}={value!r} is not a {_type_name(tp)}")
+    if origin is Literal:  # a choice: read as its values' type ("2" -> 2 for Literal[0, 1, 2, 3]), checked
         allowed = get_args(tp)
-        if value in allowed:
+        kinds = {type(a) for a in allowed}
+        if len(kinds) == 1 and next(iter(kinds)) in (str, int, bool):
+            value = _coerce(value, next(iter(kinds)), key)
+        if is_choice(value, allowed):
             return value
-        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
-        _fail(f"{key}={value!r} must be one of {list(allowed)}" + (f"; did you mean {close[0]!r}?" if close else ""))
+        fail(choice_message(key, value, allowed))
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -64,10 +67,10 @@ def _coerce(value, tp, key: str):
             return value.strip().lower() in TRUE_WORDS
         if isinstance(value, int) and value in (0, 1):
             return bool(value)
-        _fail(f"{key}={value!r} is not a bool: use true or false")
+        fail(f"{key}={value!r} is not a bool: use true or false")
     if tp is int:
         if isinstance(value, bool):
-            _fail(f"{key}={value!r} is a bool where an integer is expected")
+            fail(f"{key}={value!r} is a bool where an integer is expected")
         if isinstance(value, int):
             return value
         if isinstance(value, float) and value.is_integer():
@@ -78,35 +81,35 @@ def _coerce(value, tp, key: str):
                 return int(s)
             if _FLOAT_RE.match(s) and float(s).is_integer():
                 return int(float(s))
-        _fail(f"{key}={value!r} is not an integer")
+        fail(f"{key}={value!r} is not an integer")
     if tp is float:
         if isinstance(value, bool):
-            _fail(f"{key}={value!r} is a bool where a number is expected")
+            fail(f"{key}={value!r} is a bool where a number is expected")
         if isinstance(value, (int, float)):
             return float(value)
         if isinstance(value, str):
             s = value.strip().lower()
             if _FLOAT_RE.match(s) or s in ("inf", "-inf", "nan"):
                 return float(s)
-        _fail(f"{key}={value!r} is not a number")
+        fail(f"{key}={value!r} is not a number")
     if tp is str:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
-        _fail(f"{key}={value!r} is not a string")
+        fail(f"{key}={value!r} is not a string")
     if origin in (list, tuple):
         if isinstance(value, str):
             parsed = yaml.safe_load(value)
             value = parsed if isinstance(parsed, list) else [x.strip() for x in value.split(",") if x.strip()]
         if not isinstance(value, (list, tuple)):
-            _fail(f"{key}={value!r} is not a list: write [a, b] in YAML or key=[a,b] on the command line")
+            fail(f"{key}={value!r} is not a list: write [a, b] in YAML or key=[a,b] on the command line")
         args = get_args(tp)
         if origin is tuple:
             if len(args) == 2 and args[1] is Ellipsis:
                 return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
             if len(value) != len(args):
-                _fail(f"{key}={list(value)!r} must have exactly {len(args)} entries")
+                fail(f"{key}={list(value)!r} must have exactly {len(args)} entries")
             return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
         inner = args[0] if args else Any
         return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
@@ -114,11 +117,11 @@ def _coerce(value, tp, key: str):
         if isinstance(value, str):
             value = yaml.safe_load(value)
         if not isinstance(value, dict):
-            _fail(f"{key}={value!r} is not a mapping: write {{a: 1}} in YAML")
+            fail(f"{key}={value!r} is not a mapping: write {{a: 1}} in YAML")
         return dict(value)
     if is_dataclass(tp):
         if not isinstance(value, dict):
-            _fail(f"{key} must be a mapping of its fields, got {value!r}")
+            fail(f"{key} must be a mapping of its fields, got {value!r}")
         return _build(tp, value, key)
     raise TypeError(f"config field {key} has an unsupported type {tp!r}")  # a bug in this module
 
@@ -159,10 +162,12 @@ def _build(cls, data: dict, prefix: str = ""):
         kwargs[k] = _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k)
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
-    except ValueError as e:  # EstimatorConfig's own validation
-        raise ConfigError(f"{prefix}: {e}" if prefix else str(e)) from e
+    except ValueError as e:  # a class that checks itself when built: EstimatorConfig names its own fields
+        if prefix:
+            raise ConfigError(f"{prefix}: {e}") from e
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from e
 
 
 def config_from_dict(data: dict) -> RunConfig:

