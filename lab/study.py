@@ -91,9 +91,10 @@ class Study:
     @functools.cached_property
     def _warmstart(self) -> tuple[str | None, list[str]]:
         from trainer.config import load_config
-        from trainer.warmstart_config import env_short_name
+        from trainer.warmstart_config import env_short_name, from_run_config
 
         cfg = load_config(REPO / self.preset, self.overrides)
+        from_run_config(cfg)  # ConfigError naming a bad sft.warmstart key or value
         if not cfg.sft.enabled:
             return None, []
         return env_short_name(cfg.env.id), warmstart_cli_args(cfg.sft.warmstart)
@@ -126,8 +127,8 @@ class StudyFileError(ValueError):
 
 
 def warmstart_cli_args(settings: dict) -> list[str]:
-    """``python -m experiments.warmstart`` options of a preset's ``sft.warmstart`` mapping (already checked by the
-    run config), in its order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
+    """``python -m experiments.warmstart`` options of a preset's ``sft.warmstart`` mapping (checked by
+    ``from_run_config``), in its order: ``{epochs: 20, dagger_rounds: 0}`` -> ``--epochs 20 --dagger-rounds 0``."""
     out: list[str] = []
     for k, v in settings.items():
         text = json.dumps(v) if isinstance(v, (dict, list)) else ("true" if v is True else "false" if v is False

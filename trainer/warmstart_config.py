@@ -6,6 +6,7 @@ section without importing the pipeline. ``trainer.warmstart`` re-exports every n
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV_PRESETS", "WarmStartConfig", "cache_key", "cache_folder", "env_short_name", "SECTION_EXCLUDED"]
+__all__ = ["ENV_PRESETS", "WarmStartConfig", "cache_key", "cache_folder", "env_short_name", "SECTION_EXCLUDED",
+           "from_run_config"]
 
 #: short env names -> (gymnasium id, constructor kwargs the warm start and later RL must share)
 ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -281,3 +283,22 @@ def env_short_name(env_id: str) -> str:
         if gid == env_id:
             return name
     return env_id
+
+
+def from_run_config(run_cfg) -> WarmStartConfig:
+    """The ``WarmStartConfig`` of a run config's warm start: its ``sft.warmstart`` section on the run's environment.
+
+    The run config holds the section as a plain mapping (the trainer does not know these settings); this is where
+    it is checked: ``trainer.config.ConfigError`` names a key that is no warm-start setting, or a bad value."""
+    from trainer.config import ConfigError
+
+    names = {f.name for f in dataclasses.fields(WarmStartConfig)} - set(SECTION_EXCLUDED)
+    for k in run_cfg.sft.warmstart:
+        if k not in names:
+            close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
+            raise ConfigError(f"sft.warmstart.{k} is not a warm-start setting" + (f"; did you mean {close[0]!r}?" if
+                              close else "") + f" (valid: {sorted(names)})")
+    try:
+        return WarmStartConfig(env=env_short_name(run_cfg.env.id), **run_cfg.sft.warmstart)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"sft.warmstart: {e}") from e
