@@ -57,9 +57,9 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
     from agents.models import load_model, load_tokenizer
     from agents.models.tiny import TinyModelConfig, build_tiny_model
     from agents.rollout import prompt_config_for
-    from trainer import sft
-    from trainer.warmstart import _splits, _tasks
-    from trainer.warmstart_config import WarmStartConfig
+    from warmstart import sft
+    from warmstart.config import WarmStartConfig
+    from warmstart.recipe import _splits, _tasks
 
     cfg = WarmStartConfig()
     train_split, _ = _splits(cfg)
@@ -121,7 +121,7 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
 
 
 def summarise(res: dict, cmd: str, threads: int, machine: str, load_txt: str) -> str:
-    from trainer.warmstart_config import WarmStartConfig
+    from warmstart.config import WarmStartConfig
 
     cfg = WarmStartConfig()
     rate = res["rate"]

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from trainer.config import ConfigError, config_from_argv
     from trainer.run_folder import RunFolder, RunFolderError
-    from trainer.warmstart_config import from_run_config
+    from warmstart.config import from_run_config
 
     cfg = config_from_argv(argv, prog=PROG)  # exits with status 2 on a bad key or value
     rank = int(os.environ.get("RANK", "0"))

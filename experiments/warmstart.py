@@ -20,7 +20,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer.warmstart import cache_folder, cli_parser, config_from_args, load_result, warm_start
+    from warmstart.recipe import cache_folder, cli_parser, config_from_args, load_result, warm_start
 
     args = cli_parser(prog="python -m experiments.warmstart", description=__doc__).parse_args(argv)
 

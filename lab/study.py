@@ -91,7 +91,7 @@ class Study:
     @functools.cached_property
     def _warmstart(self) -> tuple[str | None, list[str]]:
         from trainer.config import load_config
-        from trainer.warmstart_config import env_short_name, from_run_config
+        from warmstart.config import env_short_name, from_run_config
 
         cfg = load_config(REPO / self.preset, self.overrides)
         from_run_config(cfg)  # ConfigError naming a bad sft.warmstart key or value
@@ -187,7 +187,7 @@ def _is_model_folder(p: Path) -> bool:
 def _config_for(env: str, extra: list[str]):
     """The ``WarmStartConfig`` that ``python -m experiments.warmstart --env <env> <extra>`` builds, or None."""
     try:
-        from trainer.warmstart import cli_parser, config_from_args
+        from warmstart.recipe import cli_parser, config_from_args
 
         return config_from_args(cli_parser().parse_args(["--env", env, *extra]))
     except (ImportError, ValueError, TypeError, SystemExit):
@@ -205,7 +205,7 @@ WARMSTART_MINUTES: dict[str, str] = {
 
 def warmstart_estimate(env: str, extra: list[str]) -> str:
     """How long the warm start ``python -m experiments.warmstart --env <env> <extra>`` took here, when measured."""
-    from trainer.warmstart_config import cache_key
+    from warmstart.config import cache_key
 
     cfg = _config_for(env, extra)
     measured = WARMSTART_MINUTES.get(cache_key(cfg)) if cfg is not None else None
@@ -228,7 +228,7 @@ def find_warmstart(env: str, printed: list[str] | None = None, extra: list[str] 
             if p.is_absolute() and _is_model_folder(p):
                 return p
     try:
-        from trainer.warmstart import cache_folder
+        from warmstart.recipe import cache_folder
 
         cfg = _config_for(env, list(extra or []))
         folder = cache_folder(cfg) if cfg is not None else None
@@ -266,12 +266,12 @@ def warmstart_command(env: str, extra: list[str] = ()) -> list[str] | None:
     """
     if _has_module(WARMSTART_MODULE):
         return [sys.executable, "-m", WARMSTART_MODULE, "--env", env, *extra]
-    if _has_module("trainer.warmstart"):
+    if _has_module("warmstart.recipe"):
         if extra:
             raise RuntimeError(f"--warmstart-args {shlex.join(extra)!r} are options of `python -m {WARMSTART_MODULE}`, "
                                "which this checkout does not have (only trainer/warmstart.py): drop them, or pass "
                                "--init-from <model folder>")
-        code = ("import sys; from trainer.warmstart import WarmStartConfig, warm_start; "
+        code = ("import sys; from warmstart.recipe import WarmStartConfig, warm_start; "
                 "print('[warmstart] final model folder:', warm_start(WarmStartConfig(env=sys.argv[1])), flush=True)")
         return [sys.executable, "-c", code, env]
     return None
@@ -315,7 +315,7 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
     cmd = warmstart_command(env, extra)
     if cmd is None:
         raise RuntimeError(missing_warmstart_message(env))
-    shown = shlex.join(["python", *cmd[1:]]) if cmd[1] == "-m" else f"trainer.warmstart.warm_start(env={env!r})"
+    shown = shlex.join(["python", *cmd[1:]]) if cmd[1] == "-m" else f"warmstart.recipe.warm_start(env={env!r})"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"[study] warm start: {shown} (cached after the first run)", flush=True)
     with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc, \

@@ -179,7 +179,7 @@ def expand(configs: list[str], estimators: list[str] | None, seeds: list[int], g
     is wrong, or two runs that would share a folder.
     """
     from trainer.config import ConfigError, load_config
-    from trainer.warmstart_config import from_run_config
+    from warmstart.config import from_run_config
 
     runs_root = Path(runs_root)
     custom_root = runs_root != Path(DEFAULT_RUNS_ROOT)

@@ -4,7 +4,7 @@ package order, and only the environments and the acting loop step environments.
 Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
 import each other)::
 
-    common  <-  envs, estimators  <-  agents  <-  trainer  <-  analysis  <-  groundtruth  <-  lab
+    common  <-  envs, estimators  <-  agents  <-  trainer  <-  warmstart  <-  analysis  <-  groundtruth  <-  lab
             <-  experiments (entry points), benchmarks
 
 Every import counts, including function-local ones (a cycle held apart by an import inside a function is still
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",), ("trainer",), ("analysis",),
-                                 ("groundtruth",), ("lab",), ("experiments", "benchmarks")]
+LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",), ("trainer",), ("warmstart",),
+                                 ("analysis",), ("groundtruth",), ("lab",), ("experiments", "benchmarks")]
 LAYER_OF = {pkg: k for k, layer in enumerate(LAYERS) for pkg in layer}
 #: where an environment may be stepped: the envs themselves and the one acting loop (benchmarks time envs directly)
 STEPPING_ALLOWED = ("envs/", "agents/rollout.py", "benchmarks/")
@@ -191,6 +191,18 @@ def test_a_function_local_cycle_and_a_back_edge_are_found(tmp_path, monkeypatch)
     assert graph["agents.x"] == {"envs.a"} and graph["trainer.y"] == {"agents.x"}
     assert cycles(graph) == [["envs.a", "envs.b"]]
     assert order_violations(graph) == ["envs.c imports trainer.y (trainer is not below envs in the package order)"]
+
+
+def test_the_trainer_may_not_import_the_warm_start(tmp_path):
+    """The warm start trains with the trainer's engine; an import the other way (even inside a function) is a
+    back edge."""
+    _write(tmp_path, {
+        "trainer/__init__.py": "", "trainer/engine.py": "def f():\n    from warmstart.sft import SFTRow\n",
+        "warmstart/__init__.py": "", "warmstart/sft.py": "from trainer.engine import f\n",
+    })
+    graph = import_graph(tmp_path, ["trainer", "warmstart"])
+    assert order_violations(graph) == [
+        "trainer.engine imports warmstart.sft (warmstart is not below trainer in the package order)"]
 
 
 @pytest.mark.parametrize("edges,expected", [

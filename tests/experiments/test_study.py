@@ -79,7 +79,7 @@ def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
     assert study.find_warmstart("textcraft", ["[warmstart] done: " + str(a) + "; held-out 0.3"]) == a  # printed
     assert study.find_warmstart("webshop") is None
     # with the study's own settings, only their entry counts (not the newest one of another setting)
-    from trainer.warmstart import cache_folder
+    from warmstart.recipe import cache_folder
 
     extra = ["--rename-copies", "3", "--rationale", "none"]
     assert study.find_warmstart("textcraft", extra=extra) is None
@@ -97,7 +97,7 @@ def test_the_warm_start_a_study_ran_is_the_one_it_gets_even_under_a_path_with_sp
     of the study's own settings, never from the newest entry of another setting (a CPU study's, built later)."""
     cache = tmp_path / "my cache"
     monkeypatch.setenv("BIPACE_CACHE", str(cache))
-    from trainer.warmstart import cache_folder
+    from warmstart.recipe import cache_folder
 
     extra = ["--threads", "2", "--epochs", "2"]
     own = cache_folder(study._config_for("textcraft", extra))
@@ -114,7 +114,7 @@ def test_the_warm_start_a_study_ran_is_the_one_it_gets_even_under_a_path_with_sp
 
 
 def test_the_cpu_study_is_pinned_to_its_row13_warm_start_and_the_demo_to_its_fast_one():
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     cpu, demo = study.STUDIES["cpu"], study.STUDIES["demo"]
     assert cache_key(study._config_for("textcraft", cpu.warmstart_args)) == "fd697b49a966"  # results/cpu-study
@@ -139,7 +139,7 @@ def test_warmstart_command_uses_what_the_checkout_has(monkeypatch):
     assert study.warmstart_command("textcraft") is None
     msg = study.missing_warmstart_message("textcraft")
     assert "`python -m experiments.warmstart --env textcraft`" in msg and "--init-from" in msg
-    have.add("trainer.warmstart")  # the library without its command line: called through python -c
+    have.add("warmstart.recipe")  # the library without its command line: called through python -c
     cmd = study.warmstart_command("alfworld")
     assert cmd[:2] == [sys.executable, "-c"] and cmd[-1] == "alfworld" and "WarmStartConfig(env=sys.argv[1])" in cmd[2]
     with pytest.raises(RuntimeError, match="--warmstart-args"):
@@ -296,7 +296,7 @@ def test_the_alfworld_study_is_pinned_to_the_warm_start_it_ran_from():
     alf = study.STUDIES["cpu-alfworld"]
     cfg = study._config_for("alfworld", alf.warmstart_args)
     assert cfg.env == "alfworld" and cfg.history_length == 2 and cfg.expert_episodes == 200
-    from trainer.warmstart import cache_key
+    from warmstart.recipe import cache_key
 
     assert cache_key(cfg) == "fbcaf8988205"  # results/cpu-study-alfworld, row A1 of results/warmstart/README.md
 

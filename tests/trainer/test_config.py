@@ -259,8 +259,8 @@ def test_sft_warmstart_section(tmp_path):
     from experiments import train
     from trainer.config import config_to_dict, load_config
     from trainer.run_folder import config_differences
-    from trainer.warmstart import cache_key
-    from trainer.warmstart_config import from_run_config
+    from warmstart.config import from_run_config
+    from warmstart.recipe import cache_key
 
     cfg = load_config("configs/cpu/textcraft_tiny_sft.yaml")
     assert cfg.sft.warmstart == {"epochs": 20, "train_budget_s": 1500, "dagger_rounds": 0}

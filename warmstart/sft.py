@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from trainer.warmstart_config import BATCH_BY
+from warmstart.config import BATCH_BY
 
 __all__ = [
     "SFTRow",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 # the settings and the cache key live in warmstart_config (the run config's sft.warmstart section reads them)
-from .warmstart_config import ENV_PRESETS, WarmStartConfig, cache_folder, cache_key
+from .config import ENV_PRESETS, WarmStartConfig, cache_folder, cache_key
 
 __all__ = ["WarmStartConfig", "ENV_PRESETS", "warm_start", "cache_folder", "cache_key", "load_result"]
 
@@ -83,7 +83,7 @@ def _tasks(cfg: WarmStartConfig, split: str, n: int, salt: int):
     import numpy as np
 
     from envs.pool import Task
-    from trainer.sft import episode_seed
+    from warmstart.sft import episode_seed
 
     env = _make(cfg)
     try:
@@ -153,7 +153,7 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     if (folder / "DONE").is_file():
         _log(f"cache hit: {folder / 'final'}", cfg)
         return folder / "final"
-    from .threads import configure_threads, contention_warning, free_cores
+    from trainer.threads import configure_threads, contention_warning, free_cores
 
     threads = configure_threads(cfg.threads)  # 0: the cores free now (trainer/threads.py), else exactly cfg.threads
     if cfg.threads > 1 and (warning := contention_warning(cfg.threads, free_cores())):
@@ -170,7 +170,7 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
         timings[f"{name}/cpu_s"] = round(time.process_time() - c0, 1)
         _atomic_json(folder / "timings.json", timings)
 
-    from trainer import sft
+    from warmstart import sft
 
     train_split, eval_split = _splits(cfg)
     env_name = cfg.env_short

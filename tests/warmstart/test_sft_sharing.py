@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from envs.pool import Task
-from trainer import sft
 from trainer.actor import PrefixPackedBatch, pack_rows_shared
+from warmstart import sft
 
 ENV_KW = {"show_inventory": True}
 
@@ -166,8 +166,8 @@ def test_episode_batches_cover_every_row_once(tiny, rows):
 def test_warm_start_options_are_keyed_and_checked():
     """batch_by / share_prefixes: the old values keep the cache keys of earlier entries, new values get their own;
     bad values fail with the field's name before any compute."""
-    from trainer import warmstart_config
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart import config as warmstart_config
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     assert sft.BATCH_BY is warmstart_config.BATCH_BY
     assert cache_key(WarmStartConfig(env="textcraft", batch_by="row", share_prefixes=False)) == "ee351835b46a"

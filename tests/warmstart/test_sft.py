@@ -10,7 +10,7 @@ import envs
 from agents.prompts import Transcript, get_prompt_builder
 from agents.rollout import INVALID_ACTION_TEXT, prompt_config_for
 from envs.pool import Task
-from trainer import sft
+from warmstart import sft
 
 ENV_KW = {"show_inventory": True}
 
@@ -269,7 +269,7 @@ def test_play_is_independent_of_batching(tiny):
 # ------------------------------------------------------------------------------------------------ cache
 @pytest.mark.slow
 def test_warm_start_cache_hit_returns_the_same_folder(tmp_path, monkeypatch):
-    from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
+    from warmstart.recipe import WarmStartConfig, cache_folder, load_result, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=6, tokenizer_rows=60,
                           epochs=1.0, eval_sampled=True,
@@ -299,7 +299,7 @@ def test_warm_start_resumes_after_an_interrupted_round(tmp_path):
     """A run stopped after round 0 (simulated by deleting the later phases) resumes from round 0's model."""
     import shutil
 
-    from trainer.warmstart import WarmStartConfig, cache_folder, warm_start
+    from warmstart.recipe import WarmStartConfig, cache_folder, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=4, tokenizer_rows=40,
                           epochs=1.0, eval_train_tasks=0,
@@ -317,7 +317,7 @@ def test_warm_start_resumes_after_an_interrupted_round(tmp_path):
 
 
 def test_config_errors_name_the_field():
-    from trainer.warmstart import WarmStartConfig
+    from warmstart.recipe import WarmStartConfig
 
     with pytest.raises(ValueError, match="rationale"):
         WarmStartConfig(rationale="long")
@@ -405,7 +405,7 @@ def test_rename_rows_names_the_setting_for_an_env_without_a_pool(expert_rows):
 
 
 def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     assert "rename_copies" not in WarmStartConfig().key_dict()
     # the defaults are the measured setting of results/warmstart/README.md row 15 (its cache key); row 13, the
@@ -418,7 +418,7 @@ def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
 def test_the_thread_count_is_fixed_by_default_and_keyed_otherwise():
     """More threads change the weights (results/LOG.md, 2026-12-01): the default is 1 and keeps the old keys; any
     other count, auto (0) included, is another cache entry."""
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     default = WarmStartConfig(env="textcraft")
     assert default.threads == 1 and "threads" not in default.key_dict()
@@ -428,7 +428,7 @@ def test_the_thread_count_is_fixed_by_default_and_keyed_otherwise():
 
 
 def test_warm_start_trains_on_the_expert_rows_and_their_renamed_copies(tmp_path):
-    from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
+    from warmstart.recipe import WarmStartConfig, cache_folder, load_result, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=3, tokenizer_rows=40,
                           epochs=1.0, eval_train_tasks=0,
@@ -447,7 +447,7 @@ def test_the_warm_start_key_follows_the_data_folder_chosen_outside_the_env_optio
     key (a bigger generated set used to find the warm start of the small default one); the generated default
     sets keep the keys of the entries built before the data folder was part of the key."""
     from envs.alfworld import data as alf_data
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", None)
     monkeypatch.setattr(alf_data, "_ALFWORLD_DEFAULT", tmp_path / "no-download")
