@@ -3,7 +3,7 @@
     python -m benchmarks.sft_phases                          # 40 steps per variant, the warm start's settings
     python -m benchmarks.sft_phases --steps 60 --out results/benchmarks/sft.md
 
-The warm start's round 0 (``trainer.warmstart``, defaults of ``WarmStartConfig``: the 4-layer, width-128 tiny model,
+The warm start's round 0 (``warmstart.recipe``, defaults of ``WarmStartConfig``: the 4-layer, width-128 tiny model,
 8 rows per step, prompt-token loss at weight 0.3, one torch thread) spends nearly all its time in these steps. Four
 variants run in one process, each from the same initial weights on the first ``--steps`` mini-batches of its own
 plan (same expert rows, same seed), taking turns step by step so that none gets the process's slow first minutes

@@ -5,7 +5,7 @@
     python -m experiments.evaluate --model DIR --repeats 3 --json out.json
 
 Plays the fixed, seeded task list of each split (``envs.pool.eval_tasks``, the list RL runs evaluate on) with the
-Hugging Face engine (``trainer.sft.evaluate``), sampled at ``--temperature`` (0 = greedy; default 0.4, the
+Hugging Face engine (``warmstart.sft.evaluate``), sampled at ``--temperature`` (0 = greedy; default 0.4, the
 protocol's validation temperature [GiGPO]). ``--repeats R`` plays the list R times with evaluation seeds
 ``seed, seed+1, ...`` (other env seeds and sampler seeds) and reports the mean and each repeat. A warm-start folder
 (one with ``warmstart.json``) is played with the env options, prompt history and response cap it was trained

@@ -1,7 +1,8 @@
-"""The settings of an SFT warm start (``WarmStartConfig``) and the cache key they make.
+"""The settings of an SFT warm start (``WarmStartConfig``), the cache key they make, and the check of a run
+config's ``sft.warmstart`` section (``from_run_config``).
 
-Kept apart from ``trainer.warmstart`` (the pipeline) so that the run config can hold them as its ``sft.warmstart``
-section without importing the pipeline. ``trainer.warmstart`` re-exports every name.
+Kept apart from ``warmstart.recipe`` (the pipeline) so that the commands that check a run config need not import
+the pipeline. ``warmstart.recipe`` re-exports the settings and the key.
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-#: how ``trainer.sft.train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" =
+#: how ``warmstart.sft.train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" =
 #: the rows of shuffled episodes in turn (a batch holds one or two episodes' rows, which share most of their prompt).
-#: Defined here, not in trainer.sft, which imports it: the other way round closes an import cycle.
+#: Defined here, not in warmstart.sft, which imports it: the other way round closes an import cycle.
 BATCH_BY = ("row", "episode")
 
 
@@ -67,14 +68,14 @@ class WarmStartConfig:
     tokenizer_rows: int = 4000
     """Expert rows whose rendered prompts and responses train the tiny model's tokenizer."""
     rationale: str = "trace"
-    """Think-tag content of the targets: trace (recipe chain with counts) | goal | none (``trainer.sft``)."""
+    """Think-tag content of the targets: trace (recipe chain with counts) | goal | none (``warmstart.sft``)."""
     train_split: str | None = None
     """Split of the expert and DAgger tasks; null = the env's train split."""
     train_tasks: int = 0
     """Use only the first N goals of the train split for expert data, DAgger and the train-goal evaluation
     (0 = all): an easier, memorisable task mix [choice]; the held-out split is unchanged."""
     rename_copies: int = 0
-    """Renamed copies of every expert row added to round 0's data (``trainer.sft.rename_rows``: a random
+    """Renamed copies of every expert row added to round 0's data (``warmstart.sft.rename_rows``: a random
     permutation of item-name words per copy, so goals' names stop predicting their recipes and the model must
     read the recipe lines) [choice]; 0 = off. TextCraft only."""
     expert_episodes: int = 800
@@ -88,13 +89,13 @@ class WarmStartConfig:
     train_budget_s: float = 0.0
     """Budget of round 0's training in seconds of ``train_budget_clock`` (0 = none, the default: ``epochs`` ends
     training): training stops when it runs out and the learning-rate decay is fitted to the steps it allows
-    (``trainer.sft.train_sft``); with a budget, set ``epochs`` high enough that the budget, not the data, ends
+    (``warmstart.sft.train_sft``); with a budget, set ``epochs`` high enough that the budget, not the data, ends
     training. A wall-clock budget makes the result depend on the machine's speed and load."""
     train_budget_clock: str = "wall"
     """What ``train_budget_s`` counts: ``wall`` seconds, or ``cpu`` seconds of this process (all threads), which
     buy the same training on a shared, busy machine as on an idle one."""
     prompt_weight: float = 0.3
-    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTEngine``)."""
+    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``warmstart.sft.SFTEngine``)."""
     batch_rows: int = 8
     """Step rows per optimizer step."""
     batch_by: str = "row"
@@ -103,7 +104,7 @@ class WarmStartConfig:
     ``share_prefixes`` then computes once) [choice]."""
     share_prefixes: bool = False
     """Rows of a batch that share a prompt prefix compute it once, its tokens' loss counted once per row
-    (``trainer.sft.SFTEngine``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
+    (``warmstart.sft.SFTEngine``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
     (``results/benchmarks/sft.md``)."""
     warmup_steps: int = 20
     """Warm-up optimizer steps of each round."""
@@ -127,7 +128,7 @@ class WarmStartConfig:
     history_length: int = 0
     """(observation, action) pairs shown in each prompt [GiGPO: 2; choice: 0 here, with the inventory shown the
     expert's choice depends on the current prompt alone, and prompts are 24% shorter]; RL runs started from the warm
-    start use the same (``lab.study.warmstart_overrides``)."""
+    start use the same (``warmstart.cache.warmstart_overrides``)."""
     eval_split: str | None = None
     """Held-out split reported at the end; null = the env's first eval split (TextCraft: eval_depth2)."""
     eval_max_tasks: int | None = 20

@@ -8,7 +8,7 @@ Cache layout (``envs.paths.cache_dir("warmstart", <env>-<model>-<key>)``, key = 
 changes the result)::
 
     config.json            the resolved settings (what the key hashes)
-    data/expert.jsonl      expert rows (``trainer.sft.SFTRow``) of phase 0
+    data/expert.jsonl      expert rows (``warmstart.sft.SFTRow``) of phase 0
     data/dagger_<k>.jsonl  expert-labelled states the model reached in DAgger round k
     init/                  the untrained model (tiny: tokenizer trained on rendered expert episodes)
     round_<k>/model/       the model after round k (0 = expert data only), round_<k>/metrics.json

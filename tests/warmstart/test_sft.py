@@ -207,7 +207,7 @@ def test_dagger_labels_model_reached_states_with_the_expert(tiny):
 
 
 def test_sft_evaluation_plays_the_same_episodes_as_rl_evaluation(tiny):
-    """The warm start's evaluation (``trainer.sft.evaluate``) and RL evaluation (``agents.rollout.evaluate``) of the
+    """The warm start's evaluation (``warmstart.sft.evaluate``) and RL evaluation (``agents.rollout.evaluate``) of the
     same model, task list, seed and sampling play the same tokens: one acting loop."""
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
