@@ -387,7 +387,7 @@ class SFTEngine:
     ``share_prompt_loss`` (with ``prompt_weight`` > 0 and ``cfg.prefix_sharing``): rows of a micro-batch that share
     a prompt prefix compute it once (``trainer.actor.pack_rows_shared(score_prompt=True)``); its tokens' log-probs, the same
     for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows), so the loss and
-    its gradient equal the unshared pass's to float tolerance (tests/trainer/test_sft_sharing.py) [choice: off by
+    its gradient equal the unshared pass's to float tolerance (tests/warmstart/test_sft_sharing.py) [choice: off by
     default, because the float order, and so a warm start's weights, change]. Without a prompt loss, rows share
     prefixes whenever ``cfg.prefix_sharing`` is on, as in the RL update.
     """

@@ -1,7 +1,7 @@
 """The SFT warm start's shared-prefix pass (``SFTEngine(share_prompt_loss=True)``) and its episode batches.
 
 The rows are real expert TextCraft rows (the warm start's own shape: the rows of one episode share most of their
-prompt); the reference is the unshared pass, which tests/trainer/test_sft.py checks against a hand computation.
+prompt); the reference is the unshared pass, which tests/warmstart/test_sft.py checks against a hand computation.
 """
 from __future__ import annotations
 
