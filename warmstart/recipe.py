@@ -262,9 +262,10 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
                                total_steps=steps, prompt_weight=cfg.prompt_weight,
                                share_prompt_loss=cfg.share_prefixes)
         budget = cfg.train_budget_s if (k == 0 and cfg.train_budget_s > 0) else None
-        tm = sft.train_sft(engine, data, epochs=epochs, batch_rows=cfg.batch_rows, seed=cfg.seed * 1000 + k,
-                           pad_id=int(tokenizer.pad_token_id), progress=cfg.progress, desc=f"sft round {k}",
-                           time_budget_s=budget, budget_clock=cfg.train_budget_clock, batch_by=cfg.batch_by)
+        schedule = sft.SFTSchedule(epochs=epochs, batch_rows=cfg.batch_rows, seed=cfg.seed * 1000 + k,
+                                   batch_by=cfg.batch_by, time_budget_s=budget, budget_clock=cfg.train_budget_clock)
+        tm = sft.train_sft(engine, data, schedule, pad_id=int(tokenizer.pad_token_id), progress=cfg.progress,
+                           desc=f"sft round {k}")
         metrics.update({"rows": len(data), "tokens": data.num_tokens, **tm})
         _save_model_folder(engine, tokenizer, out / "model")
         timed(f"round{k}_train", t0, c0)

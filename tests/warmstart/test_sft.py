@@ -93,7 +93,7 @@ def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
     before = mean_loss(model)
     engine = sft.SFTEngine(model, sft.sft_trainer_config(lr=3e-3, batch_rows=8, micro_batch_rows=4, warmup_steps=0,
                                                          zero_stage=2), schedule="constant")
-    metrics = sft.train_sft(engine, data, epochs=4, batch_rows=8, pad_id=int(tok.pad_token_id))
+    metrics = sft.train_sft(engine, data, sft.SFTSchedule(epochs=4, batch_rows=8), pad_id=int(tok.pad_token_id))
     after = mean_loss(engine.lm)
     assert metrics["perf/steps"] == 12
     assert after < before - 1.0, (before, after)
@@ -108,15 +108,15 @@ def test_time_budget_stops_training_and_fits_the_decay(tiny, expert_rows):
     data = sft.encode_rows(expert_rows[:4], tok, "textcraft")
     cfg = sft.sft_trainer_config(lr=1e-3, batch_rows=1, micro_batch_rows=1, warmup_steps=0, zero_stage=0)
     eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
-    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=0.0,
-                      budget_clock="cpu")
+    m = sft.train_sft(eng, data, sft.SFTSchedule(epochs=3, batch_rows=1, time_budget_s=0.0, budget_clock="cpu"),
+                      pad_id=int(tok.pad_token_id))
     assert m["perf/steps"] == 1 and m["perf/planned_steps"] == 12
     eng = sft.SFTEngine(load_model(path, dtype="float32"), cfg, total_steps=1000)
-    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=1e9)
+    m = sft.train_sft(eng, data, sft.SFTSchedule(epochs=3, batch_rows=1, time_budget_s=1e9), pad_id=int(tok.pad_token_id))
     assert m["perf/steps"] == 12 and eng.total_steps == 12
     assert eng.lr_at(12) == pytest.approx(1e-3 * eng.min_lr_ratio)  # 1000 planned steps would give ~1e-3
     with pytest.raises(ValueError, match="budget_clock"):
-        sft.train_sft(eng, data, budget_clock="gpu")
+        sft.SFTSchedule(budget_clock="gpu")
 
 
 def test_lr_schedule_warmup_then_cosine(tiny):

@@ -160,7 +160,7 @@ def test_episode_batches_cover_every_row_once(tiny, rows):
     pairs = sum(len(b) - 1 for b in b1)
     assert same_episode / pairs > 0.6
     with pytest.raises(ValueError, match="batch_by"):
-        sft.train_sft(None, data, batch_by="goal")
+        sft.SFTSchedule(batch_by="goal")
 
 
 def test_warm_start_options_are_keyed_and_checked():
