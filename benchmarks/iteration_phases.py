@@ -303,8 +303,8 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
 def demo_warmstart() -> str | None:
     """The cached TextCraft warm start the demo preset trains from (the one its ``sft.warmstart`` settings build), or
     None after saying how to build it."""
-    from lab.study import find_warmstart, warmstart_cli_args
     from trainer.config import config_from_argv
+    from warmstart.cache import find_warmstart, warmstart_cli_args
 
     extra = warmstart_cli_args(config_from_argv(["--config", str(ROOT / PRESET)], prog="benchmark").sft.warmstart)
     found = find_warmstart("textcraft", extra=extra)

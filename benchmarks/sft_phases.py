@@ -3,7 +3,7 @@
     python -m benchmarks.sft_phases                          # 40 steps per variant, the warm start's settings
     python -m benchmarks.sft_phases --steps 60 --out results/benchmarks/sft.md
 
-The warm start's round 0 (``trainer.warmstart``, defaults of ``WarmStartConfig``: the 4-layer, width-128 tiny model,
+The warm start's round 0 (``warmstart.recipe``, defaults of ``WarmStartConfig``: the 4-layer, width-128 tiny model,
 8 rows per step, prompt-token loss at weight 0.3, one torch thread) spends nearly all its time in these steps. Four
 variants run in one process, each from the same initial weights on the first ``--steps`` mini-batches of its own
 plan (same expert rows, same seed), taking turns step by step so that none gets the process's slow first minutes
@@ -57,9 +57,9 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
     from agents.models import load_model, load_tokenizer
     from agents.models.tiny import TinyModelConfig, build_tiny_model
     from agents.rollout import prompt_config_for
-    from trainer import sft
-    from trainer.warmstart import _splits, _tasks
-    from trainer.warmstart_config import WarmStartConfig
+    from warmstart import sft
+    from warmstart.config import WarmStartConfig
+    from warmstart.recipe import _splits, _tasks
 
     cfg = WarmStartConfig()
     train_split, _ = _splits(cfg)
@@ -121,7 +121,7 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
 
 
 def summarise(res: dict, cmd: str, threads: int, machine: str, load_txt: str) -> str:
-    from trainer.warmstart_config import WarmStartConfig
+    from warmstart.config import WarmStartConfig
 
     cfg = WarmStartConfig()
     rate = res["rate"]

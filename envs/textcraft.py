@@ -151,7 +151,7 @@ class TextCraftWorld:
     @cached_property
     def name_words(self) -> tuple[str, ...]:
         """Lower-case words of item and tag names that no game message uses (the renaming pool of the SFT
-        augmentation ``trainer.sft.rename_rows``), sorted."""
+        augmentation ``warmstart.sft.rename_rows``), sorted."""
         words = set()
         for name in set(self.tree.itemid_recipes) | set(self.tree.itemid_set) | set(self.tree.tag_set):
             words.update(re.findall(r"[a-z]+", _item_name(str(name)).lower()))

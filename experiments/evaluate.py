@@ -5,7 +5,7 @@
     python -m experiments.evaluate --model DIR --repeats 3 --json out.json
 
 Plays the fixed, seeded task list of each split (``envs.pool.eval_tasks``, the list RL runs evaluate on) with the
-Hugging Face engine (``trainer.sft.evaluate``), sampled at ``--temperature`` (0 = greedy; default 0.4, the
+Hugging Face engine (``warmstart.sft.evaluate``), sampled at ``--temperature`` (0 = greedy; default 0.4, the
 protocol's validation temperature [GiGPO]). ``--repeats R`` plays the list R times with evaluation seeds
 ``seed, seed+1, ...`` (other env seeds and sampler seeds) and reports the mean and each repeat. A warm-start folder
 (one with ``warmstart.json``) is played with the env options, prompt history and response cap it was trained
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if (model_dir / "warmstart.json").is_file():
         info = json.loads((model_dir / "warmstart.json").read_text())
     settings = info.get("settings") or {}
-    from trainer.warmstart import ENV_PRESETS
+    from warmstart.recipe import ENV_PRESETS
 
     env_id = args.env or info.get("env") or "TextCraft-v0"
     env_id = ENV_PRESETS[env_id][0] if env_id in ENV_PRESETS else env_id
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from agents.models import load_model, load_tokenizer
     from agents.rollout import prompt_config_for
     from envs.pool import make_env
-    from trainer import sft
+    from warmstart import sft
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from agents.models import load_model, load_tokenizer
     from agents.rollout import prompt_config_for
     from envs.pool import Task
-    from trainer import sft
+    from warmstart import sft
 
     torch.set_num_threads(max(1, args.threads))
     ws = {}

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from trainer.config import ConfigError, config_from_argv
     from trainer.run_folder import RunFolder, RunFolderError
+    from warmstart.config import from_run_config
 
     cfg = config_from_argv(argv, prog=PROG)  # exits with status 2 on a bad key or value
     rank = int(os.environ.get("RANK", "0"))
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
                     "sft.enabled=true but no warm-started model is given: this command does not train the warm "
                     "start; build it first (python -m experiments.warmstart ...) and pass its folder as "
                     "sft.init_from or model.path")
+            from_run_config(cfg)  # sft.warmstart: the warm start's settings, checked by their own package
             cfg.check_before_compute()
             folder.check_location()
             if rank == 0:

@@ -2,7 +2,7 @@
 
 Expert episodes -> tiny model + tokenizer trained on them -> SFT -> DAgger rounds -> held-out evaluation
 (sampled at the evaluation temperature and greedy). The result lands in
-``$BIPACE_CACHE/warmstart/<env>-<model>-<key>/final`` (``trainer.warmstart`` documents the layout); a second call
+``$BIPACE_CACHE/warmstart/<env>-<model>-<key>/final`` (``warmstart.recipe`` documents the layout); a second call
 with the same settings finds it and returns at once; an interrupted call resumes at the phase it was in.
 
     python -m experiments.warmstart --env textcraft                 # defaults (prints the model folder)
@@ -20,7 +20,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer.warmstart import cache_folder, cli_parser, config_from_args, load_result, warm_start
+    from warmstart.recipe import cache_folder, cli_parser, config_from_args, load_result, warm_start
 
     args = cli_parser(prog="python -m experiments.warmstart", description=__doc__).parse_args(argv)
 

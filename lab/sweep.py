@@ -179,6 +179,7 @@ def expand(configs: list[str], estimators: list[str] | None, seeds: list[int], g
     is wrong, or two runs that would share a folder.
     """
     from trainer.config import ConfigError, load_config
+    from warmstart.config import from_run_config
 
     runs_root = Path(runs_root)
     custom_root = runs_root != Path(DEFAULT_RUNS_ROOT)
@@ -199,6 +200,7 @@ def expand(configs: list[str], estimators: list[str] | None, seeds: list[int], g
                     ov.append(f"seed={seed}")
                     try:
                         cfg = load_config(config, ov)
+                        from_run_config(cfg)
                         if point:
                             cfg = load_config(config, ov + [f"variant={variant_name(cfg.estimator.name, point)}"])
                             ov.append(f"variant={cfg.variant}")

@@ -5,7 +5,7 @@ graph cannot see), and only the environments and the acting loop step environmen
 Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
 import each other)::
 
-    common  <-  envs, estimators  <-  agents  <-  trainer  <-  analysis  <-  groundtruth  <-  lab
+    common  <-  envs, estimators  <-  agents  <-  trainer  <-  warmstart  <-  analysis  <-  groundtruth  <-  lab
             <-  experiments (entry points), benchmarks
 
 Every import counts, including function-local ones (a cycle held apart by an import inside a function is still
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",), ("trainer",), ("analysis",),
-                                 ("groundtruth",), ("lab",), ("experiments", "benchmarks")]
+LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",), ("trainer",), ("warmstart",),
+                                 ("analysis",), ("groundtruth",), ("lab",), ("experiments", "benchmarks")]
 LAYER_OF = {pkg: k for k, layer in enumerate(LAYERS) for pkg in layer}
 #: where an environment may be stepped: the envs themselves and the one acting loop (benchmarks time envs directly)
 STEPPING_ALLOWED = ("envs/", "agents/rollout.py", "benchmarks/")
@@ -269,6 +269,16 @@ def test_an_entry_point_above_envs_is_found(tmp_path):
     assert [b.split(" (")[0] for b in bad] == [f"Obj-v0 -> {Local}", "Old-v0 -> groundtruth.textenv:RoomsEnv",
                                               "Side-v0 -> estimators.x:E"]
     assert "groundtruth is not below envs" in bad[1] and "estimators is not below envs" in bad[2]
+def test_the_trainer_may_not_import_the_warm_start(tmp_path):
+    """The warm start trains with the trainer's PPO actor; an import the other way (even inside a function) is a
+    back edge."""
+    _write(tmp_path, {
+        "trainer/__init__.py": "", "trainer/ppo_actor.py": "def f():\n    from warmstart.sft import SFTRow\n",
+        "warmstart/__init__.py": "", "warmstart/sft.py": "from trainer.ppo_actor import f\n",
+    })
+    graph = import_graph(tmp_path, ["trainer", "warmstart"])
+    assert order_violations(graph) == [
+        "trainer.ppo_actor imports warmstart.sft (warmstart is not below trainer in the package order)"]
 
 
 @pytest.mark.parametrize("edges,expected", [

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["agents", "analysis", "benchmarks", "common", "envs", "estimators", "experiments", "groundtruth", "lab",
-            "trainer"]
+            "trainer", "warmstart"]
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 #: what the bare install must never bring along (nor import)
 HEAVY = ["transformers", "deepspeed", "gymnasium", "textworld", "alfworld", "vllm", "peft", "wandb", "scipy", "faiss"]

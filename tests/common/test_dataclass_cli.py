@@ -67,7 +67,7 @@ def test_the_warm_start_and_tiny_model_commands_use_it():
     import dataclasses
 
     from agents.models.tiny import TinyModelConfig
-    from trainer.warmstart import WarmStartConfig, cli_parser, config_from_args
+    from warmstart.recipe import WarmStartConfig, cli_parser, config_from_args
 
     ap = cli_parser()
     for f in dataclasses.fields(WarmStartConfig):

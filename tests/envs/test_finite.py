@@ -77,7 +77,7 @@ def test_the_warm_start_presets_of_the_worlds_are_winnable_within_their_horizon(
     import gymnasium as gym
 
     import envs  # noqa: F401  (registers the ids)
-    from trainer.warmstart_config import ENV_PRESETS, WarmStartConfig
+    from warmstart.config import ENV_PRESETS, WarmStartConfig
 
     env_id, kw = ENV_PRESETS[name]
     assert WarmStartConfig(env=name).env_id == env_id

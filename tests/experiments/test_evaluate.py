@@ -7,7 +7,7 @@ import pytest
 
 from envs.pool import Task
 from experiments import evaluate
-from trainer import sft
+from warmstart import sft
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,8 @@ PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "cpu" / "textcraf
 
 
 def _warm_start(root):
-    from trainer import sft
-    from trainer.warmstart import WarmStartConfig, _tasks, cache_folder, warm_start
+    from warmstart import sft
+    from warmstart.recipe import WarmStartConfig, _tasks, cache_folder, warm_start
 
     cfg = WarmStartConfig(tiny_layers=2, tiny_hidden=128, tiny_heads=4, train_tasks=1, expert_episodes=32,
                           tokenizer_rows=400, epochs=20, dagger_rounds=0, eval_max_tasks=1, eval_train_tasks=0,

@@ -91,8 +91,8 @@ def _copy_checkout(dest: Path) -> None:
 
 _CACHE_ENTRY = r"""
 import json, sys
-from trainer.warmstart import cli_parser, config_from_args
-from trainer.warmstart import cache_folder
+from warmstart.recipe import cli_parser, config_from_args
+from warmstart.recipe import cache_folder
 cfg = config_from_args(cli_parser().parse_args(["--env", sys.argv[1], *sys.argv[2:]]))
 print(json.dumps({"folder": str(cache_folder(cfg)), "env_kwargs": cfg.resolved_env_kwargs, "settings": cfg.key_dict(),
                   "shape": [cfg.tiny_layers, cfg.tiny_hidden, cfg.tiny_heads]}))

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from lab import study
 from tests.experiments.helpers import fake_warmstart, run_module
+from warmstart import cache
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = "tiny:layers=2,hidden=64,heads=2"
@@ -44,115 +44,30 @@ def test_every_study_names_an_existing_preset_and_loads():
     assert study.STUDIES["cpu"].seeds == [0, 1, 2]
 
 
-def test_warmstart_overrides_carry_env_options_and_the_model_shape(tmp_path):
-    final = fake_warmstart(tmp_path, "textcraft-tiny-abc", {"show_inventory": True})
-    ov = study.warmstart_overrides(final, "tiny:layers=4,hidden=128,heads=4")
-    assert ov == ["sft.enabled=true", f"sft.init_from={final}", "env.kwargs.show_inventory=true"]
-    other = fake_warmstart(tmp_path, "textcraft-tiny-def", {}, layers=2, hidden=64, heads=2)
-    ov = study.warmstart_overrides(other, "tiny:layers=4,hidden=128,heads=4")
-    assert ov[-1] == "model.path=tiny:layers=2,hidden=64,heads=2"
-    # the warm start's prompt history reaches the rollout; its horizon does not (RL's is the preset's env.max_steps)
-    third = fake_warmstart(tmp_path, "textcraft-tiny-ghi", {"show_inventory": True, "max_steps": 15},
-                            settings={"history_length": 0})
-    ov3 = study.warmstart_overrides(third, "tiny:layers=4,hidden=128,heads=4", preset_history=2)
-    assert ov3 == ["sft.enabled=true", f"sft.init_from={third}", "env.kwargs.show_inventory=true",
-                  "rollout.history_length=0"]
-    assert study.warmstart_overrides(third, "tiny:layers=4,hidden=128,heads=4", preset_history=0)[-1] != \
-        "rollout.history_length=0"
-    # the overrides make a valid run config whose folder is named after the trained shape
-    from trainer.config import load_config
-
-    cfg = load_config(REPO / "configs/cpu/textcraft_demo.yaml", ov)
-    assert cfg.sft.init_from == str(other) and cfg.model.short_name == "tiny-layers-2-hidden-64-heads-2"
-
-
-def test_find_warmstart_in_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path))
-    assert study.find_warmstart("textcraft") is None
-    a = fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-aaa", {})
-    os.utime(tmp_path / "warmstart" / "textcraft-tiny-aaa" / "DONE", (1, 1))
-    b = fake_warmstart(tmp_path / "warmstart", "textcraft-tiny-bbb", {})
-    fake_warmstart(tmp_path / "warmstart", "alfworld-tiny-ccc", {})
-    unfinished = tmp_path / "warmstart" / "textcraft-tiny-zzz" / "final"
-    unfinished.mkdir(parents=True)
-    assert study.find_warmstart("textcraft") == b  # the newest finished entry
-    assert study.find_warmstart("textcraft", ["[warmstart] done: " + str(a) + "; held-out 0.3"]) == a  # printed
-    assert study.find_warmstart("webshop") is None
-    # with the study's own settings, only their entry counts (not the newest one of another setting)
-    from trainer.warmstart import cache_folder
-
-    extra = ["--rename-copies", "3", "--rationale", "none"]
-    assert study.find_warmstart("textcraft", extra=extra) is None
-    assert study.find_warmstart("textcraft", extra=[]) is None  # the defaults' entry is not built either
-    cfg = study._config_for("textcraft", extra)
-    assert cfg.rename_copies == 3 and cfg.rationale == "none"
-    own = cache_folder(cfg)
-    mine = fake_warmstart(own.parent, own.name, {})
-    assert study.find_warmstart("textcraft", extra=extra) == mine
-    assert study._config_for("textcraft", ["--rationale", "long"]) is None  # a bad setting: no entry
-
-
-def test_the_warm_start_a_study_ran_is_the_one_it_gets_even_under_a_path_with_spaces(tmp_path, monkeypatch):
-    """The folder is read from the warm start's output ("model: <path>", spaces allowed), else from the cache entry
-    of the study's own settings, never from the newest entry of another setting (a CPU study's, built later)."""
-    cache = tmp_path / "my cache"
-    monkeypatch.setenv("BIPACE_CACHE", str(cache))
-    from trainer.warmstart import cache_folder
-
-    extra = ["--threads", "2", "--epochs", "2"]
-    own = cache_folder(study._config_for("textcraft", extra))
-    mine = fake_warmstart(own.parent, own.name, {})
-    os.utime(own / "DONE", (1, 1))
-    fake_warmstart(own.parent, "textcraft-tiny-newer", {})
-    printed = [f"[warmstart] cache hit: {mine}", f"model: {mine}", "built in 0.0 min wall; this call 0.0 s"]
-    assert study.find_warmstart("textcraft", printed) == mine
-    assert study.find_warmstart("textcraft", [f"[warmstart] done: {mine}; held-out 0.3"]) == mine
-    assert study.find_warmstart("textcraft", ["no path here"], extra=extra) == mine
-    # run_warmstart hands its settings on: a command that prints no usable path still yields the study's entry
-    monkeypatch.setattr(study, "warmstart_command", lambda env, ex=(): [sys.executable, "-c", "print('built')"])
-    assert study.run_warmstart("textcraft", extra, tmp_path / "ws.log") == mine
-
-
 def test_the_cpu_study_is_pinned_to_its_row13_warm_start_and_the_demo_to_its_fast_one():
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     cpu, demo = study.STUDIES["cpu"], study.STUDIES["demo"]
-    assert cache_key(study._config_for("textcraft", cpu.warmstart_args)) == "fd697b49a966"  # results/cpu-study
+    assert cache_key(cache._config_for("textcraft", cpu.warmstart_args)) == "fd697b49a966"  # results/cpu-study
     assert sorted(demo.warmstart_args) == sorted(["--threads", "2", "--epochs", "2"])
-    demo_cfg = study._config_for("textcraft", demo.warmstart_args)
+    demo_cfg = cache._config_for("textcraft", demo.warmstart_args)
     assert cache_key(demo_cfg) == "ec49e7aed20f"  # row 17 of results/warmstart/README.md, results/demo's start
     assert demo_cfg == WarmStartConfig(env="textcraft", threads=2, epochs=2)  # the defaults but for these two
 
 
 def test_a_study_announces_the_measured_time_of_its_warm_start():
     demo, cpu = study.STUDIES["demo"], study.STUDIES["cpu"]
-    assert "2 idle cores" in study.warmstart_estimate("textcraft", demo.warmstart_args)
-    assert "row 13" in study.warmstart_estimate("textcraft", cpu.warmstart_args)
-    assert "one core" in study.warmstart_estimate("textcraft", [])  # the defaults, row 15
-    assert "no measured time" in study.warmstart_estimate("textcraft", ["--epochs", "7"])
-    assert "no measured time" in study.warmstart_estimate("textcraft", ["--no-such-option"])
-
-
-def test_warmstart_command_uses_what_the_checkout_has(monkeypatch):
-    have: set[str] = set()
-    monkeypatch.setattr(study, "_has_module", lambda name: name in have)
-    assert study.warmstart_command("textcraft") is None
-    msg = study.missing_warmstart_message("textcraft")
-    assert "`python -m experiments.warmstart --env textcraft`" in msg and "--init-from" in msg
-    have.add("trainer.warmstart")  # the library without its command line: called through python -c
-    cmd = study.warmstart_command("alfworld")
-    assert cmd[:2] == [sys.executable, "-c"] and cmd[-1] == "alfworld" and "WarmStartConfig(env=sys.argv[1])" in cmd[2]
-    with pytest.raises(RuntimeError, match="--warmstart-args"):
-        study.warmstart_command("alfworld", ["--epochs", "2"])
-    have.add("experiments.warmstart")
-    assert study.warmstart_command("webshop", ["--epochs", "2"]) == [
-        sys.executable, "-m", "experiments.warmstart", "--env", "webshop", "--epochs", "2"]
+    assert "2 idle cores" in cache.warmstart_estimate("textcraft", demo.warmstart_args)
+    assert "row 13" in cache.warmstart_estimate("textcraft", cpu.warmstart_args)
+    assert "one core" in cache.warmstart_estimate("textcraft", [])  # the defaults, row 15
+    assert "no measured time" in cache.warmstart_estimate("textcraft", ["--epochs", "7"])
+    assert "no measured time" in cache.warmstart_estimate("textcraft", ["--no-such-option"])
 
 
 def test_a_missing_warm_start_stops_the_study_naming_the_command(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("BIPACE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(study, "_has_module", lambda name: False)
+    monkeypatch.setattr(cache, "_has_module", lambda name: False)
     assert study.main(["demo", "--out", str(tmp_path / "demo")]) == 1
     err = capfd.readouterr().err
     assert "`python -m experiments.warmstart --env textcraft` makes it" in err and "--init-from" in err
@@ -294,40 +209,11 @@ def test_study_record_keeps_the_runs_of_earlier_calls(tmp_path, monkeypatch):
 
 def test_the_alfworld_study_is_pinned_to_the_warm_start_it_ran_from():
     alf = study.STUDIES["cpu-alfworld"]
-    cfg = study._config_for("alfworld", alf.warmstart_args)
+    cfg = cache._config_for("alfworld", alf.warmstart_args)
     assert cfg.env == "alfworld" and cfg.history_length == 2 and cfg.expert_episodes == 200
-    from trainer.warmstart import cache_key
+    from warmstart.recipe import cache_key
 
     assert cache_key(cfg) == "fbcaf8988205"  # results/cpu-study-alfworld, row A1 of results/warmstart/README.md
-
-
-def test_repeated_cache_hits_are_logged_once(tmp_path, monkeypatch, capfd):
-    """A study called again finds the cached warm start: its report goes to the terminal every time but into the
-    study's warmstart.log once (it used to grow by a copy per call); a build and a different entry are kept."""
-    final = fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {"show_inventory": True})
-    report = ("[warmstart] cache hit: {f}\nmodel: {f}\nbuilt in 26.0 min wall; this call {t} s\n")
-    calls = iter(["0.0", "0.1", "12.5", "0.0"])
-
-    def command(env, extra=None, text=None):
-        out = text or report.format(f=final, t=next(calls))
-        return [sys.executable, "-c", f"import sys; sys.stdout.write({out!r})"]
-
-    monkeypatch.setattr(study, "warmstart_command", command)
-    log = tmp_path / "study" / "warmstart.log"
-    for _ in range(3):
-        assert study.run_warmstart("textcraft", [], log) == final
-    assert log.read_text().count("[warmstart] cache hit") == 1
-    assert capfd.readouterr().out.count("[warmstart] cache hit") == 3
-    # a build is logged in full; a cache hit on another entry is new text and is kept too
-    monkeypatch.setattr(study, "warmstart_command", lambda env, extra=None: command(
-        env, text=f"epoch 1/2 loss 3.1\nsaved {final}\n"))
-    assert study.run_warmstart("textcraft", [], log) == final
-    other = fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-def", {})
-    monkeypatch.setattr(study, "warmstart_command", lambda env, extra=None: command(
-        env, text=report.format(f=other, t="0.0")))
-    assert study.run_warmstart("textcraft", [], log) == other
-    text = log.read_text()
-    assert "epoch 1/2 loss 3.1" in text and text.count("[warmstart] cache hit") == 2
 
 
 def test_the_estimate_counts_the_iterations_left_at_the_measured_rate(monkeypatch):

@@ -152,7 +152,7 @@ def test_a_numeric_choice_is_read_as_a_number():
 def test_one_error_type_for_every_config():
     """The run config, the estimator's and the warm start's raise the same ``ConfigError`` (a ``ValueError``)."""
     from estimators import EstimatorConfig
-    from trainer.warmstart_config import WarmStartConfig
+    from warmstart.config import WarmStartConfig
 
     for build in (lambda: RunConfig(seed=-1), lambda: EstimatorConfig(gamma=2.0),
                   lambda: EstimatorConfig(pace_norm="global"), lambda: WarmStartConfig(epochs=0),
@@ -327,25 +327,35 @@ def test_removed_sft_keys_load_and_resume(tmp_path):
         load_config(None, ["sft.episode=3"])
 
 
-def test_sft_warmstart_section():
-    """``sft.warmstart`` holds the warm start's settings: checked against WarmStartConfig (unknown key, bad value),
+def test_sft_warmstart_section(tmp_path):
+    """``sft.warmstart`` holds the warm start's settings: a mapping in the run config, checked against
+    WarmStartConfig (unknown key, bad value) by the warm start's own package and by the commands before they compute,
     turned into the cache entry the committed studies ran from, and no obstacle to resuming a folder whose saved
     config predates the section (the folder it names, ``sft.init_from``, is compared)."""
+    from experiments import train
     from trainer.config import config_to_dict, load_config
     from trainer.run_folder import config_differences
-    from trainer.warmstart import cache_key
+    from warmstart.config import from_run_config
+    from warmstart.recipe import cache_key
 
     cfg = load_config("configs/cpu/textcraft_tiny_sft.yaml")
     assert cfg.sft.warmstart == {"epochs": 20, "train_budget_s": 1500, "dagger_rounds": 0}
-    assert cache_key(cfg.warmstart_config()) == "fd697b49a966"  # results/cpu-study's warm start (row 13)
+    assert cache_key(from_run_config(cfg)) == "fd697b49a966"  # results/cpu-study's warm start (row 13)
     # the demo's: row 17 (2 passes on 2 threads), results/demo's warm start
-    assert cache_key(load_config("configs/cpu/textcraft_demo.yaml").warmstart_config()) == "ec49e7aed20f"
+    assert cache_key(from_run_config(load_config("configs/cpu/textcraft_demo.yaml"))) == "ec49e7aed20f"
     with pytest.raises(ConfigError, match=r"sft.warmstart.epoch is not a warm-start setting; did you mean 'epochs'"):
-        load_config(None, ["sft.warmstart.epoch=3"])
+        from_run_config(load_config(None, ["sft.warmstart.epoch=3"]))
     with pytest.raises(ConfigError, match=r"sft.warmstart: WarmStartConfig.epochs=-3 must be > 0"):
-        load_config(None, ["sft.warmstart.epochs=-3"])
+        from_run_config(load_config(None, ["sft.warmstart.epochs=-3"]))
     with pytest.raises(ConfigError, match="sft.warmstart.env is not a warm-start setting"):
-        load_config(None, ["sft.warmstart.env=alfworld"])  # the run's env is the warm start's
+        from_run_config(load_config(None, ["sft.warmstart.env=alfworld"]))  # the run's env is the warm start's
+    with pytest.raises(ConfigError, match="sft.warmstart=3 is not a mapping"):
+        load_config(None, ["sft.warmstart=3"])
+    # the training command refuses a bad setting before it computes anything (exit 2, no run folder)
+    out = tmp_path / "run"
+    assert train.main(["--config", "configs/cpu/textcraft_tiny.yaml", "sft.warmstart.epoch=3",
+                       f"output_dir={out}"]) == 2
+    assert not out.exists()
     saved = config_to_dict(cfg)
     del saved["sft"]["warmstart"]
     assert config_differences(saved, config_to_dict(cfg)) == []

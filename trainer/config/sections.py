@@ -435,21 +435,15 @@ class SFTConfig:
     warmstart: dict[str, Any] = field(default_factory=dict)
     """Settings of the warm start this preset starts from: ``WarmStartConfig`` fields (``python -m experiments.warmstart
     --help``) other than ``env`` (the run's), e.g. ``{epochs: 20, dagger_rounds: 0}``; {} = its defaults, the best
-    measured TextCraft setting. Read by ``experiments.study`` (``RunConfig.warmstart_config()``) [choice]."""
+    measured TextCraft setting. Checked and read where the warm start is found or built (``experiments.study``,
+    ``experiments.train``: ``warmstart.config.from_run_config``); this section checks only that it is a mapping
+    [choice]."""
 
     def validate(self) -> None:
         if self.init_from is not None and not str(self.init_from).strip():
             fail("sft.init_from='' names no folder: give the warm start's model folder or null")
         if not isinstance(self.warmstart, dict):
             fail(f"sft.warmstart={self.warmstart!r} must be a mapping of warm-start settings, e.g. {{epochs: 20}}")
-        from ..warmstart_config import SECTION_EXCLUDED, WarmStartConfig
-
-        names = {f.name for f in fields(WarmStartConfig)} - set(SECTION_EXCLUDED)
-        for k in self.warmstart:
-            if k not in names:
-                close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
-                fail(f"sft.warmstart.{k} is not a warm-start setting" + (f"; did you mean {close[0]!r}?" if close else
-                     "") + f" (valid: {sorted(names)})")
 
 
 @dataclass
@@ -497,11 +491,6 @@ class RunConfig:
             self.estimator.validate()
         except ValueError as e:
             raise ConfigError(f"estimator: {e}") from e
-        if self.sft.warmstart:
-            try:
-                self.warmstart_config()
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"sft.warmstart: {e}") from e
         if self.trainer.old_logprobs == "rollout" and self.rollout.engine != "hf":
             fail(f"trainer.old_logprobs='rollout' with rollout.engine={self.rollout.engine!r}, because only the hf "
                  "engine returns the sampler's log-probs and the prompt's hidden state: use "
@@ -525,12 +514,6 @@ class RunConfig:
     def env_name(self) -> str:
         """Short environment name of paths and metric keys: ``TextCraft-v0`` -> ``textcraft``."""
         return self.env.id.split("-v")[0].lower()
-
-    def warmstart_config(self):
-        """The ``WarmStartConfig`` of this run's warm start: ``sft.warmstart`` on the run's environment."""
-        from ..warmstart_config import WarmStartConfig, env_short_name
-
-        return WarmStartConfig(env=env_short_name(self.env.id), **self.sft.warmstart)
 
     @property
     def run_name(self) -> str:

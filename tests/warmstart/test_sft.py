@@ -10,7 +10,7 @@ import envs
 from agents.prompts import Transcript, get_prompt_builder
 from agents.rollout import INVALID_ACTION_TEXT, prompt_config_for
 from envs.pool import Task
-from trainer import sft
+from warmstart import sft
 
 ENV_KW = {"show_inventory": True}
 
@@ -93,7 +93,7 @@ def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
     before = mean_loss(model)
     learner = sft.SFTLearner(model, sft.sft_trainer_config(lr=3e-3, batch_rows=8, micro_batch_rows=4, warmup_steps=0,
                                                            zero_stage=2), schedule="constant")
-    metrics = sft.train_sft(learner, data, epochs=4, batch_rows=8, pad_id=int(tok.pad_token_id))
+    metrics = sft.train_sft(learner, data, sft.SFTSchedule(epochs=4, batch_rows=8), pad_id=int(tok.pad_token_id))
     after = mean_loss(learner.lm)
     assert metrics["perf/steps"] == 12
     assert after < before - 1.0, (before, after)
@@ -108,15 +108,15 @@ def test_time_budget_stops_training_and_fits_the_decay(tiny, expert_rows):
     data = sft.encode_rows(expert_rows[:4], tok, "textcraft")
     cfg = sft.sft_trainer_config(lr=1e-3, batch_rows=1, micro_batch_rows=1, warmup_steps=0, zero_stage=0)
     eng = sft.SFTLearner(load_model(path, dtype="float32"), cfg, total_steps=1000)
-    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=0.0,
-                      budget_clock="cpu")
+    m = sft.train_sft(eng, data, sft.SFTSchedule(epochs=3, batch_rows=1, time_budget_s=0.0, budget_clock="cpu"),
+                      pad_id=int(tok.pad_token_id))
     assert m["perf/steps"] == 1 and m["perf/planned_steps"] == 12
     eng = sft.SFTLearner(load_model(path, dtype="float32"), cfg, total_steps=1000)
-    m = sft.train_sft(eng, data, epochs=3, batch_rows=1, pad_id=int(tok.pad_token_id), time_budget_s=1e9)
+    m = sft.train_sft(eng, data, sft.SFTSchedule(epochs=3, batch_rows=1, time_budget_s=1e9), pad_id=int(tok.pad_token_id))
     assert m["perf/steps"] == 12 and eng.total_steps == 12
     assert eng.lr_at(12) == pytest.approx(1e-3 * eng.min_lr_ratio)  # 1000 planned steps would give ~1e-3
     with pytest.raises(ValueError, match="budget_clock"):
-        sft.train_sft(eng, data, budget_clock="gpu")
+        sft.SFTSchedule(budget_clock="gpu")
 
 
 def test_lr_schedule_warmup_then_cosine(tiny):
@@ -207,7 +207,7 @@ def test_dagger_labels_model_reached_states_with_the_expert(tiny):
 
 
 def test_sft_evaluation_plays_the_same_episodes_as_rl_evaluation(tiny):
-    """The warm start's evaluation (``trainer.sft.evaluate``) and RL evaluation (``agents.rollout.evaluate``) of the
+    """The warm start's evaluation (``warmstart.sft.evaluate``) and RL evaluation (``agents.rollout.evaluate``) of the
     same model, task list, seed and sampling play the same tokens: one acting loop."""
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
@@ -269,7 +269,7 @@ def test_play_is_independent_of_batching(tiny):
 # ------------------------------------------------------------------------------------------------ cache
 @pytest.mark.slow
 def test_warm_start_cache_hit_returns_the_same_folder(tmp_path, monkeypatch):
-    from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
+    from warmstart.recipe import WarmStartConfig, cache_folder, load_result, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=6, tokenizer_rows=60,
                           epochs=1.0, eval_sampled=True,
@@ -299,7 +299,7 @@ def test_warm_start_resumes_after_an_interrupted_round(tmp_path):
     """A run stopped after round 0 (simulated by deleting the later phases) resumes from round 0's model."""
     import shutil
 
-    from trainer.warmstart import WarmStartConfig, cache_folder, warm_start
+    from warmstart.recipe import WarmStartConfig, cache_folder, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=4, tokenizer_rows=40,
                           epochs=1.0, eval_train_tasks=0,
@@ -317,7 +317,7 @@ def test_warm_start_resumes_after_an_interrupted_round(tmp_path):
 
 
 def test_config_errors_name_the_field():
-    from trainer.warmstart import WarmStartConfig
+    from warmstart.recipe import WarmStartConfig
 
     with pytest.raises(ValueError, match="rationale"):
         WarmStartConfig(rationale="long")
@@ -405,7 +405,7 @@ def test_rename_rows_names_the_setting_for_an_env_without_a_pool(expert_rows):
 
 
 def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     assert "rename_copies" not in WarmStartConfig().key_dict()
     # the defaults are the measured setting of results/warmstart/README.md row 15 (its cache key); row 13, the
@@ -418,7 +418,7 @@ def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
 def test_the_thread_count_is_fixed_by_default_and_keyed_otherwise():
     """More threads change the weights (results/LOG.md, 2026-12-01): the default is 1 and keeps the old keys; any
     other count, auto (0) included, is another cache entry."""
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     default = WarmStartConfig(env="textcraft")
     assert default.threads == 1 and "threads" not in default.key_dict()
@@ -428,7 +428,7 @@ def test_the_thread_count_is_fixed_by_default_and_keyed_otherwise():
 
 
 def test_warm_start_trains_on_the_expert_rows_and_their_renamed_copies(tmp_path):
-    from trainer.warmstart import WarmStartConfig, cache_folder, load_result, warm_start
+    from warmstart.recipe import WarmStartConfig, cache_folder, load_result, warm_start
 
     cfg = WarmStartConfig(tiny_layers=1, tiny_hidden=64, tiny_heads=2, expert_episodes=3, tokenizer_rows=40,
                           epochs=1.0, eval_train_tasks=0,
@@ -447,7 +447,7 @@ def test_the_warm_start_key_follows_the_data_folder_chosen_outside_the_env_optio
     key (a bigger generated set used to find the warm start of the small default one); the generated default
     sets keep the keys of the entries built before the data folder was part of the key."""
     from envs.alfworld import data as alf_data
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     monkeypatch.setattr(alf_data, "_USER_ALFWORLD_DATA", None)
     monkeypatch.setattr(alf_data, "_ALFWORLD_DEFAULT", tmp_path / "no-download")

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from trainer.warmstart_config import BATCH_BY
+from warmstart.config import BATCH_BY
 
 __all__ = [
     "SFTRow",
@@ -64,6 +64,7 @@ __all__ = [
     "sft_loss",
     "SFTLearner",
     "sft_trainer_config",
+    "SFTSchedule",
     "train_sft",
     "EpisodeResult",
     "PlayResult",
@@ -387,7 +388,7 @@ class SFTLearner:
     ``share_prompt_loss`` (with ``prompt_weight`` > 0 and ``cfg.prefix_sharing``): rows of a micro-batch that share
     a prompt prefix compute it once (``trainer.actor.pack_rows_shared(score_prompt=True)``); its tokens' log-probs, the same
     for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows), so the loss and
-    its gradient equal the unshared pass's to float tolerance (tests/trainer/test_sft_sharing.py) [choice: off by
+    its gradient equal the unshared pass's to float tolerance (tests/warmstart/test_sft_sharing.py) [choice: off by
     default, because the float order, and so a warm start's weights, change]. Without a prompt loss, rows share
     prefixes whenever ``cfg.prefix_sharing`` is on, as in the RL update.
     """
@@ -574,26 +575,44 @@ def _batches(data: EncodedRows, batch_rows: int, generator: torch.Generator, buc
     return [out[k] for k in order]
 
 
-def train_sft(learner: SFTLearner, data: EncodedRows, *, epochs: float = 1.0, batch_rows: int = 32, seed: int = 0,
-              pad_id: int = 0, progress: bool = False, desc: str = "sft", time_budget_s: float | None = None,
-              log_every: int = 50, on_log: Callable[[dict], None] | None = None, budget_clock: str = "wall",
-              batch_by: str = "row") -> dict[str, float]:
-    """``epochs`` passes (fractions allowed) of shuffled mini-batches of ``batch_rows`` rows.
+@dataclass(frozen=True)
+class SFTSchedule:
+    """What one call of ``train_sft`` trains: ``epochs`` passes (fractions allowed) of mini-batches of ``batch_rows``
+    rows, formed as ``batch_by`` says (``BATCH_BY``) and shuffled from ``seed``.
 
-    Stops early when ``time_budget_s`` (wall seconds) runs out; with a budget, the learner's ``total_steps`` (the
+    ``time_budget_s`` (None = none) stops training early when that many seconds of ``budget_clock`` have passed:
+    ``wall`` (elapsed seconds) or ``cpu`` (this process's CPU seconds, all threads: the same amount of training on a
+    busy or an idle machine) [choice]."""
+
+    epochs: float = 1.0
+    batch_rows: int = 32
+    seed: int = 0
+    batch_by: str = "row"
+    time_budget_s: float | None = None
+    budget_clock: str = "wall"
+
+    def __post_init__(self) -> None:
+        if self.budget_clock not in ("wall", "cpu"):
+            raise ValueError(f"SFTSchedule: budget_clock={self.budget_clock!r} must be 'wall' or 'cpu'")
+        if self.batch_by not in BATCH_BY:
+            raise ValueError(f"SFTSchedule: batch_by={self.batch_by!r} must be one of {BATCH_BY}")
+
+
+def train_sft(learner: SFTLearner, data: EncodedRows, schedule: SFTSchedule = SFTSchedule(), *, pad_id: int = 0,
+              progress: bool = False, desc: str = "sft", log_every: int = 50,
+              on_log: Callable[[dict], None] | None = None) -> dict[str, float]:
+    """``schedule.epochs`` passes of shuffled mini-batches of ``schedule.batch_rows`` rows (``SFTSchedule``).
+
+    Stops early when the schedule's ``time_budget_s`` runs out; with a budget, the learner's ``total_steps`` (the
     end of its learning-rate decay) is re-fitted after 10 and 50 steps to the steps the budget allows at the pace
-    measured so far, so the decay ends with the budget. ``budget_clock``: ``wall`` (elapsed seconds) or ``cpu``
-    (this process's CPU seconds, all threads: the same amount of training on a busy or an idle machine) [choice].
-    ``batch_by``: ``BATCH_BY``. Returns summary metrics: ``loss/sft_first``,
+    measured so far, so the decay ends with the budget. Returns summary metrics: ``loss/sft_first``,
     ``loss/sft_last`` (mean of the last ``log_every`` steps), ``perf/steps``, ``perf/tokens``,
     ``perf/tokens_per_s``, ``perf/seconds``.
     """
     if len(data) == 0:
         raise ValueError("train_sft: no rows to train on")
-    if budget_clock not in ("wall", "cpu"):
-        raise ValueError(f"train_sft: budget_clock={budget_clock!r} must be 'wall' or 'cpu'")
-    if batch_by not in BATCH_BY:
-        raise ValueError(f"train_sft: batch_by={batch_by!r} must be one of {BATCH_BY}")
+    epochs, batch_rows, seed = schedule.epochs, schedule.batch_rows, schedule.seed
+    batch_by, time_budget_s, budget_clock = schedule.batch_by, schedule.time_budget_s, schedule.budget_clock
     batches = _batches if batch_by == "row" else _episode_batches
     clock = time.perf_counter if budget_clock == "wall" else time.process_time
     b0 = clock()

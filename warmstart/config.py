@@ -1,11 +1,13 @@
-"""The settings of an SFT warm start (``WarmStartConfig``) and the cache key they make.
+"""The settings of an SFT warm start (``WarmStartConfig``), the cache key they make, and the check of a run
+config's ``sft.warmstart`` section (``from_run_config``).
 
-Kept apart from ``trainer.warmstart`` (the pipeline) so that the run config can hold them as its ``sft.warmstart``
-section without importing the pipeline. ``trainer.warmstart`` re-exports every name.
+Kept apart from ``warmstart.recipe`` (the pipeline) so that the commands that check a run config need not import
+the pipeline. ``warmstart.recipe`` re-exports the settings and the key.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -16,7 +18,8 @@ from typing import Any, Literal, get_args
 from common.config_checks import check_choices, check_number, fail
 from envs.rationale import RationaleStyle
 
-__all__ = ["ENV_PRESETS", "WarmStartConfig", "cache_key", "cache_folder", "env_short_name", "SECTION_EXCLUDED"]
+__all__ = ["ENV_PRESETS", "WarmStartConfig", "cache_key", "cache_folder", "env_short_name", "SECTION_EXCLUDED",
+           "from_run_config"]
 
 #: short env names -> (gymnasium id, constructor kwargs the warm start and later RL must share)
 ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -25,7 +28,7 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "textcraft": ("TextCraft-v0", {"show_inventory": True, "max_steps": 15}),
     "alfworld": ("ALFWorld-v0", {}),
     "webshop": ("WebShop-v0", {}),
-    # the finite worlds of groundtruth/ (exact advantages known); max_steps is also the MDP's horizon, so the warm
+    # the finite worlds of envs/finite/ (exact advantages: groundtruth/); max_steps is also the MDP's horizon, so the warm
     # start and RL must share it: the expert needs 8 steps in this rooms world, 7-12 in the default craft world
     "finiterooms": ("FiniteRooms-v0", {"surface": "high", "alias": 0.0, "n_locations": 4, "n_objects": 1,
                                        "n_tasks": 2, "max_steps": 10}),
@@ -33,9 +36,9 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-#: how ``trainer.sft.train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" =
+#: how ``warmstart.sft.train_sft`` forms mini-batches: "row" = shuffled rows, similar lengths together; "episode" =
 #: the rows of shuffled episodes in turn (a batch holds one or two episodes' rows, which share most of their prompt).
-#: Defined here, not in trainer.sft, which imports it: the other way round closes an import cycle.
+#: Defined here, not in warmstart.sft, which imports it: the other way round closes an import cycle.
 BatchBy = Literal["row", "episode"]
 BATCH_BY = get_args(BatchBy)
 
@@ -69,14 +72,14 @@ class WarmStartConfig:
     tokenizer_rows: int = 4000
     """Expert rows whose rendered prompts and responses train the tiny model's tokenizer."""
     rationale: RationaleStyle = "trace"
-    """Think-tag content of the targets: trace (recipe chain with counts) | goal | none (``trainer.sft``)."""
+    """Think-tag content of the targets: trace (recipe chain with counts) | goal | none (``warmstart.sft``)."""
     train_split: str | None = None
     """Split of the expert and DAgger tasks; null = the env's train split."""
     train_tasks: int = 0
     """Use only the first N goals of the train split for expert data, DAgger and the train-goal evaluation
     (0 = all): an easier, memorisable task mix [choice]; the held-out split is unchanged."""
     rename_copies: int = 0
-    """Renamed copies of every expert row added to round 0's data (``trainer.sft.rename_rows``: a random
+    """Renamed copies of every expert row added to round 0's data (``warmstart.sft.rename_rows``: a random
     permutation of item-name words per copy, so goals' names stop predicting their recipes and the model must
     read the recipe lines) [choice]; 0 = off. TextCraft only."""
     expert_episodes: int = 800
@@ -90,13 +93,13 @@ class WarmStartConfig:
     train_budget_s: float = 0.0
     """Budget of round 0's training in seconds of ``train_budget_clock`` (0 = none, the default: ``epochs`` ends
     training): training stops when it runs out and the learning-rate decay is fitted to the steps it allows
-    (``trainer.sft.train_sft``); with a budget, set ``epochs`` high enough that the budget, not the data, ends
+    (``warmstart.sft.train_sft``); with a budget, set ``epochs`` high enough that the budget, not the data, ends
     training. A wall-clock budget makes the result depend on the machine's speed and load."""
     train_budget_clock: Literal["wall", "cpu"] = "wall"
     """What ``train_budget_s`` counts: ``wall`` seconds, or ``cpu`` seconds of this process (all threads), which
     buy the same training on a shared, busy machine as on an idle one."""
     prompt_weight: float = 0.3
-    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``trainer.sft.SFTLearner``)."""
+    """Weight of next-token prediction on prompt tokens (0 = response tokens only; ``warmstart.sft.SFTLearner``)."""
     batch_rows: int = 8
     """Step rows per optimizer step."""
     batch_by: BatchBy = "row"
@@ -105,7 +108,7 @@ class WarmStartConfig:
     ``share_prefixes`` then computes once) [choice]."""
     share_prefixes: bool = False
     """Rows of a batch that share a prompt prefix compute it once, its tokens' loss counted once per row
-    (``trainer.sft.SFTLearner``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
+    (``warmstart.sft.SFTLearner``'s ``share_prompt_loss``): the same loss and gradients to float tolerance, in less time
     (``results/benchmarks/sft.md``)."""
     warmup_steps: int = 20
     """Warm-up optimizer steps of each round."""
@@ -129,7 +132,7 @@ class WarmStartConfig:
     history_length: int = 0
     """(observation, action) pairs shown in each prompt [GiGPO: 2; choice: 0 here, with the inventory shown the
     expert's choice depends on the current prompt alone, and prompts are 24% shorter]; RL runs started from the warm
-    start use the same (``lab.study.warmstart_overrides``)."""
+    start use the same (``warmstart.cache.warmstart_overrides``)."""
     eval_split: str | None = None
     """Held-out split reported at the end; null = the env's first eval split (TextCraft: eval_depth2)."""
     eval_max_tasks: int | None = 20
@@ -145,7 +148,7 @@ class WarmStartConfig:
     seed: int = 0
     """Seeds the model init, the expert task seeds, the shuffles and the DAgger samplers."""
     zero_stage: int = 0
-    """DeepSpeed ZeRO stage of the SFT learner (``trainer.sft.SFTLearner``)."""
+    """DeepSpeed ZeRO stage of the SFT learner (``warmstart.sft.SFTLearner``)."""
     progress: bool = field(default=True, metadata={"key": False})
     """Progress bars (not part of the cache key)."""
     threads: int = 1
@@ -274,3 +277,22 @@ def env_short_name(env_id: str) -> str:
         if gid == env_id:
             return name
     return env_id
+
+
+def from_run_config(run_cfg) -> WarmStartConfig:
+    """The ``WarmStartConfig`` of a run config's warm start: its ``sft.warmstart`` section on the run's environment.
+
+    The run config holds the section as a plain mapping (the trainer does not know these settings); this is where
+    it is checked: ``trainer.config.ConfigError`` names a key that is no warm-start setting, or a bad value."""
+    from trainer.config import ConfigError
+
+    names = {f.name for f in dataclasses.fields(WarmStartConfig)} - set(SECTION_EXCLUDED)
+    for k in run_cfg.sft.warmstart:
+        if k not in names:
+            close = difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)
+            raise ConfigError(f"sft.warmstart.{k} is not a warm-start setting" + (f"; did you mean {close[0]!r}?" if
+                              close else "") + f" (valid: {sorted(names)})")
+    try:
+        return WarmStartConfig(env=env_short_name(run_cfg.env.id), **run_cfg.sft.warmstart)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"sft.warmstart: {e}") from e

@@ -8,7 +8,7 @@ Cache layout (``envs.paths.cache_dir("warmstart", <env>-<model>-<key>)``, key = 
 changes the result)::
 
     config.json            the resolved settings (what the key hashes)
-    data/expert.jsonl      expert rows (``trainer.sft.SFTRow``) of phase 0
+    data/expert.jsonl      expert rows (``warmstart.sft.SFTRow``) of phase 0
     data/dagger_<k>.jsonl  expert-labelled states the model reached in DAgger round k
     init/                  the untrained model (tiny: tokenizer trained on rendered expert episodes)
     round_<k>/model/       the model after round k (0 = expert data only), round_<k>/metrics.json
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# the settings and the cache key live in warmstart_config (the run config's sft.warmstart section reads them)
-from .warmstart_config import ENV_PRESETS, WarmStartConfig, cache_folder, cache_key
+# the settings and the cache key live in warmstart.config (the run config's sft.warmstart section reads them)
+from .config import ENV_PRESETS, WarmStartConfig, cache_folder, cache_key
 
 __all__ = ["WarmStartConfig", "ENV_PRESETS", "warm_start", "cache_folder", "cache_key", "load_result"]
 
@@ -83,7 +83,7 @@ def _tasks(cfg: WarmStartConfig, split: str, n: int, salt: int):
     import numpy as np
 
     from envs.pool import Task
-    from trainer.sft import episode_seed
+    from warmstart.sft import episode_seed
 
     env = _make(cfg)
     try:
@@ -153,7 +153,7 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     if (folder / "DONE").is_file():
         _log(f"cache hit: {folder / 'final'}", cfg)
         return folder / "final"
-    from .threads import configure_threads, contention_warning, free_cores
+    from trainer.threads import configure_threads, contention_warning, free_cores
 
     threads = configure_threads(cfg.threads)  # 0: the cores free now (trainer/threads.py), else exactly cfg.threads
     if cfg.threads > 1 and (warning := contention_warning(cfg.threads, free_cores())):
@@ -170,7 +170,7 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
         timings[f"{name}/cpu_s"] = round(time.process_time() - c0, 1)
         _atomic_json(folder / "timings.json", timings)
 
-    from trainer import sft
+    from warmstart import sft
 
     train_split, eval_split = _splits(cfg)
     env_name = cfg.env_short
@@ -262,9 +262,10 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
                                  total_steps=steps, prompt_weight=cfg.prompt_weight,
                                  share_prompt_loss=cfg.share_prefixes)
         budget = cfg.train_budget_s if (k == 0 and cfg.train_budget_s > 0) else None
-        tm = sft.train_sft(learner, data, epochs=epochs, batch_rows=cfg.batch_rows, seed=cfg.seed * 1000 + k,
-                           pad_id=int(tokenizer.pad_token_id), progress=cfg.progress, desc=f"sft round {k}",
-                           time_budget_s=budget, budget_clock=cfg.train_budget_clock, batch_by=cfg.batch_by)
+        schedule = sft.SFTSchedule(epochs=epochs, batch_rows=cfg.batch_rows, seed=cfg.seed * 1000 + k,
+                                   batch_by=cfg.batch_by, time_budget_s=budget, budget_clock=cfg.train_budget_clock)
+        tm = sft.train_sft(learner, data, schedule, pad_id=int(tokenizer.pad_token_id), progress=cfg.progress,
+                           desc=f"sft round {k}")
         metrics.update({"rows": len(data), "tokens": data.num_tokens, **tm})
         _save_model_folder(learner, tokenizer, out / "model")
         timed(f"round{k}_train", t0, c0)

@@ -1,7 +1,7 @@
 """The SFT warm start's shared-prefix pass (``SFTLearner(share_prompt_loss=True)``) and its episode batches.
 
 The rows are real expert TextCraft rows (the warm start's own shape: the rows of one episode share most of their
-prompt); the reference is the unshared pass, which tests/trainer/test_sft.py checks against a hand computation.
+prompt); the reference is the unshared pass, which tests/warmstart/test_sft.py checks against a hand computation.
 """
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from envs.pool import Task
-from trainer import sft
 from trainer.actor import PrefixPackedBatch, pack_rows_shared
+from warmstart import sft
 
 ENV_KW = {"show_inventory": True}
 
@@ -160,14 +160,14 @@ def test_episode_batches_cover_every_row_once(tiny, rows):
     pairs = sum(len(b) - 1 for b in b1)
     assert same_episode / pairs > 0.6
     with pytest.raises(ValueError, match="batch_by"):
-        sft.train_sft(None, data, batch_by="goal")
+        sft.SFTSchedule(batch_by="goal")
 
 
 def test_warm_start_options_are_keyed_and_checked():
     """batch_by / share_prefixes: the old values keep the cache keys of earlier entries, new values get their own;
     bad values fail with the field's name before any compute."""
-    from trainer import warmstart_config
-    from trainer.warmstart import WarmStartConfig, cache_key
+    from warmstart import config as warmstart_config
+    from warmstart.recipe import WarmStartConfig, cache_key
 
     assert sft.BATCH_BY is warmstart_config.BATCH_BY
     assert cache_key(WarmStartConfig(env="textcraft", batch_by="row", share_prefixes=False)) == "ee351835b46a"
