@@ -84,8 +84,8 @@ def _train(cfg, folder, rollout_fns) -> int:
     from common.fsio import disk_full
     from groundtruth.live import probe_for
     from trainer.config import ConfigError
-    from trainer.ppo_actor import NonFiniteError
     from trainer.loop import Trainer, TrainingFailed
+    from trainer.ppo_actor import NonFiniteError
     from trainer.run_folder import RunFolderError
 
     trainer = Trainer(cfg, folder, rollout_fns=rollout_fns, batch_probe=probe_for(cfg))
