@@ -523,7 +523,7 @@ class ActorEngine:
                 idx = chunks[k] if k < len(chunks) else chunks[0][:1]  # extra chunks: equal forward counts
                 packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
                                    grad=False).to(self.device)
-                out = ActorOutput(**model(**packed.as_kwargs(), hidden_layer=hidden_layer,
+                out = ActorOutput(**model(packed.as_kwargs(), hidden_layer=hidden_layer,
                                           compute_entropy=compute_entropy, chunk_tokens=self.cfg.logprob_chunk_tokens,
                                           temperature=self.temperature, head_chunks=self.head_chunks(packed)))
                 if k >= len(chunks):
@@ -629,7 +629,7 @@ class ActorEngine:
             idx = micro if not dummy else [0]  # a zero-weight row keeps the ranks' backward counts equal
             packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
                                grad=True).to(self.device)
-            out = ActorOutput(**self.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
+            out = ActorOutput(**self.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
                                             chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature,
                                             head_chunks=self.head_chunks(packed)))
             w = out.logprobs.shape[1]
