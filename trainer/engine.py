@@ -52,7 +52,7 @@ from .actor import (
     prefix_order,
 )
 from .config import ModelConfig, TrainerConfig
-from .loss import ppo_loss
+from .loss import PPOLossSettings, ppo_loss
 
 __all__ = [
     "ActorEngine",
@@ -622,6 +622,8 @@ class ActorEngine:
         n_micro = int(self._allreduce(torch.tensor([n_micro]), "max").item())
         sums: dict[str, float] = defaultdict(float)
         bad_rows: list = []
+        settings = PPOLossSettings(clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, loss_agg_mode=cfg.loss_agg_mode,
+                                   entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, kl_type=cfg.kl_type)
         if cfg.prefix_sharing:  # the gradient is a sum over micro-batches: their make-up is free to choose
             mb = [mb[k] for k in prefix_order([prompt_ids[i] for i in mb])]
         for micro in split_even(mb, n_micro):
@@ -638,10 +640,8 @@ class ActorEngine:
             old = old_logprobs[ix, :w].to(self.device, torch.float32)
             ref = ref_logprobs[ix, :w].to(self.device, torch.float32) if ref_logprobs is not None else None
             adv = advantages[ix].to(self.device, torch.float32)
-            res = ppo_loss(out.logprobs, old, adv, mask, entropy=out.entropy, ref_logp=ref,
-                           clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, loss_agg_mode=cfg.loss_agg_mode,
-                           entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef if ref is not None else 0.0,
-                           kl_type=cfg.kl_type, total_tokens=total_tokens, total_rows=total_rows)
+            res = ppo_loss(out.logprobs, old, adv, mask, entropy=out.entropy, ref_logp=ref, settings=settings,
+                           total_tokens=total_tokens, total_rows=total_rows)
             if not dummy:
                 flagged = set(out.nonfinite_rows.tolist())
                 for j in range(len(idx)):
