@@ -101,14 +101,14 @@ def bench_hidden(label: str, model_path, layer: int, p: int, g: int, max_tokens:
 
     def plain():
         for pk in packed:
-            actor_forward(model, **pk.as_kwargs(), hidden_layer=None, compute_entropy=False)
+            actor_forward(model, pk, hidden_layer=None, compute_entropy=False)
 
     hooked_out = []
 
     def hooked():
         hooked_out.clear()
         for pk in packed:
-            hooked_out.append(actor_forward(model, **pk.as_kwargs(), hidden_layer=layer, compute_entropy=False).hidden)
+            hooked_out.append(actor_forward(model, pk, hidden_layer=layer, compute_entropy=False).hidden)
 
     extra_out = []
 

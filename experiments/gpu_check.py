@@ -172,7 +172,7 @@ def run(args) -> dict:
 
     def forward(idx, hidden_layer, entropy):
         packed = pack_rows([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx], pad).to(dev)
-        return actor_forward(model, **packed.as_kwargs(), hidden_layer=hidden_layer, compute_entropy=entropy)
+        return actor_forward(model, packed, hidden_layer=hidden_layer, compute_entropy=entropy)
 
     # ---- old log-probs with the hidden state, then the reference pass
     old_lp, hidden = [], []
@@ -286,7 +286,7 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
             for s0 in range(0, len(rows), micro):
                 idx = rows[s0: s0 + micro]
                 packed = pack_rows([prompts[i] for i in idx], [responses[i] for i in idx], pad).to(dev)
-                lp = actor_forward(model.eval(), **packed.as_kwargs()).logprobs.float().cpu()
+                lp = actor_forward(model.eval(), packed).logprobs.float().cpu()
                 out_lp[s0: s0 + len(idx), : lp.shape[1]] = lp
         return out_lp
 

@@ -64,7 +64,7 @@ def pair_distances(model, tok, tasks, *, layer: int = -2, repeats: int = 4, expe
     def states(prompts):
         packed = pack_rows(prompts, one * len(prompts), pad_id=pad)
         with torch.no_grad():
-            return actor_forward(model, **packed.as_kwargs(), hidden_layer=layer, compute_entropy=False).hidden.double()
+            return actor_forward(model, packed, hidden_layer=layer, compute_entropy=False).hidden.double()
 
     h = states([torch.tensor(r[2]) for r in rows])
     h_padded = torch.stack([states([filler, torch.tensor(r[2])])[1] for r in rows])

@@ -162,7 +162,7 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
             responses = [a for _ in ctx for a in action_ids]
             if isinstance(model, torch.nn.Module):
                 packed = pack_rows_shared(prompts, responses, pad_id)
-                res = actor_forward(model, **packed.as_kwargs(), compute_entropy=False, temperature=temperature)
+                res = actor_forward(model, packed, compute_entropy=False, temperature=temperature)
             else:
                 res = model(prompts, responses)
             lp = (res.logprobs.double().cpu() * res.mask.cpu()).sum(1)

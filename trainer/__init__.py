@@ -13,7 +13,7 @@ _EXPORTS = {
     "ConfigError": "config", "EnvConfig": "config", "ModelConfig": "config", "RolloutConfig": "config",
     "TrainerConfig": "config", "LoggingConfig": "config", "EvalConfig": "config", "SFTConfig": "config",
     "ActorOutput": "actor", "actor_forward": "actor", "pack_rows": "actor", "hidden_state_module": "actor",
-    "ppo_loss": "loss", "PPOActor": "ppo_actor", "NonFiniteError": "ppo_actor",
+    "ppo_loss": "loss", "PPOLossSettings": "loss", "PPOActor": "ppo_actor", "NonFiniteError": "ppo_actor",
     "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "MetricLogger": "logging",
     "seed_everything": "seeding", "Seeds": "seeding",
 }

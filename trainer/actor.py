@@ -45,6 +45,9 @@ __all__ = [
     "pack_rows_shared",
     "prefix_order",
     "actor_forward",
+    "plain_forward",
+    "shared_prefix_forward",
+    "batch_of",
     "hidden_state_module",
     "causal_lm_of",
 ]
@@ -357,130 +360,96 @@ def _logprobs_chunked(h: torch.Tensor, y: torch.Tensor, lm_head: nn.Module, temp
     return torch.cat(logp_parts), torch.cat(ent_parts), pad
 
 
-def actor_forward(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    prompt_len: torch.Tensor,
-    response_ids: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    hidden_layer: int | None = None,
-    compute_entropy: bool = True,
-    chunk_tokens: int = 1024,
-    temperature: float = 1.0,
-    prefix_ids: torch.Tensor | None = None,
-    prefix_mask: torch.Tensor | None = None,
-    row_prefix: torch.Tensor | None = None,
-    prefix_targets: bool = False,
-    suffix_bucket: torch.Tensor | None = None,
-    head_chunks: int = 0,
-) -> ActorOutput:
+def actor_forward(model: nn.Module, batch: PackedBatch | PrefixPackedBatch, *, hidden_layer: int | None = None,
+                  compute_entropy: bool = True, temperature: float = 1.0, chunk_tokens: int = 1024,
+                  prefix_targets: bool = False, head_chunks: int = 0) -> ActorOutput:
     """One forward of ``model`` (a causal LM, possibly peft-wrapped) over packed rows; see the module docstring.
 
-    Shapes as in ``PackedBatch``, or, with ``prefix_ids``/``prefix_mask``/``row_prefix``, as in
-    ``PrefixPackedBatch`` (the rows' suffixes then attend to their shared prefix through its KV cache). Gradients
-    flow to ``logprobs``/``entropy`` when grad mode is on, through the shared prefix too. ``temperature`` divides
-    the logits as the sampler did, so that ratios compare the same distributions [GiGPO/verl].
+    ``batch``: a ``PackedBatch`` runs the plain forward (``plain_forward``), a ``PrefixPackedBatch`` the shared-prefix
+    one (``shared_prefix_forward``: the rows' suffixes attend to their shared prefix through its KV cache); both give
+    the same outputs up to the order of floating-point sums. Gradients flow to ``logprobs``/``entropy`` when grad
+    mode is on, through the shared prefix too. ``temperature`` divides the logits as the sampler did, so that ratios
+    compare the same distributions [GiGPO/verl]. ``chunk_tokens``: response tokens per LM-head chunk.
     ``prefix_targets`` (shared batches only) also scores the shared prefixes' own tokens and each row's first
     suffix token (``ActorOutput.prefix_logprobs`` / ``bridge_logprobs``), so that a loss over every prompt token
-    (SFT's ``prompt_weight``) needs no unshared pass. ``suffix_bucket`` (shared batches, ``pack_rows_shared``'s
-    ``suffix_buckets``): the suffixes run as one forward per bucket, each trimmed to its rows' longest suffix and
-    over its own copy of their prefixes' KV cache; the result is that of one suffix forward up to float rounding.
-    ``head_chunks``: run the LM head at least that many times (pad chunks of zero weight), so that ranks with
-    fewer response tokens make the same calls (``PPOActor`` sets it under ZeRO-3 on several ranks).
+    (SFT's ``prompt_weight``) needs no unshared pass. ``head_chunks``: run the LM head at least that many times (pad
+    chunks of zero weight), so that ranks with fewer response tokens make the same calls (``PPOActor`` sets it
+    under ZeRO-3 on several ranks).
     """
+    if isinstance(batch, PrefixPackedBatch):
+        return shared_prefix_forward(model, batch, hidden_layer=hidden_layer, compute_entropy=compute_entropy,
+                                     temperature=temperature, chunk_tokens=chunk_tokens,
+                                     prefix_targets=prefix_targets, head_chunks=head_chunks)
+    if not isinstance(batch, PackedBatch):
+        raise TypeError(f"actor_forward: batch is a {type(batch).__name__}; pack the rows with pack_rows or "
+                        "pack_rows_shared (PackedBatch or PrefixPackedBatch)")
+    if prefix_targets:
+        raise ValueError("actor_forward: prefix_targets needs a shared batch (a PrefixPackedBatch, pack_rows_shared)")
+    return plain_forward(model, batch, hidden_layer=hidden_layer, compute_entropy=compute_entropy,
+                         temperature=temperature, chunk_tokens=chunk_tokens, head_chunks=head_chunks)
+
+
+def plain_forward(model: nn.Module, batch: PackedBatch, *, hidden_layer: int | None = None,
+                  compute_entropy: bool = True, temperature: float = 1.0, chunk_tokens: int = 1024,
+                  head_chunks: int = 0) -> ActorOutput:
+    """The actor's forward without shortcuts: one decoder pass over the [prompt | response] rows, the hidden state
+    at each row's last prompt token (a hook on the module behind ``hidden_states[L]``), then the response
+    log-probs and entropy through the LM head (``_response_outputs``). Arguments as in ``actor_forward``."""
     lm = causal_lm_of(model)
-    decoder = lm.get_decoder()
+    last_prompt = batch.prompt_len.to(batch.input_ids.device) - 1  # (N,)
+    with _HiddenCapture(lm, hidden_layer, last_prompt) as capture:
+        capture.rows = torch.arange(len(batch), device=batch.input_ids.device)
+        out = lm.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    last = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]  # (N, T, D), after final norm
+    hidden = capture.states[0] if capture.states else None
+    return _response_outputs(lm, batch, last, hidden, compute_entropy=compute_entropy, temperature=temperature,
+                             chunk_tokens=chunk_tokens, head_chunks=head_chunks)
+
+
+class _HiddenCapture:
+    """A forward hook on the module whose output is ``hidden_states[layer]`` (``hidden_state_module``): each forward
+    it sees appends its state at the last prompt token of ``rows`` (the rows that forward runs), (n, D) fp32 and
+    detached, to ``states``. ``layer=None`` captures nothing. The hook is removed on leaving the ``with`` block."""
+
+    def __init__(self, lm: nn.Module, layer: int | None, last_prompt: torch.Tensor):
+        self.states: list[torch.Tensor] = []
+        self.rows: torch.Tensor | None = None
+        self.last_prompt = last_prompt
+        self._handle = None
+        if layer is not None:
+            module, _ = hidden_state_module(lm, layer)
+            self._handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, _mod, _inp, out) -> None:
+        h = out[0] if isinstance(out, (tuple, list)) else out  # (n, T, D)
+        g = self.rows
+        self.states.append(h[torch.arange(g.numel(), device=self.last_prompt.device),
+                             self.last_prompt[g]].detach().float())  # (n, D)
+
+    def __enter__(self) -> _HiddenCapture:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+
+
+def _response_outputs(lm: nn.Module, batch: PackedBatch | PrefixPackedBatch, last: torch.Tensor,
+                      hidden: torch.Tensor | None, *, compute_entropy: bool, temperature: float, chunk_tokens: int,
+                      head_chunks: int) -> ActorOutput:
+    """Log-probs and entropy of the response tokens from the final states ``last`` (N, T, D) of the rows' tokens
+    (after the prompt tokens of ``batch.input_ids``), and the rows whose values are not finite."""
     lm_head = lm.get_output_embeddings()
-    n = input_ids.shape[0]
-    device = input_ids.device
-    prompt_len = prompt_len.to(device)
-    last_prompt = prompt_len - 1  # (N,)
-    rows = torch.arange(n, device=device)
-
-    call: dict = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
-    prefix_extra: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
-    if prefix_targets and prefix_ids is None:
-        raise ValueError("actor_forward: prefix_targets needs a shared batch (prefix_ids)")
-    if prefix_ids is not None:
-        if prefix_mask is None or row_prefix is None:
-            raise ValueError("actor_forward: prefix_ids needs prefix_mask and row_prefix (pack_rows_shared)")
-        if getattr(lm, "is_gradient_checkpointing", False) and torch.is_grad_enabled():
-            raise ValueError("actor_forward: a shared prefix passes its KV cache to the rows, which Hugging Face "
-                             "gradient checkpointing turns off; pack with pack_rows (trainer.prefix_sharing=false)")
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=lm.config)
-        pre_out = decoder(input_ids=prefix_ids, attention_mask=prefix_mask, past_key_values=cache, use_cache=True)
-        row_prefix = row_prefix.to(device)
-        if prefix_targets:
-            pre_last = pre_out.last_hidden_state if hasattr(pre_out, "last_hidden_state") else pre_out[0]  # (K, L, D)
-            prefix_extra = _prefix_target_logprobs(pre_last, prefix_ids.to(device), prefix_mask.to(device),
-                                                   row_prefix, input_ids[:, 0], lm_head, temperature, chunk_tokens)
-        shared = prefix_mask.to(device)[row_prefix]  # (N, L)
-        offset = shared.sum(1, keepdim=True)  # (N, 1): a suffix starts at its prefix's length
-        if suffix_bucket is None:
-            cache.batch_select_indices(row_prefix)  # (K, ...) -> (N, ...): each row's prefix keys and values
-            call = {"input_ids": input_ids, "attention_mask": torch.cat([shared, attention_mask], dim=1),
-                    "position_ids": offset + torch.arange(input_ids.shape[1], device=device).unsqueeze(0),
-                    "past_key_values": cache, "use_cache": True}
-        else:
-            prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]  # per layer, (K, heads, L, d)
-
-            def bucket_call(g: torch.Tensor) -> dict:
-                width = int(attention_mask[g].sum(1).max())
-                sub = DynamicCache(config=lm.config)
-                for li, (k, v) in enumerate(prefix_kv):  # (K, ...) -> (n_g, ...): this bucket's prefixes
-                    sub.update(k.index_select(0, row_prefix[g]), v.index_select(0, row_prefix[g]), li)
-                return {"input_ids": input_ids[g, :width],
-                        "attention_mask": torch.cat([shared[g], attention_mask[g, :width]], dim=1),
-                        "position_ids": offset[g] + torch.arange(width, device=device).unsqueeze(0),
-                        "past_key_values": sub, "use_cache": True}
-
-    suffix_bucket = suffix_bucket.to(device) if (suffix_bucket is not None and prefix_ids is not None) else None
-    groups = ([torch.nonzero(suffix_bucket == b).flatten() for b in torch.unique(suffix_bucket).tolist()]
-              if suffix_bucket is not None else [rows])
-    captured: list[torch.Tensor] = []
-    handle = None
-    if hidden_layer is not None:
-        module, _ = hidden_state_module(lm, hidden_layer)
-        current: dict[str, torch.Tensor] = {}
-
-        def hook(_mod, _inp, out):
-            h = out[0] if isinstance(out, (tuple, list)) else out  # (n_g, T, D)
-            g = current["rows"]
-            captured.append(h[torch.arange(g.numel(), device=device), last_prompt[g]].detach().float())  # (n_g, D)
-
-        handle = module.register_forward_hook(hook)
-    try:
-        parts = []
-        for g in groups:
-            if hidden_layer is not None:
-                current["rows"] = g
-            o = decoder(**(call if suffix_bucket is None else bucket_call(g)))
-            parts.append(o.last_hidden_state if hasattr(o, "last_hidden_state") else o[0])
-    finally:
-        if handle is not None:
-            handle.remove()
-    if suffix_bucket is None:
-        last = parts[0]  # (N, T, D), after final norm
-        hidden = captured[0] if captured else None
-    else:  # the buckets' outputs, right-padded to the widest, back in row order
-        width = max(p.shape[1] for p in parts)
-        perm = torch.cat(groups)
-        inv = torch.empty_like(perm)
-        inv[perm] = torch.arange(n, device=device)
-        last = torch.cat([torch.nn.functional.pad(p, (0, 0, 0, width - p.shape[1])) for p in parts])[inv]
-        hidden = torch.cat(captured)[inv] if captured else None
-
-    t_r = response_ids.shape[1]
+    device = batch.input_ids.device
+    n = batch.input_ids.shape[0]
+    last_prompt = batch.prompt_len.to(device) - 1  # (N,)
+    t_r = batch.response_ids.shape[1]
     # logits at position p_i - 1 + t predict response token t
     pos = (last_prompt.unsqueeze(1) + torch.arange(t_r, device=device).unsqueeze(0)).clamp(max=last.shape[1] - 1)
-    mask = response_mask.to(device).bool()
+    mask = batch.response_mask.to(device).bool()
     sel_rows, sel_t = torch.nonzero(mask, as_tuple=True)  # (M,), (M,): real response tokens only
     h_sel = last[sel_rows, pos[sel_rows, sel_t]]  # (M, D)
-    y_sel = response_ids.to(device)[sel_rows, sel_t]  # (M,)
+    y_sel = batch.response_ids.to(device)[sel_rows, sel_t]  # (M,)
 
     logp_flat, ent_flat, pad = _logprobs_chunked(h_sel, y_sel, lm_head, temperature, compute_entropy, chunk_tokens,
                                                  min_chunks=head_chunks, pad_h=last[:1, 0])
@@ -496,13 +465,91 @@ def actor_forward(
     if compute_entropy:
         bad_tok |= ~torch.isfinite(ent_flat.detach())
     bad_rows = torch.unique(sel_rows[bad_tok]) if bool(bad_tok.any()) else sel_rows.new_zeros(0)
+    return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden, nonfinite_rows=bad_rows)
+
+
+def shared_prefix_forward(model: nn.Module, batch: PrefixPackedBatch, *, hidden_layer: int | None = None,
+                          compute_entropy: bool = True, temperature: float = 1.0, chunk_tokens: int = 1024,
+                          prefix_targets: bool = False, head_chunks: int = 0) -> ActorOutput:
+    """``plain_forward`` for rows that share prompt prefixes (``pack_rows_shared``): the K prefixes run once, their
+    KV cache is indexed out to the rows, then the rows' suffixes run at their true positions (module docstring).
+    With ``batch.suffix_bucket`` the suffixes run as one forward per bucket, each trimmed to its rows' longest
+    suffix and over its own copy of their prefixes' KV cache; the result is that of one suffix forward up to float
+    rounding. Arguments as in ``actor_forward``."""
+    lm = causal_lm_of(model)
+    decoder = lm.get_decoder()
+    lm_head = lm.get_output_embeddings()
+    input_ids, attention_mask = batch.input_ids, batch.attention_mask
+    prefix_ids, prefix_mask = batch.prefix_ids, batch.prefix_mask
+    n = input_ids.shape[0]
+    device = input_ids.device
+    last_prompt = batch.prompt_len.to(device) - 1  # (N,)
+    rows = torch.arange(n, device=device)
+
+    prefix_extra: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
+    if getattr(lm, "is_gradient_checkpointing", False) and torch.is_grad_enabled():
+        raise ValueError("actor_forward: a shared prefix passes its KV cache to the rows, which Hugging Face "
+                         "gradient checkpointing turns off; pack with pack_rows (trainer.prefix_sharing=false)")
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=lm.config)
+    pre_out = decoder(input_ids=prefix_ids, attention_mask=prefix_mask, past_key_values=cache, use_cache=True)
+    row_prefix = batch.row_prefix.to(device)
+    if prefix_targets:
+        pre_last = pre_out.last_hidden_state if hasattr(pre_out, "last_hidden_state") else pre_out[0]  # (K, L, D)
+        prefix_extra = _prefix_target_logprobs(pre_last, prefix_ids.to(device), prefix_mask.to(device),
+                                               row_prefix, input_ids[:, 0], lm_head, temperature, chunk_tokens)
+    shared = prefix_mask.to(device)[row_prefix]  # (N, L)
+    offset = shared.sum(1, keepdim=True)  # (N, 1): a suffix starts at its prefix's length
+    suffix_bucket = batch.suffix_bucket
+    if suffix_bucket is None:
+        cache.batch_select_indices(row_prefix)  # (K, ...) -> (N, ...): each row's prefix keys and values
+        call = {"input_ids": input_ids, "attention_mask": torch.cat([shared, attention_mask], dim=1),
+                "position_ids": offset + torch.arange(input_ids.shape[1], device=device).unsqueeze(0),
+                "past_key_values": cache, "use_cache": True}
+    else:
+        prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]  # per layer, (K, heads, L, d)
+
+        def bucket_call(g: torch.Tensor) -> dict:
+            width = int(attention_mask[g].sum(1).max())
+            sub = DynamicCache(config=lm.config)
+            for li, (k, v) in enumerate(prefix_kv):  # (K, ...) -> (n_g, ...): this bucket's prefixes
+                sub.update(k.index_select(0, row_prefix[g]), v.index_select(0, row_prefix[g]), li)
+            return {"input_ids": input_ids[g, :width],
+                    "attention_mask": torch.cat([shared[g], attention_mask[g, :width]], dim=1),
+                    "position_ids": offset[g] + torch.arange(width, device=device).unsqueeze(0),
+                    "past_key_values": sub, "use_cache": True}
+
+    suffix_bucket = suffix_bucket.to(device) if suffix_bucket is not None else None
+    groups = ([torch.nonzero(suffix_bucket == b).flatten() for b in torch.unique(suffix_bucket).tolist()]
+              if suffix_bucket is not None else [rows])
+    with _HiddenCapture(lm, hidden_layer, last_prompt) as capture:
+        parts = []
+        for g in groups:
+            capture.rows = g
+            o = decoder(**(call if suffix_bucket is None else bucket_call(g)))
+            parts.append(o.last_hidden_state if hasattr(o, "last_hidden_state") else o[0])
+    captured = capture.states
+    if suffix_bucket is None:
+        last = parts[0]  # (N, T, D), after final norm
+        hidden = captured[0] if captured else None
+    else:  # the buckets' outputs, right-padded to the widest, back in row order
+        width = max(p.shape[1] for p in parts)
+        perm = torch.cat(groups)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(n, device=device)
+        last = torch.cat([torch.nn.functional.pad(p, (0, 0, 0, width - p.shape[1])) for p in parts])[inv]
+        hidden = torch.cat(captured)[inv] if captured else None
+
+    out = _response_outputs(lm, batch, last, hidden, compute_entropy=compute_entropy, temperature=temperature,
+                            chunk_tokens=chunk_tokens, head_chunks=head_chunks)
     pre_lp, bridge_lp = prefix_extra
     if pre_lp is not None:  # a non-finite shared token poisons every row of its prefix
+        out.prefix_logprobs, out.bridge_logprobs = pre_lp, bridge_lp
         bad = ~torch.isfinite(bridge_lp.detach()) | ~torch.isfinite(pre_lp.detach()).all(1)[row_prefix]
         if bool(bad.any()):
-            bad_rows = torch.unique(torch.cat([bad_rows, torch.nonzero(bad).flatten()]))
-    return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden,
-                       nonfinite_rows=bad_rows, prefix_logprobs=pre_lp, bridge_logprobs=bridge_lp)
+            out.nonfinite_rows = torch.unique(torch.cat([out.nonfinite_rows, torch.nonzero(bad).flatten()]))
+    return out
 
 
 def _prefix_target_logprobs(pre_last: torch.Tensor, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor,
@@ -522,26 +569,33 @@ def _prefix_target_logprobs(pre_last: torch.Tensor, prefix_ids: torch.Tensor, pr
     return pre_lp, logp[m:]
 
 
+
+
+def batch_of(fields: dict[str, torch.Tensor | None]) -> PackedBatch | PrefixPackedBatch:
+    """The batch whose ``as_kwargs()`` is ``fields`` (a ``PrefixPackedBatch`` when it has ``prefix_ids``)."""
+    return PrefixPackedBatch(**fields) if "prefix_ids" in fields else PackedBatch(**fields)
+
+
 class ActorModule(nn.Module):
     """Wraps a causal LM so that a DeepSpeed engine's ``forward`` is exactly ``actor_forward``.
 
     DeepSpeed (ZeRO-3 above all) must see the whole computation inside its engine's forward call so that its
-    parameter gathering and hooks run; ``engine(**packed.as_kwargs(), hidden_layer=-12)`` does that. The output
-    is a plain dict of tensors (ZeRO-3's backward hooks only look inside tuples, lists and dicts); turn it into an
-    ``ActorOutput`` with ``ActorOutput(**out)``.
+    parameter gathering and hooks run; ``engine(packed.as_kwargs(), hidden_layer=-12)`` does that. ZeRO-3's hooks
+    only look inside tuples, lists and dicts, so the batch goes in as its ``as_kwargs()`` dict (a batch object is
+    taken too) and the output is a plain dict of tensors; turn it into an ``ActorOutput`` with ``ActorOutput(**out)``.
     """
 
     def __init__(self, lm: nn.Module):
         super().__init__()
         self.lm = lm
 
-    def forward(self, input_ids, attention_mask, prompt_len, response_ids, response_mask, hidden_layer=None,
-                compute_entropy=True, chunk_tokens=1024, temperature=1.0, prefix_ids=None, prefix_mask=None,
-                row_prefix=None, prefix_targets=False, suffix_bucket=None,
-                head_chunks=0) -> dict[str, torch.Tensor | None]:
-        out = actor_forward(self.lm, input_ids, attention_mask, prompt_len, response_ids, response_mask,
-                            hidden_layer=hidden_layer, compute_entropy=compute_entropy,
-                            chunk_tokens=chunk_tokens, temperature=temperature, prefix_ids=prefix_ids,
-                            prefix_mask=prefix_mask, row_prefix=row_prefix, prefix_targets=prefix_targets,
-                            suffix_bucket=suffix_bucket, head_chunks=head_chunks)
+    def forward(self, batch: dict[str, torch.Tensor | None] | PackedBatch | PrefixPackedBatch, *,
+                hidden_layer: int | None = None, compute_entropy: bool = True, temperature: float = 1.0,
+                chunk_tokens: int = 1024, prefix_targets: bool = False,
+                head_chunks: int = 0) -> dict[str, torch.Tensor | None]:
+        if isinstance(batch, dict):
+            batch = batch_of(batch)
+        out = actor_forward(self.lm, batch, hidden_layer=hidden_layer, compute_entropy=compute_entropy,
+                            temperature=temperature, chunk_tokens=chunk_tokens, prefix_targets=prefix_targets,
+                            head_chunks=head_chunks)
         return dict(vars(out))

@@ -34,7 +34,7 @@ import torch
 
 from .config import KL_TYPES, LOSS_AGG_MODES
 
-__all__ = ["agg_loss", "policy_loss", "kl_penalty", "ppo_loss", "PPOLossOutput", "LOSS_AGG_MODES", "KL_TYPES"]
+__all__ = ["agg_loss", "policy_loss", "kl_penalty", "ppo_loss", "PPOLossSettings", "PPOLossOutput", "LOSS_AGG_MODES", "KL_TYPES"]
 
 _LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: a bound against overflow only (a clipped ratio never gets near it)
 
@@ -121,6 +121,27 @@ class PPOLossOutput:
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PPOLossSettings:
+    """The coefficients and modes of ``ppo_loss`` (defaults: GiGPO's; the run config's ``trainer`` section has the
+    same names).
+
+    clip_ratio    : eps of the clipped ratio 1 +- eps
+    dual_clip     : c of the dual clip (None: none)
+    loss_agg_mode : token-mean | seq-mean-token-mean | seq-mean-token-sum (``agg_loss``)
+    entropy_coef  : h, the entropy bonus's weight (0: no entropy term)
+    kl_coef       : beta, the KL loss's weight (0: no KL term)
+    kl_type       : low_var_kl | kl | mse (``kl_penalty``)
+    """
+
+    clip_ratio: float = 0.2
+    dual_clip: float | None = 3.0
+    loss_agg_mode: str = "token-mean"
+    entropy_coef: float = 0.001
+    kl_coef: float = 0.01
+    kl_type: str = "low_var_kl"
+
+
 def ppo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -129,22 +150,20 @@ def ppo_loss(
     *,
     entropy: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
-    clip_ratio: float = 0.2,
-    dual_clip: float | None = 3.0,
-    loss_agg_mode: str = "token-mean",
-    entropy_coef: float = 0.001,
-    kl_coef: float = 0.01,
-    kl_type: str = "low_var_kl",
+    settings: PPOLossSettings = PPOLossSettings(),
     total_tokens: float | torch.Tensor | None = None,
     total_rows: float | torch.Tensor | None = None,
 ) -> PPOLossOutput:
-    """The full actor loss of one (micro-)batch. ``ref_logp=None`` or ``kl_coef=0`` leaves the KL term out;
-    ``entropy=None`` or ``entropy_coef=0`` the entropy term.
+    """The full actor loss of one (micro-)batch. ``ref_logp=None`` or ``settings.kl_coef=0`` leaves the KL term
+    out; ``entropy=None`` or ``settings.entropy_coef=0`` the entropy term. ``total_tokens`` / ``total_rows``: the
+    mini-batch's denominators (``agg_loss``).
 
     Metrics (each aggregated with the same mode and denominators, so that summing over micro-batches gives the
     mini-batch value): loss/policy, loss/kl, loss/entropy, loss/total, loss/clipfrac, loss/clipfrac_dual,
     loss/approx_kl (mean of -log r, old vs new), loss/ratio_mean.
     """
+    clip_ratio, dual_clip, loss_agg_mode = settings.clip_ratio, settings.dual_clip, settings.loss_agg_mode
+    entropy_coef, kl_coef, kl_type = settings.entropy_coef, settings.kl_coef, settings.kl_type
     mask = mask.bool()
     agg = lambda x: agg_loss(x, mask, loss_agg_mode, total_tokens, total_rows)  # noqa: E731
     pg_tok, ind = policy_loss(logp, old_logp, advantages, mask, clip_ratio, dual_clip)

@@ -52,7 +52,7 @@ from .actor import (
     prefix_order,
 )
 from .config import ModelConfig, TrainerConfig
-from .loss import ppo_loss
+from .loss import PPOLossSettings, ppo_loss
 
 __all__ = [
     "PPOActor",
@@ -523,7 +523,7 @@ class PPOActor:
                 idx = chunks[k] if k < len(chunks) else chunks[0][:1]  # extra chunks: equal forward counts
                 packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
                                    grad=False).to(self.device)
-                out = ActorOutput(**model(**packed.as_kwargs(), hidden_layer=hidden_layer,
+                out = ActorOutput(**model(packed.as_kwargs(), hidden_layer=hidden_layer,
                                           compute_entropy=compute_entropy, chunk_tokens=self.cfg.logprob_chunk_tokens,
                                           temperature=self.temperature, head_chunks=self.head_chunks(packed)))
                 if k >= len(chunks):
@@ -622,6 +622,8 @@ class PPOActor:
         n_micro = int(self._allreduce(torch.tensor([n_micro]), "max").item())
         sums: dict[str, float] = defaultdict(float)
         bad_rows: list = []
+        settings = PPOLossSettings(clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, loss_agg_mode=cfg.loss_agg_mode,
+                                   entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, kl_type=cfg.kl_type)
         if cfg.prefix_sharing:  # the gradient is a sum over micro-batches: their make-up is free to choose
             mb = [mb[k] for k in prefix_order([prompt_ids[i] for i in mb])]
         for micro in split_even(mb, n_micro):
@@ -629,7 +631,7 @@ class PPOActor:
             idx = micro if not dummy else [0]  # a zero-weight row keeps the ranks' backward counts equal
             packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
                                grad=True).to(self.device)
-            out = ActorOutput(**self.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
+            out = ActorOutput(**self.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
                                             chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature,
                                             head_chunks=self.head_chunks(packed)))
             w = out.logprobs.shape[1]
@@ -638,10 +640,8 @@ class PPOActor:
             old = old_logprobs[ix, :w].to(self.device, torch.float32)
             ref = ref_logprobs[ix, :w].to(self.device, torch.float32) if ref_logprobs is not None else None
             adv = advantages[ix].to(self.device, torch.float32)
-            res = ppo_loss(out.logprobs, old, adv, mask, entropy=out.entropy, ref_logp=ref,
-                           clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, loss_agg_mode=cfg.loss_agg_mode,
-                           entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef if ref is not None else 0.0,
-                           kl_type=cfg.kl_type, total_tokens=total_tokens, total_rows=total_rows)
+            res = ppo_loss(out.logprobs, old, adv, mask, entropy=out.entropy, ref_logp=ref, settings=settings,
+                           total_tokens=total_tokens, total_rows=total_rows)
             if not dummy:
                 flagged = set(out.nonfinite_rows.tolist())
                 for j in range(len(idx)):

@@ -470,7 +470,7 @@ class SFTLearner:
                 ps = [prompt_ids[i] for i in micro]
                 rs = [response_ids[i] for i in micro]
             packed = act.pack(ps, rs, pad_id, grad=True).to(act.device)
-            out = ActorOutput(**act.engine(**packed.as_kwargs(), hidden_layer=None, compute_entropy=False,
+            out = ActorOutput(**act.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=False,
                                            chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0))
             mask = out.mask.float()  # (n_micro_rows, T_r)
             resp_mask = mask
@@ -495,7 +495,7 @@ class SFTLearner:
 
         act, w = self.actor, self.prompt_weight
         cut = packed.prefix_mask.sum(1)[packed.row_prefix].tolist()  # each row's prefix length
-        out = ActorOutput(**act.engine(**packed.to(act.device).as_kwargs(), hidden_layer=None, compute_entropy=False,
+        out = ActorOutput(**act.engine(packed.to(act.device).as_kwargs(), hidden_layer=None, compute_entropy=False,
                                        chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0,
                                        prefix_targets=True))
         weights = torch.zeros_like(out.logprobs)

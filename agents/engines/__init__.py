@@ -13,14 +13,14 @@ ENGINES = ("hf", "vllm")
 
 
 def make_engine(name: str, model, **options) -> RolloutEngine:
-    """Build a rollout engine by name. ``options`` go to ``HFEngine`` / ``VLLMEngine``."""
+    """Build a rollout engine by name. ``options`` go to ``HFEngine`` / ``VLLMEngine`` (``VLLMOptions``)."""
     key = str(name).lower()
     if key == "hf":
         from .hf import HFEngine
 
         return HFEngine(model, **options)
     if key == "vllm":
-        from .vllm import VLLMEngine
+        from .vllm import VLLMEngine, VLLMOptions
 
-        return VLLMEngine(model, **options)
+        return VLLMEngine(model, VLLMOptions.of(**options))
     raise ValueError(f"unknown rollout engine {name!r}; choose one of {ENGINES}")

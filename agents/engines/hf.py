@@ -23,12 +23,52 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import torch
 
 from .base import Generation, RolloutEngine, SamplingConfig, check_generate_args
 
-__all__ = ["HFEngine"]
+__all__ = ["HFEngine", "DecodeStep", "HFStep"]
+
+
+class DecodeStep(Protocol):
+    """The decode step of one batch, after its prompt's prefill: one token per live row and step.
+
+    order           : the row order the step works in (None: the batch's own); the engine reorders its rows so
+    keep(idx)       : only the live rows ``idx`` (B'',) go on (the others finished)
+    step(tokens, positions) -> logits : tokens (B',) just sampled, at positions (B',) -> next-token logits (B', V)
+
+    ``HFStep`` is Hugging Face's own step; ``agents.engines.lean.LeanDecoder`` runs the same arithmetic leaner, and
+    with cascade attention over shared prefixes (tested equal: ``tests/agents/test_engines_hf.py``).
+    """
+
+    order: list[int] | None
+
+    def keep(self, idx: torch.Tensor) -> None: ...
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor: ...
+
+
+class HFStep:
+    """Hugging Face's decode step, the reference: the model's forward over each live row's new token, with the
+    prefill's ``DynamicCache`` (grown by one key and value per step) and the (B', T) attention mask (grown by one
+    column per step); finished rows leave the cache (``batch_select_indices``) and the mask."""
+
+    order = None
+
+    def __init__(self, model, cache, attention_mask: torch.Tensor):
+        self.model, self.cache, self.attn = model, cache, attention_mask
+
+    def keep(self, idx: torch.Tensor) -> None:
+        self.cache.batch_select_indices(idx)
+        self.attn = self.attn[idx]
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.attn = torch.cat([self.attn, self.attn.new_ones((tokens.shape[0], 1))], dim=1)  # (B', T + 1)
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.attn, position_ids=positions[:, None],
+                         past_key_values=self.cache, use_cache=True)
+        return out.logits[:, -1, :]
 
 
 class HFEngine(RolloutEngine):
@@ -132,16 +172,17 @@ class HFEngine(RolloutEngine):
         b = len(prompts)
         cache = DynamicCache(config=model.config)
         shared = self._shared_prefixes(prompts) if self.share_prefixes else None
+        prefix = None  # the shared prefixes' (keys, values, mask, row_prefix), for a cascade decode step
         if shared is not None:  # [shared prefixes, right-padded | rest of each prompt, left-padded]
             pre_ids, pre_mask, row_prefix, rest = shared
             model(input_ids=pre_ids.to(dev), attention_mask=pre_mask.to(dev), past_key_values=cache, use_cache=True,
                   logits_to_keep=1)
-            if self.decode == "lean":  # the prefixes' own keys and values (K, ...), before they go to the rows
-                from .lean import _layer_kv
+            row_prefix = row_prefix.to(dev)
+            if self.decode == "lean" and self.cascade:  # the prefixes' own keys and values (K, ...), before they
+                from .lean import _layer_kv  # go to the rows
 
                 kv = [_layer_kv(cache, i) for i in range(len(model.model.layers))]
-                prefix_kv = ([k for k, _ in kv], [v for _, v in kv])
-            row_prefix = row_prefix.to(dev)
+                prefix = ([k for k, _ in kv], [v for _, v in kv], pre_mask.to(dev), row_prefix)
             cache.batch_select_indices(row_prefix)  # (K, ...) -> (B, ...)
             pre_mask = pre_mask.to(dev)[row_prefix]
             offset = pre_mask.sum(1, keepdim=True)  # (B, 1)
@@ -180,18 +221,12 @@ class HFEngine(RolloutEngine):
             hidden = states[sampling.hidden_layer][:, -1, :].float().cpu()
             del states
         del out
-        lean = None
-        if self.decode == "lean":
-            from .lean import LeanDecoder
-
-            lean = LeanDecoder(model, weights=self.lean_weights())
-            prefix = None if shared is None or not self.cascade else (*prefix_kv, shared[1].to(dev), row_prefix)
-            order = lean.start(cache, attn, capacity=sampling.max_tokens, prefix=prefix)
-            cache = prefix_kv = None
-            if order is not None:  # the decoder keeps the rows of one prefix adjacent
-                idx = torch.tensor(order, dtype=torch.long, device=dev)
-                logits, pos, attn = logits[idx], pos[idx], attn[idx]
-                live = [live[j] for j in order]
+        decoder = self._decode_step(cache, attn, sampling.max_tokens, prefix)
+        cache = prefix = None
+        if decoder.order is not None:  # the step keeps the rows of one prefix adjacent
+            idx = torch.tensor(decoder.order, dtype=torch.long, device=dev)
+            logits, pos = logits[idx], pos[idx]
+            live = [live[j] for j in decoder.order]
         next_pos = pos[:, -1] + 1  # (B',)
         for _ in range(sampling.max_tokens):
             new, lps = self._sample(logits, sampling, [gens[r] for r in live])  # (B',), (B',)
@@ -213,21 +248,12 @@ class HFEngine(RolloutEngine):
                 break
             if len(keep) < len(live):  # finished rows leave the batch and the KV cache
                 idx = torch.tensor(keep, dtype=torch.long, device=dev)
-                if lean is not None:
-                    lean.keep(idx)
-                else:
-                    cache.batch_select_indices(idx)
-                attn, next_pos, new = attn[idx], next_pos[idx], new[idx]
+                decoder.keep(idx)
+                next_pos, new = next_pos[idx], new[idx]
                 live = [live[j] for j in keep]
-            if lean is not None:
-                logits = lean.step(new, next_pos)
-            else:
-                attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)  # (B', T + 1)
-                out = model(input_ids=new[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                            past_key_values=cache, use_cache=True)
-                logits = out.logits[:, -1, :]
+            logits = decoder.step(new, next_pos)
             next_pos = next_pos + 1
-        del cache, lean
+        del decoder
 
         result = []
         for r in range(b):
@@ -238,6 +264,19 @@ class HFEngine(RolloutEngine):
                                      logprobs=logprobs[r] if sampling.logprobs else None,
                                      stop_string=stop_hit[r], hidden=hidden[r] if hidden is not None else None))
         return result
+
+    def _decode_step(self, cache, attention_mask: torch.Tensor, capacity: int, prefix) -> DecodeStep:
+        """The decode step of one batch, taking over its prefill's ``cache`` and (B, T) ``attention_mask``:
+        Hugging Face's own (``HFStep``, decode=hf) or the lean one (``agents.engines.lean.LeanDecoder``, which with
+        ``prefix``, the shared prefixes' keys and values, reads each prefix once for all its rows: cascade attention).
+        ``capacity``: the most tokens a row generates."""
+        if self.decode == "hf":
+            return HFStep(self.model, cache, attention_mask)
+        from .lean import LeanDecoder
+
+        step = LeanDecoder(self.model, weights=self.lean_weights())
+        step.start(cache, attention_mask, capacity=capacity, prefix=prefix)
+        return step
 
     @staticmethod
     def _shared_prefixes(prompts: list[list[int]]):

@@ -192,7 +192,7 @@ class LeanDecoder:
 
     ``start(cache, attention_mask, capacity)`` takes the prefill's Hugging Face cache (B, H_kv, T_p, d per layer)
     and its (B, T_p) mask; ``step(tokens (B',), positions (B',)) -> logits (B', V)`` decodes one token per live row;
-    ``keep(idx)`` drops the finished rows.
+    ``keep(idx)`` drops the finished rows: the HF engine's ``DecodeStep`` (``agents.engines.hf``).
     """
 
     def __init__(self, model, weights: LeanWeights | None = None):
@@ -255,6 +255,7 @@ class LeanDecoder:
         self.w = self.weights.current()  # one batch's generation reads one set of weights
         if self.cascade:
             self._plan_runs()
+        self.order = order
         return order
 
     def _plan_runs(self) -> None:

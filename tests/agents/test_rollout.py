@@ -128,7 +128,7 @@ def test_tiny_model_rollout_feeds_every_estimator(env, request, hf_engine, tok):
         assert metrics[key] > 0
     # the trainer's old-log-prob pass gives the hidden states; every registered estimator takes the rows
     with torch.no_grad():
-        out = actor_forward(hf_engine.model, **pack_rows(batch.prompt_ids, batch.response_ids).as_kwargs(),
+        out = actor_forward(hf_engine.model, pack_rows(batch.prompt_ids, batch.response_ids),
                             hidden_layer=-2, compute_entropy=False)
     # the sampler's log-probs are those of the actor's forward (temperature 1, same weights)
     for i in range(len(batch)):
@@ -153,7 +153,7 @@ def test_hidden_states_of_trainer_pass_over_rollout_rows_equal_separate_forward(
     packed = pack_rows(batch.prompt_ids, batch.response_ids, pad_id=hf_engine.pad_id)
     for layer in (-1, -2, -3):
         with torch.no_grad():
-            captured = actor_forward(model, **packed.as_kwargs(), hidden_layer=layer, compute_entropy=False).hidden
+            captured = actor_forward(model, packed, hidden_layer=layer, compute_entropy=False).hidden
             separate = torch.stack([model(p[None], output_hidden_states=True).hidden_states[layer][0, -1]
                                     for p in batch.prompt_ids])
         assert captured.shape == (len(batch), model.config.hidden_size)

@@ -45,7 +45,7 @@ def test_vllm_collect_feeds_every_estimator_and_reproduces(engines):
     assert metrics["rollout/gen_tokens"] == sum(len(r) for r in batch.response_ids) > 0
     assert metrics["perf/gen_tokens_per_s"] > 0
     with torch.no_grad():
-        out = actor_forward(hf_engine.model, **pack_rows(batch.prompt_ids, batch.response_ids).as_kwargs(),
+        out = actor_forward(hf_engine.model, pack_rows(batch.prompt_ids, batch.response_ids),
                             hidden_layer=-2, compute_entropy=False)
     step_batch = batch.to_step_batch(hidden=out.hidden)
     for name in ESTIMATORS:

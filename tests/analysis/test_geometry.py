@@ -252,7 +252,7 @@ def test_capture_equals_the_trainer_actor_pass(tiny_folder):
     assert sources == ["model"] * 5
     for layer in layers:
         with torch.no_grad():
-            ref = actor_forward(hf.model, **packed.as_kwargs(), hidden_layer=layer).hidden  # (N, D)
+            ref = actor_forward(hf.model, packed, hidden_layer=layer).hidden  # (N, D)
         assert cap[layer].shape == ref.shape
         torch.testing.assert_close(cap[layer], ref, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(pre[layer], ref, atol=1e-4, rtol=1e-4)

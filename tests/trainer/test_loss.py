@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from trainer.loss import agg_loss, kl_penalty, policy_loss, ppo_loss
+from trainer.loss import PPOLossSettings, agg_loss, kl_penalty, policy_loss, ppo_loss
 
 R = torch.tensor([0.5, 1.0, 1.5, 4.0])
 
@@ -97,8 +97,9 @@ def test_full_loss_combines_terms_by_hand():
     mask = torch.tensor([[True, True], [True, False]])
     ent = torch.tensor([[2.0, 4.0], [6.0, 100.0]])
     ref = torch.zeros(2, 2)
-    out = ppo_loss(logp, old, adv, mask, entropy=ent, ref_logp=ref, clip_ratio=0.2, dual_clip=3.0,
-                   loss_agg_mode="token-mean", entropy_coef=0.1, kl_coef=0.5, kl_type="low_var_kl")
+    out = ppo_loss(logp, old, adv, mask, entropy=ent, ref_logp=ref,
+                   settings=PPOLossSettings(clip_ratio=0.2, dual_clip=3.0, loss_agg_mode="token-mean",
+                                            entropy_coef=0.1, kl_coef=0.5, kl_type="low_var_kl"))
     # policy tokens: row0 A=+1: r=1 -> -1; r=1.5 -> -1.2 ; row1 A=-1: r=1 -> 1  => mean = (-1 - 1.2 + 1)/3
     pg = (-1.0 - 1.2 + 1.0) / 3
     # k3 with d = -logp: r=1 -> 0; r=1.5 -> 1/1.5 + log 1.5 - 1; row1 r=1 -> 0
@@ -110,10 +111,11 @@ def test_full_loss_combines_terms_by_hand():
     assert math.isclose(float(out.loss), pg + 0.5 * kl - 0.1 * entropy, rel_tol=1e-6)
     assert math.isclose(float(out.metrics["loss/clipfrac"]), 1 / 3, rel_tol=1e-6)
     # switches: no KL term when ref_logp is None or kl_coef = 0; no entropy term when coef = 0
-    no_kl = ppo_loss(logp, old, adv, mask, entropy=ent, ref_logp=None, entropy_coef=0.1)
+    no_kl = ppo_loss(logp, old, adv, mask, entropy=ent, ref_logp=None, settings=PPOLossSettings(entropy_coef=0.1))
     assert "loss/kl" not in no_kl.metrics
     assert math.isclose(float(no_kl.loss), pg - 0.1 * entropy, rel_tol=1e-6)
-    no_ent = ppo_loss(logp, old, adv, mask, entropy=ent, ref_logp=ref, entropy_coef=0.0, kl_coef=0.0)
+    no_ent = ppo_loss(logp, old, adv, mask, entropy=ent, ref_logp=ref,
+                      settings=PPOLossSettings(entropy_coef=0.0, kl_coef=0.0))
     assert math.isclose(float(no_ent.loss), pg, rel_tol=1e-6)
 
 

@@ -193,7 +193,7 @@ def test_zero3_reference_model_and_hidden_states(batch):
     from trainer.actor import actor_forward, pack_rows
 
     with torch.no_grad():
-        want = actor_forward(initial, **pack_rows(batch.prompt_ids, batch.response_ids).as_kwargs(), hidden_layer=HIDDEN)
+        want = actor_forward(initial, pack_rows(batch.prompt_ids, batch.response_ids), hidden_layer=HIDDEN)
     got = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)  # hidden layer from the model config
     assert torch.allclose(got.logprobs, want.logprobs, atol=1e-5)
     assert torch.allclose(got.hidden, want.hidden, atol=1e-4)
@@ -233,7 +233,7 @@ def test_lora_actor(batch, tmp_path):
     from trainer.actor import actor_forward, pack_rows
 
     with torch.no_grad():
-        base_out = actor_forward(base.eval(), **pack_rows(batch.prompt_ids, batch.response_ids).as_kwargs())
+        base_out = actor_forward(base.eval(), pack_rows(batch.prompt_ids, batch.response_ids))
     assert torch.allclose(ref.logprobs, base_out.logprobs, atol=1e-5)
     merged = params(eng)
     assert set(merged) == {n for n, _ in base.named_parameters()}

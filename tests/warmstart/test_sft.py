@@ -53,7 +53,7 @@ def test_loss_masks_prompt_tokens(tiny):
     prompts = [torch.tensor([5, 6, 7, 8, 9]), torch.tensor([11, 12])]
     responses = [torch.tensor([20, 21]), torch.tensor([22, 23, 24])]
     packed = pack_rows(prompts, responses, pad_id=int(tok.pad_token_id))
-    out = actor_forward(model, **packed.as_kwargs(), compute_entropy=False)
+    out = actor_forward(model, packed, compute_entropy=False)
     assert int(out.mask.sum()) == 5  # 2 + 3 response tokens are scored, no prompt token
     loss = sft.sft_loss(out.logprobs, out.mask)
     # manual: HF-style labels, -100 on prompt and padding positions
@@ -69,7 +69,7 @@ def test_loss_masks_prompt_tokens(tiny):
     assert abs(everything.item() - loss.item()) > 1e-3  # counting prompt tokens would give another number
     with torch.no_grad():
         model.get_output_embeddings().weight.zero_()  # tied: embeddings too -> uniform next-token distribution
-    out0 = actor_forward(model, **packed.as_kwargs(), compute_entropy=False)
+    out0 = actor_forward(model, packed, compute_entropy=False)
     vocab = model.get_output_embeddings().weight.shape[0]
     assert sft.sft_loss(out0.logprobs, out0.mask).item() == pytest.approx(math.log(vocab), rel=1e-6)
 
@@ -86,7 +86,7 @@ def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
     def mean_loss(model) -> float:
         with torch.no_grad():
             packed = pack_rows(data.prompt_ids, data.response_ids, int(tok.pad_token_id))
-            out = actor_forward(model, **packed.as_kwargs(), compute_entropy=False)
+            out = actor_forward(model, packed, compute_entropy=False)
             return sft.sft_loss(out.logprobs, out.mask).item()
 
     model = load_model(path, dtype="float32")
@@ -346,7 +346,7 @@ def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
     ps = [p[:1] for p in data.prompt_ids]
     rs = [torch.cat([p[1:], r]) for p, r in zip(data.prompt_ids, data.response_ids)]
     with torch.no_grad():
-        out = actor_forward(model, **pack_rows(ps, rs, 0).as_kwargs(), compute_entropy=False)
+        out = actor_forward(model, pack_rows(ps, rs, 0), compute_entropy=False)
     nll_prompt = sum(-out.logprobs[j, : len(p) - 1].sum() for j, p in enumerate(data.prompt_ids))
     nll_resp = sum(-out.logprobs[j, len(p) - 1: len(p) - 1 + len(r)].sum()
                    for j, (p, r) in enumerate(zip(data.prompt_ids, data.response_ids)))

@@ -124,7 +124,7 @@ def test_shared_prompt_loss_needs_the_switches(tiny, rows):
         from trainer.actor import actor_forward, pack_rows
 
         data = _data(rows[:2], tok)
-        actor_forward(load_model(path, dtype="float32"), **pack_rows(data.prompt_ids, data.response_ids, 0).as_kwargs(),
+        actor_forward(load_model(path, dtype="float32"), pack_rows(data.prompt_ids, data.response_ids, 0),
                       prefix_targets=True)
 
 
@@ -141,7 +141,7 @@ def test_shared_prompt_loss_poisoned_prefix_marks_its_rows(tiny, rows):
     model = load_model(path, dtype="float32")
     with torch.no_grad():
         model.get_output_embeddings().weight[int(packed.prefix_ids[0, 1])] = float("nan")
-        out = actor_forward(model, **packed.as_kwargs(), compute_entropy=False, prefix_targets=True)
+        out = actor_forward(model, packed, compute_entropy=False, prefix_targets=True)
     rows_of_0 = torch.nonzero(packed.row_prefix == 0).flatten().tolist()
     assert set(rows_of_0) <= set(out.nonfinite_rows.tolist())
 
