@@ -6,7 +6,7 @@ T_r response tokens, D hidden size, W data-parallel ranks.
 One iteration ``k`` (1-based; iteration 0 is the state before any update)::
 
     tasks            = sampler.sample(P)[rank's P/W]                    # same draw on every rank
-    batch, m_roll    = collect(pool, rollout_engine, tasks, G, ...)     # RolloutBatch, N rows
+    batch, m_roll    = collect(actor, tasks, G, ...)                     # RolloutBatch, N rows
     old              = actor.compute_logprobs(prompt+response)          # (N, T_r) log-probs + (N, D) hidden at L
     ref              = reference.compute_logprobs(...)                  # (N, T_r), only with the KL loss
     adv              = compute_advantages(batch.to_step_batch(hidden), cfg.estimator)   # (N,)
@@ -46,7 +46,6 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -56,7 +55,7 @@ from envs.paths import portable_path, resolve_path
 from .config import ConfigError, RunConfig
 from .run_folder import RunFolder
 
-__all__ = ["Trainer", "RolloutFns", "default_rollout_fns", "iteration_seed", "eval_task_list", "tied_aliases",
+__all__ = ["Trainer", "iteration_seed", "eval_task_list", "tied_aliases",
            "TrainingFailed"]
 
 log = logging.getLogger("trainer.loop")
@@ -81,28 +80,6 @@ def task_success(batch) -> dict[str, float]:
 
 class TrainingFailed(RuntimeError):
     """The run cannot go on (non-finite values, a broken estimator output); the message says why and what to try."""
-
-
-@dataclass
-class RolloutFns:
-    """The rollout interface the loop calls (``agents.rollout`` by default)::
-
-        collect(pool, engine, tokenizer, tasks, *, group_size, sampling, prompt_config, seed, max_prompt_tokens,
-                env_name) -> (RolloutBatch, {"rollout/...", "perf/...": float})
-        evaluate(pool, engine, tokenizer, tasks, *, sampling, prompt_config, seed, max_prompt_tokens, env_name)
-                -> ({"eval/<env>/<split>/success_rate", ".../family/<f>/success_rate", ".../score": float}, RolloutBatch)
-    """
-
-    collect: Callable
-    evaluate: Callable
-    prompt_config: Callable | None = None
-    """``(tokenizer, max_prompt_tokens, history_length) -> PromptConfig``; None = ``PromptConfig(history_length)``."""
-
-
-def default_rollout_fns() -> RolloutFns:
-    from agents import rollout
-
-    return RolloutFns(collect=rollout.collect, evaluate=rollout.evaluate, prompt_config=rollout.prompt_config_for)
 
 
 def old_from_rollout(batch):
@@ -188,22 +165,20 @@ class Trainer:
 
     cfg         : the validated ``RunConfig``
     folder      : its ``RunFolder`` (where logs and checkpoints go)
-    rollout_fns : the rollout interface (default: ``agents.rollout.collect`` / ``evaluate``)
     """
 
-    def __init__(self, cfg: RunConfig, folder: RunFolder, *, rollout_fns: RolloutFns | None = None,
-                 progress_file=None, batch_probe: Callable | None = None):
+    def __init__(self, cfg: RunConfig, folder: RunFolder, *, progress_file=None, batch_probe: Callable | None = None):
         self.cfg = cfg
         # batch_probe(trainer, batch, hidden) -> metrics, run on every training batch before the update (e.g. the
         # exact advantages of a finite world, groundtruth.live.probe_for; experiments.train passes it)
         self.batch_probe = batch_probe
         self.folder = folder
-        self.fns = rollout_fns
         self.progress_file = progress_file
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.pool = None
         self.rollout_engine = None
+        self.actor = None  # agents.rollout.Actor: the pool, the rollout engine and the prompt settings
         self.logger = None
         self.eval_log = None
         self._log_handlers: list[tuple[logging.Logger, logging.Handler]] = []
@@ -217,6 +192,7 @@ class Trainer:
         """Build model, engines, pool, sampler, evaluation lists and loggers; resume from a checkpoint."""
         from agents.engines import SamplingConfig
         from agents.models import load_model, load_tokenizer
+        from agents.rollout import Actor
         from envs.pool import EnvPool, TaskSampler, training_pool
 
         from .checkpoint import CheckpointError, load_checkpoint
@@ -226,8 +202,6 @@ class Trainer:
         from .seeding import seed_everything
 
         cfg = self.cfg
-        if self.fns is None:
-            self.fns = default_rollout_fns()
         if cfg.env.groups % self.world_size:
             raise ConfigError(
                 f"env.groups={cfg.env.groups} is not divisible by the {self.world_size} ranks, because each rank owns "
@@ -311,6 +285,9 @@ class Trainer:
                                              hidden_layer=cfg.model.hidden_layer if from_rollout else None)
         self.eval_sampling = SamplingConfig(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
                                             max_tokens=cfg.rollout.max_response_tokens, logprobs=False)
+        self.actor = Actor(pool=self.pool, engine=self.rollout_engine, tokenizer=self.tokenizer,
+                           prompt_config=self.prompt_config, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+                           env_name=cfg.env_name)
 
         # resume
         self.start_iteration = 0
@@ -363,7 +340,7 @@ class Trainer:
         against the chat template (builds ``self.prompt_config``); ``ConfigError`` naming the field."""
         import json
 
-        from agents.prompts import PromptConfig
+        from agents.rollout import prompt_config_for
 
         cfg = self.cfg
         try:
@@ -377,14 +354,11 @@ class Trainer:
                 f"model.hidden_layer={cfg.model.hidden_layer} is out of range for the {layers}-layer model "
                 f"{portable_path(self.model_dir)}: hidden_states has {layers + 1} entries, so use an index in "
                 f"[-{layers + 1}, -1] (e.g. -{min(12, layers)})")
-        if self.fns.prompt_config is not None:
-            try:
-                self.prompt_config = self.fns.prompt_config(self.tokenizer, cfg.rollout.max_prompt_tokens,
-                                                            cfg.rollout.history_length)
-            except ValueError as e:
-                raise ConfigError(f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens}: {e}") from e
-        else:
-            self.prompt_config = PromptConfig(history_length=cfg.rollout.history_length)
+        try:
+            self.prompt_config = prompt_config_for(self.tokenizer, cfg.rollout.max_prompt_tokens,
+                                                   cfg.rollout.history_length)
+        except ValueError as e:
+            raise ConfigError(f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens}: {e}") from e
 
     def _make_rollout_engine(self, device: str, dtype: str):
         from agents.engines import make_engine
@@ -436,15 +410,14 @@ class Trainer:
     # =========================================================================================== phases
     def rollout(self, iteration: int):
         """Sample this rank's P/W tasks and play G trajectories of each: ``(RolloutBatch, metrics)``."""
+        from agents.rollout import collect
+
         tasks = self.sampler.sample(self.cfg.env.groups)  # the same draw on every rank (same seed)
         mine = tasks[self.rank * self.groups_local: (self.rank + 1) * self.groups_local]
         self.rollout_engine.wake()
         try:
-            batch, metrics = self.fns.collect(
-                self.pool, self.rollout_engine, self.tokenizer, mine, group_size=self.cfg.env.group_size,
-                sampling=self.train_sampling, prompt_config=self.prompt_config,
-                seed=iteration_seed(self.cfg.seed, iteration),
-                max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name)
+            batch, metrics = collect(self.actor, mine, group_size=self.cfg.env.group_size,
+                                     sampling=self.train_sampling, seed=iteration_seed(self.cfg.seed, iteration))
         finally:
             self.rollout_engine.sleep()
         batch.validate()
@@ -557,6 +530,8 @@ class Trainer:
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Every eval split on its fixed task list (this rank's share): ``eval/<env>/<split>/...`` metrics."""
+        from agents.rollout import evaluate
+
         out: dict[str, float] = {}
         counts: dict[str, float] = {}
         self.rollout_engine.wake()
@@ -567,10 +542,8 @@ class Trainer:
                     continue
                 extra = {"episodes_per_task": self.cfg.eval.episodes_per_task} if self.cfg.eval.episodes_per_task > 1 \
                     else {}
-                metrics, _ = self.fns.evaluate(
-                    self.pool, self.rollout_engine, self.tokenizer, mine, sampling=self.eval_sampling,
-                    prompt_config=self.prompt_config, seed=self.cfg.eval.seed,
-                    max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name, **extra)
+                metrics, _ = evaluate(self.actor, mine, sampling=self.eval_sampling, seed=self.cfg.eval.seed,
+                                      **extra)
                 for k, v in metrics.items():
                     if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)
                         out[k] = float(v)
