@@ -149,8 +149,9 @@ class VLLMEngine(RolloutEngine):
     sleep_level            : 1 = offload weights to CPU and drop the KV cache; 2 = drop both (the next
                              ``update_weights`` must then provide every tensor)
     tensor_parallel_size   : GPUs per engine
-    enforce_eager          : skip vLLM's torch.compile / graph capture. None = True on CPU ([choice]: on the
-                             2-core machine the compiled start took 207 s against 38 s eager), False on GPU
+    llm_kwargs["enforce_eager"] : skip vLLM's torch.compile / graph capture. Not given (or None) = True on CPU
+                             ([choice]: on the 2-core machine the compiled start took 207 s against 38 s eager),
+                             False on GPU
     seed                   : engine seed (per-request seeds come from ``generate``). In-process vLLM seeds
                              the *global* Python/NumPy/torch RNGs with it when it starts: build the engine
                              before the run's own seeding function runs
@@ -161,8 +162,7 @@ class VLLMEngine(RolloutEngine):
 
     def __init__(self, model, dtype: str = "auto", gpu_memory_utilization: float = 0.5,
                  cpu_kv_cache_gb: int = 1, max_model_len: int | None = None, enable_sleep_mode: bool = False,
-                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0,
-                 enforce_eager: bool | None = None, **llm_kwargs):
+                 sleep_level: int = 1, tensor_parallel_size: int = 1, seed: int = 0, **llm_kwargs):
         from agents.models import check_model_dir
 
         if not 0 < gpu_memory_utilization <= 1:
@@ -182,6 +182,7 @@ class VLLMEngine(RolloutEngine):
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
+        enforce_eager = llm_kwargs.pop("enforce_eager", None)
         if enforce_eager is None:
             enforce_eager = self.on_cpu
         kwargs = dict(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed, enforce_eager=enforce_eager,
