@@ -61,6 +61,7 @@ from agents.projection import NOOP_ACTION, project
 from agents.prompts import PromptConfig, Transcript, get_prompt_builder
 
 __all__ = [
+    "Actor",
     "collect",
     "evaluate",
     "play",
@@ -187,31 +188,38 @@ class RolloutTrace:
 
     prompts_per_turn : list[list[int]]  env slots prompted at each turn, in the order given to the engine
     generations_avoided : int           prompts a prompt-every-env-every-turn rollout would have added
-    wasted_prompts / wasted_tokens : int  prompts / tokens generated for finished envs (``generate_for_finished``)
     """
 
     prompts_per_turn: list[list[int]] = field(default_factory=list)
     generations_avoided: int = 0
-    wasted_prompts: int = 0
-    wasted_tokens: int = 0
     turns: int = 0
     env_errors: int = 0
     prompt_truncated: int = 0
     time: dict[str, float] = field(default_factory=dict)
 
 
+SeedFn = Callable[[Any, int, int], int]  # (task, copy, turn) -> sampling seed
+
+
 class TurnHook:
-    """A per-turn hook of the acting loop (``play``): called once per turn after the
-    responses are projected and before the live envs are stepped. ``episodes[j]`` (an ``Episode``: transcript,
-    latest info, task) is about to take ``actions[j]`` (``valids[j]``); the hook may label those states (DAgger asks
-    the expert through ``pool.call([slot], "expert_response", info, style)``) and may replace entries of
-    ``actions`` / ``valids`` in place (DAgger's expert mixing). The default does nothing."""
+    """How ``play`` acts beyond sampling; the defaults are the acting loop's own conventions.
+
+    ``before_step`` is called once per turn after the responses are projected and before the live envs are
+    stepped. ``episodes[j]`` (an ``Episode``: transcript, latest info, task) is about to take ``actions[j]``
+    (``valids[j]``); the hook may label those states (DAgger asks the expert through
+    ``pool.call([slot], "expert_response", info, style)``) and may replace entries of ``actions`` / ``valids`` in
+    place (DAgger's expert mixing). ``seed_fn(task, copy, turn)``, if set, replaces ``sample_seed`` (the warm
+    start's DAgger keeps the seeds its cached models were built with); ``invalid_text`` is the history's text for
+    an invalid step; ``after_chunk(episodes)`` is called after each chunk of the task list (progress bars)."""
+
+    seed_fn: SeedFn | None = None
+    invalid_text: str = INVALID_ACTION_TEXT
 
     def before_step(self, pool, episodes: list[Episode], actions: list[str], valids: list[bool], turn: int) -> None:
         return None
 
-
-SeedFn = Callable[[Any, int, int], int]  # (task, copy, turn) -> sampling seed
+    def after_chunk(self, episodes: list[Episode]) -> None:
+        return None
 
 
 def _family_key(family: Any) -> str:
@@ -243,25 +251,168 @@ class Episode:
     live: bool = True
 
 
-def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, sampling: SamplingConfig,
-         prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None,
-         generate_for_finished: bool, max_turns: int | None, trace: RolloutTrace, hook: TurnHook | None = None,
-         seed_fn: SeedFn | None = None, invalid_text: str = INVALID_ACTION_TEXT) -> tuple[dict, list[Episode]]:
-    """One group rollout on ``pool``; returns the row columns (turn-major) and the episodes (slot order).
-    ``hook``: a ``TurnHook``; ``seed_fn(task, copy, turn)``: the sampling seeds (default ``sample_seed`` of the run
-    seed); ``invalid_text``: the executed action the history shows after an invalid response."""
+@dataclass(kw_only=True)
+class Actor:
+    """What every acting call on one set of envs shares (``collect``, ``play``, ``evaluate``; the warm start's
+    ``play`` and ``evaluate`` too); what varies per call (tasks, sampling, seed) is passed to the call.
+
+    pool : ``envs.pool.EnvPool``, enough slots for the calls' tasks x copies
+    engine : an ``agents.engines.RolloutEngine`` (HF or vLLM); prompts go to it in ascending slot order
+    tokenizer : the model's tokenizer (chat template); None = ``engine.tokenizer``
+    prompt_config : ``agents.prompts.PromptConfig`` (history length, soft length bound); see ``prompt_config_for``.
+        None = the builder's defaults
+    max_prompt_tokens : hard bound on prompt ids (last-resort cut, ``encode_prompt``)
+    env_name : prompt wording ("alfworld", "textcraft", "webshop"); None = ``pool.env_name``
+    max_turns : stop after this many turns (rows of still-live envs get ``done=True``); None = run until every
+        episode ends (the envs' ``max_steps`` horizon guarantees it)
+    """
+
+    pool: Any
+    engine: RolloutEngine
+    tokenizer: Any = None
+    prompt_config: PromptConfig | None = None
+    max_prompt_tokens: int
+    env_name: str | None = None
+    max_turns: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_prompt_tokens, int) or self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens={self.max_prompt_tokens!r} must be a positive integer")
+        if self.max_turns is not None and (not isinstance(self.max_turns, int) or self.max_turns < 1):
+            raise ValueError(f"max_turns={self.max_turns!r} must be a positive integer or None")
+        if self.tokenizer is None:
+            self.tokenizer = getattr(self.engine, "tokenizer", None)
+        if self.tokenizer is None:
+            raise ValueError("Actor: no tokenizer given and the engine has none; pass tokenizer=...")
+
+    @property
+    def env(self) -> str:
+        """The prompt wording in use: ``env_name`` or the pool's."""
+        return self.env_name or self.pool.env_name
+
+
+@dataclass
+class _Rows:
+    """The step rows of one rollout in the order they were played (turn-major), one typed list per field."""
+
+    slot: list[int] = field(default_factory=list)
+    step: list[int] = field(default_factory=list)
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    response_ids: list[list[int]] = field(default_factory=list)
+    response_text: list[str] = field(default_factory=list)
+    action: list[str] = field(default_factory=list)
+    reward: list[float] = field(default_factory=list)
+    valid: list[bool] = field(default_factory=list)
+    done: list[bool] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    anchor_obs: list[str] = field(default_factory=list)
+    state_key: list[Any] = field(default_factory=list)
+    logprobs: list[list[float] | None] = field(default_factory=list)
+    hidden: list[torch.Tensor | None] = field(default_factory=list)
+    prompt_cut: list[bool] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    def append(self, e: Episode, prompt_ids: list[int], g: Generation, action: str, reward: float, valid: bool,
+               done: bool, truncated: bool, prompt_cut: bool) -> int:
+        """Add the row of episode ``e``'s next step (its prompt, generation and outcome); returns its index."""
+        self.slot.append(e.slot)
+        self.step.append(len(e.rows))
+        self.prompt_ids.append(prompt_ids)
+        self.response_ids.append(list(g.token_ids))
+        self.response_text.append(str(g.text))
+        self.action.append(action)
+        self.reward.append(float(reward))
+        self.valid.append(valid)
+        self.done.append(done)
+        self.truncated.append(truncated)
+        self.anchor_obs.append(str(e.info.get("anchor_obs", e.transcript.observation)))
+        self.state_key.append(e.info.get("state_key"))
+        self.logprobs.append(g.logprobs)
+        self.hidden.append(g.hidden)
+        self.prompt_cut.append(prompt_cut)
+        return len(self.slot) - 1
+
+    def to_batch(self, eps: list[Episode], group_offset: int = 0) -> RolloutBatch:
+        """A RolloutBatch sorted by (group, trajectory, step)."""
+        n = len(self)
+        slot_ep = {e.slot: e for e in eps}
+        order = sorted(range(n), key=lambda i: (self.slot[i], self.step[i]))
+        ep_of = [slot_ep[self.slot[i]] for i in order]
+        have_lp = n > 0 and all(self.logprobs[i] is not None for i in order)
+        have_hidden = n > 0 and all(self.hidden[i] is not None for i in order)
+        batch = RolloutBatch(
+            prompt_ids=[torch.tensor(self.prompt_ids[i], dtype=torch.long) for i in order],
+            response_ids=[torch.tensor(self.response_ids[i], dtype=torch.long) for i in order],
+            group_id=torch.tensor([e.group + group_offset for e in ep_of], dtype=torch.long),
+            traj_id=torch.tensor([e.copy for e in ep_of], dtype=torch.long),
+            step=torch.tensor([self.step[i] for i in order], dtype=torch.long),
+            reward=torch.tensor([self.reward[i] for i in order], dtype=torch.float32),
+            valid=torch.tensor([self.valid[i] for i in order], dtype=torch.bool),
+            done=torch.tensor([self.done[i] for i in order], dtype=torch.bool),
+            won=torch.tensor([e.won for e in ep_of], dtype=torch.bool),
+            response_truncated=torch.tensor([self.truncated[i] for i in order], dtype=torch.bool),
+            anchor_obs=[self.anchor_obs[i] for i in order],
+            response_text=[self.response_text[i] for i in order],
+            action=[self.action[i] for i in order],
+            state_key=[self.state_key[i] for i in order],
+            task_family=[e.family for e in ep_of],
+            task_id=[e.task.task_id for e in ep_of],
+            rollout_logprobs=([torch.tensor(self.logprobs[i], dtype=torch.float32) for i in order]
+                              if have_lp else None),
+            rollout_hidden=torch.stack([self.hidden[i] for i in order]).float() if have_hidden else None,
+        )
+        batch.validate()
+        return batch
+
+    def episode_stats(self, eps: list[Episode]) -> dict[str, Any]:
+        fam: dict[str, list[bool]] = {}
+        for e in eps:
+            fam.setdefault(_family_key(e.family), []).append(e.won)
+        return {
+            "won": [e.won for e in eps],
+            "lengths": [len(e.rows) for e in eps],
+            "families": fam,
+            "scores": [e.score for e in eps],
+            "returns": [sum(self.reward[i] for i in e.rows) for e in eps],
+            "valid": self.valid,
+            "truncated": self.truncated,
+            "prompt_tokens": [len(p) for p in self.prompt_ids],
+            "response_tokens": [len(r) for r in self.response_ids],
+        }
+
+
+def _prompts(actor: Actor, builder, prompted: list[Episode], seed: int, turn: int,
+             seed_fn: SeedFn | None) -> tuple[list[list[int]], list[bool], list[int]]:
+    """``(prompt ids, cut flags, sampling seeds)`` of the prompted episodes at ``turn``."""
+    tokenizer = actor.tokenizer
+    messages = [_messages(builder, e.transcript, actor.prompt_config) for e in prompted]
+    texts = [_render(tokenizer, m) for m in messages]
+    ids_all = _encode(tokenizer, texts)
+    prompt_ids, cut = [], []
+    for m, text, ids in zip(messages, texts, ids_all):
+        p, c = encode_prompt(tokenizer, m, actor.max_prompt_tokens, text=text, ids=ids)
+        prompt_ids.append(p)
+        cut.append(c)
+    if seed_fn is None:
+        seeds = [sample_seed(seed, e.task.split, e.task.index, e.task.seed, e.copy, turn) for e in prompted]
+    else:
+        seeds = [int(seed_fn(e.task, e.copy, turn)) for e in prompted]
+    return prompt_ids, cut, seeds
+
+
+def _run(actor: Actor, tasks, group_size: int, sampling: SamplingConfig, seed: int, trace: RolloutTrace,
+         hook: TurnHook | None = None) -> tuple[_Rows, list[Episode]]:
+    """One group rollout on ``actor.pool``; returns the rows (turn-major) and the episodes (slot order).
+    ``hook``: a ``TurnHook`` (default: the loop's own conventions, ``sample_seed`` of the run seed)."""
     if not isinstance(sampling, SamplingConfig):
         raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     if not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size={group_size!r} must be a positive integer")
-    if not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1:
-        raise ValueError(f"max_prompt_tokens={max_prompt_tokens!r} must be a positive integer")
-    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-        raise ValueError(f"max_turns={max_turns!r} must be a positive integer or None")
-    tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
-    if tokenizer is None:
-        raise ValueError("collect: no tokenizer given and the engine has none; pass tokenizer=...")
-    builder = get_prompt_builder(env_name or pool.env_name)
+    hook = hook if hook is not None else TurnHook()
+    pool, engine, max_turns = actor.pool, actor.engine, actor.max_turns
+    builder = get_prompt_builder(actor.env)
     times = trace.time
     for k in ("reset", "prompt", "generate", "env", "total"):
         times.setdefault(k, 0.0)
@@ -277,9 +428,7 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
                             family=str(info.get("task_family", "")), transcript=Transcript.start(o, info),
                             info=dict(info)))
     n_envs = len(eps)
-    cols: dict[str, list] = {k: [] for k in (
-        "slot", "step", "prompt_ids", "response_ids", "response_text", "action", "reward", "valid", "done",
-        "truncated", "anchor_obs", "state_key", "logprobs", "hidden", "prompt_cut")}
+    rows = _Rows()
 
     turn = 0
     while True:
@@ -289,27 +438,15 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
         if max_turns is not None and turn >= max_turns:  # safety bound for envs without a horizon
             for e in live:
                 if e.rows:
-                    cols["done"][e.rows[-1]] = True
+                    rows.done[e.rows[-1]] = True
                 e.live = False
             break
-        prompted = eps if generate_for_finished else live
-        trace.prompts_per_turn.append([e.slot for e in prompted])
+        trace.prompts_per_turn.append([e.slot for e in live])
         trace.generations_avoided += n_envs - len(live)
 
-        # ---- prompts (live envs; all envs in the wasteful variant)
+        # ---- prompts of the live envs
         t0 = time.perf_counter()
-        messages = [_messages(builder, e.transcript, prompt_config) for e in prompted]
-        texts = [_render(tokenizer, m) for m in messages]
-        ids_all = _encode(tokenizer, texts)
-        prompt_ids, cut = [], []
-        for m, text, ids in zip(messages, texts, ids_all):
-            p, c = encode_prompt(tokenizer, m, max_prompt_tokens, text=text, ids=ids)
-            prompt_ids.append(p)
-            cut.append(c)
-        if seed_fn is None:
-            seeds = [sample_seed(seed, e.task.split, e.task.index, e.task.seed, e.copy, turn) for e in prompted]
-        else:
-            seeds = [int(seed_fn(e.task, e.copy, turn)) for e in prompted]
+        prompt_ids, cut, seeds = _prompts(actor, builder, live, seed, turn, hook.seed_fn)
         times["prompt"] += time.perf_counter() - t0
 
         # ---- one batched generation
@@ -320,49 +457,25 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             raise RuntimeError(f"engine {getattr(engine, 'name', engine)!r} returned {len(gens)} generations for "
                                f"{len(prompt_ids)} prompts")
 
-        # ---- project, step the live envs only
-        keep = [j for j, e in enumerate(prompted) if e.live]
-        if generate_for_finished:
-            for j, e in enumerate(prompted):
-                if not e.live:
-                    trace.wasted_prompts += 1
-                    trace.wasted_tokens += len(gens[j].token_ids)
+        # ---- project, step the live envs
         actions, valids, truncs = [], [], []
-        for j in keep:
-            g = gens[j]
+        for g in gens:
             trunc = bool(g.truncated)
             proj = project(g.text)
             valid = proj.valid and not trunc
             actions.append(proj.action if valid else NOOP_ACTION)
             valids.append(valid)
             truncs.append(trunc)
-        if hook is not None:
-            hook.before_step(pool, [prompted[j] for j in keep], actions, valids, turn)
+        hook.before_step(pool, live, actions, valids, turn)
         t0 = time.perf_counter()
-        results = pool.step([prompted[j].slot for j in keep], actions)
+        results = pool.step([e.slot for e in live], actions)
         times["env"] += time.perf_counter() - t0
 
-        for j, action, valid, trunc, res in zip(keep, actions, valids, truncs, results):
-            e, g = prompted[j], gens[j]
+        for j, (e, action, valid, trunc, res) in enumerate(zip(live, actions, valids, truncs, results)):
             info = res.info if isinstance(res.info, dict) else {}
             error = info.get("error")
             done = bool(res.terminated or res.truncated or error)
-            cols["slot"].append(e.slot)
-            cols["step"].append(len(e.rows))
-            cols["prompt_ids"].append(prompt_ids[j])
-            cols["response_ids"].append(list(g.token_ids))
-            cols["response_text"].append(str(g.text))
-            cols["action"].append(action)
-            cols["reward"].append(float(res.reward))
-            cols["valid"].append(valid)
-            cols["done"].append(done)
-            cols["truncated"].append(trunc)
-            cols["anchor_obs"].append(str(e.info.get("anchor_obs", e.transcript.observation)))
-            cols["state_key"].append(e.info.get("state_key"))
-            cols["logprobs"].append(g.logprobs)
-            cols["hidden"].append(g.hidden)
-            cols["prompt_cut"].append(cut[j])
-            e.rows.append(len(cols["slot"]) - 1)
+            e.rows.append(rows.append(e, prompt_ids[j], gens[j], action, res.reward, valid, done, trunc, cut[j]))
             e.valids.append(valid)
             e.won = e.won or bool(info.get("won", False))
             if info.get("raw_score") is not None:
@@ -374,62 +487,12 @@ def _run(pool, engine: RolloutEngine, tokenizer, tasks, group_size: int, samplin
             if done:
                 e.live = False
             else:
-                e.transcript.record(action if valid else invalid_text, res.obs, info)
+                e.transcript.record(action if valid else hook.invalid_text, res.obs, info)
                 e.info = dict(info)
         turn += 1
     trace.turns += turn
     times["total"] += time.perf_counter() - t_start
-    return cols, eps
-
-
-def _to_batch(cols: dict, eps: list[Episode], group_offset: int = 0) -> RolloutBatch:
-    """Columns of ``_run`` -> a RolloutBatch sorted by (group, trajectory, step)."""
-    n = len(cols["slot"])
-    slot_ep = {e.slot: e for e in eps}
-    order = sorted(range(n), key=lambda i: (cols["slot"][i], cols["step"][i]))
-    ep_of = [slot_ep[cols["slot"][i]] for i in order]
-    have_lp = n > 0 and all(cols["logprobs"][i] is not None for i in order)
-    have_hidden = n > 0 and all(cols["hidden"][i] is not None for i in order)
-    batch = RolloutBatch(
-        prompt_ids=[torch.tensor(cols["prompt_ids"][i], dtype=torch.long) for i in order],
-        response_ids=[torch.tensor(cols["response_ids"][i], dtype=torch.long) for i in order],
-        group_id=torch.tensor([e.group + group_offset for e in ep_of], dtype=torch.long),
-        traj_id=torch.tensor([e.copy for e in ep_of], dtype=torch.long),
-        step=torch.tensor([cols["step"][i] for i in order], dtype=torch.long),
-        reward=torch.tensor([cols["reward"][i] for i in order], dtype=torch.float32),
-        valid=torch.tensor([cols["valid"][i] for i in order], dtype=torch.bool),
-        done=torch.tensor([cols["done"][i] for i in order], dtype=torch.bool),
-        won=torch.tensor([e.won for e in ep_of], dtype=torch.bool),
-        response_truncated=torch.tensor([cols["truncated"][i] for i in order], dtype=torch.bool),
-        anchor_obs=[cols["anchor_obs"][i] for i in order],
-        response_text=[cols["response_text"][i] for i in order],
-        action=[cols["action"][i] for i in order],
-        state_key=[cols["state_key"][i] for i in order],
-        task_family=[e.family for e in ep_of],
-        task_id=[e.task.task_id for e in ep_of],
-        rollout_logprobs=[torch.tensor(cols["logprobs"][i], dtype=torch.float32) for i in order] if have_lp else None,
-        rollout_hidden=torch.stack([cols["hidden"][i] for i in order]).float() if have_hidden else None,
-    )
-    batch.validate()
-    return batch
-
-
-def _episode_stats(cols: dict, eps: list[Episode]) -> dict[str, Any]:
-    lengths = [len(e.rows) for e in eps]
-    fam: dict[str, list[bool]] = {}
-    for e in eps:
-        fam.setdefault(_family_key(e.family), []).append(e.won)
-    return {
-        "won": [e.won for e in eps],
-        "lengths": lengths,
-        "families": fam,
-        "scores": [e.score for e in eps],
-        "returns": [sum(cols["reward"][i] for i in e.rows) for e in eps],
-        "valid": cols["valid"],
-        "truncated": cols["truncated"],
-        "prompt_tokens": [len(p) for p in cols["prompt_ids"]],
-        "response_tokens": [len(r) for r in cols["response_ids"]],
-    }
+    return rows, eps
 
 
 def _mean(xs) -> float:
@@ -438,29 +501,17 @@ def _mean(xs) -> float:
 
 
 # ====================================================================== public API
-def collect(pool, engine: RolloutEngine, tokenizer, tasks, *, group_size: int, sampling: SamplingConfig,
-            prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
-            max_turns: int | None = None, generate_for_finished: bool = False,
+def collect(actor: Actor, tasks, *, group_size: int, sampling: SamplingConfig, seed: int,
             trace: RolloutTrace | None = None) -> tuple[RolloutBatch, dict[str, float]]:
-    """Roll out ``len(tasks)`` prompt groups x ``group_size`` copies on ``pool`` (see the module docstring).
+    """Roll out ``len(tasks)`` prompt groups x ``group_size`` copies on ``actor.pool`` (see the module docstring).
 
     Args:
-        pool: ``envs.pool.EnvPool`` with at least ``len(tasks) * group_size`` slots.
-        engine: an ``agents.engines.RolloutEngine`` (HF or vLLM); prompts go to it in ascending slot order.
-        tokenizer: the model's tokenizer (chat template); None = ``engine.tokenizer``.
+        actor: the ``Actor`` (pool with at least ``len(tasks) * group_size`` slots, engine, prompt settings).
         tasks: ``list[envs.pool.Task]``, one per prompt group (P).
         group_size: G, copies per task (same task and env seed).
         sampling: ``SamplingConfig`` (temperature, top-p, max response tokens, stop strings).
-        prompt_config: ``agents.prompts.PromptConfig`` (history length, soft length bound); see
-            ``prompt_config_for``. None = the builder's defaults.
         seed: run seed of the per-sample seeds (``sample_seed``).
-        max_prompt_tokens: hard bound on prompt ids (last-resort cut, ``encode_prompt``).
-        env_name: prompt wording ("alfworld", "textcraft", "webshop"); None = ``pool.env_name``.
-        max_turns: stop after this many turns (rows of still-live envs get ``done=True``); None = run until
-            every episode ends (the envs' ``max_steps`` horizon guarantees it).
-        generate_for_finished: the reference stack's behaviour, for the benchmark only: finished envs are
-            prompted too (their generations are discarded, never stepped). Rows are unchanged.
-        trace: a ``RolloutTrace`` to fill (prompts per turn, waste counters, times).
+        trace: a ``RolloutTrace`` to fill (prompts per turn, times).
 
     Returns:
         ``(batch, metrics)``: the step rows (``RolloutBatch``, N rows sorted by group, trajectory, step) and
@@ -470,10 +521,9 @@ def collect(pool, engine: RolloutEngine, tokenizer, tasks, *, group_size: int, s
     tasks = list(tasks)
     if not tasks:
         raise ValueError("collect: no tasks given; pass one envs.pool.Task per prompt group")
-    cols, eps = _run(pool, engine, tokenizer, tasks, group_size, sampling, prompt_config, seed, max_prompt_tokens,
-                     env_name, generate_for_finished, max_turns, trace)
-    batch = _to_batch(cols, eps)
-    st = _episode_stats(cols, eps)
+    rows, eps = _run(actor, tasks, group_size, sampling, seed, trace)
+    batch = rows.to_batch(eps)
+    st = rows.episode_stats(eps)
     t = trace.time
     gen_tokens = sum(st["response_tokens"])
     n_rows = len(batch)
@@ -504,29 +554,21 @@ def collect(pool, engine: RolloutEngine, tokenizer, tasks, *, group_size: int, s
     for fam, won in sorted(st["families"].items()):
         metrics[f"rollout/family/{fam}/success_rate"] = _mean(won)
     scores = [s for s in st["scores"] if s is not None]
-    if scores or (env_name or pool.env_name) == "webshop":
+    if scores or actor.env == "webshop":
         metrics["rollout/score"] = _mean(s if s is not None else 0.0 for s in st["scores"])
-    if generate_for_finished:
-        metrics["rollout/wasted_generations"] = float(trace.wasted_prompts)
-        metrics["rollout/wasted_gen_tokens"] = float(trace.wasted_tokens)
     for k, v in metrics.items():
         if not math.isfinite(v):
             raise FloatingPointError(f"rollout metric {k} is {v}")
     return batch, metrics
 
 
-def play(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingConfig,
-         prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
-         episodes_per_task: int = 1, max_turns: int | None = None, hook: TurnHook | None = None,
-         seed_fn: SeedFn | None = None, invalid_text: str = INVALID_ACTION_TEXT,
-         on_chunk: Callable[[list[Episode]], None] | None = None) -> tuple[RolloutBatch, list[Episode]]:
+def play(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int, episodes_per_task: int = 1,
+         hook: TurnHook | None = None) -> tuple[RolloutBatch, list[Episode]]:
     """Play a task list, ``episodes_per_task`` episodes per task, in chunks of the pool's size: the acting loop
     that RL rollouts, evaluation, the SFT warm start's DAgger rounds and its evaluation all share.
 
     Rows, prompts, seeds and invalid responses are handled as in ``collect`` (module docstring). ``hook``: a
-    ``TurnHook`` (labelling, action mixing); ``seed_fn(task, copy, turn)`` replaces ``sample_seed`` (the warm
-    start's DAgger keeps the seeds its cached models were built with); ``invalid_text``: the history's text for an
-    invalid step; ``on_chunk(episodes)`` is called after each chunk (progress bars).
+    ``TurnHook`` (labelling, action mixing, the seed and history conventions, a call after each chunk).
 
     Returns ``(batch, episodes)``: group ids number the tasks in list order (group k = ``tasks[k]``); episodes in
     task order (copies of a task together). Per-sample seeds depend on the task, not on its chunk, so the result
@@ -537,32 +579,29 @@ def play(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingCon
         raise ValueError("play: no tasks given (an empty task list)")
     if not isinstance(episodes_per_task, int) or episodes_per_task < 1:
         raise ValueError(f"play: episodes_per_task={episodes_per_task!r} must be a positive integer")
-    per_chunk = pool.num_envs // episodes_per_task
+    per_chunk = actor.pool.num_envs // episodes_per_task
     if per_chunk < 1:
-        raise ValueError(f"play: episodes_per_task={episodes_per_task} exceeds the pool's {pool.num_envs} envs")
+        raise ValueError(f"play: episodes_per_task={episodes_per_task} exceeds the pool's {actor.pool.num_envs} envs")
     batches, all_eps = [], []
     for start in range(0, len(tasks), per_chunk):
         trace = RolloutTrace()
         chunk = tasks[start:start + per_chunk]
-        cols, eps = _run(pool, engine, tokenizer, chunk, episodes_per_task, sampling, prompt_config, seed,
-                         max_prompt_tokens, env_name, False, max_turns, trace, hook=hook, seed_fn=seed_fn,
-                         invalid_text=invalid_text)
-        batches.append(_to_batch(cols, eps, group_offset=start))
+        rows, eps = _run(actor, chunk, episodes_per_task, sampling, seed, trace, hook=hook)
+        batches.append(rows.to_batch(eps, group_offset=start))
         for e in eps:
             e.group += start
         all_eps.extend(eps)
-        if on_chunk is not None:
-            on_chunk(eps)
+        if hook is not None:
+            hook.after_chunk(eps)
     return RolloutBatch.concat(batches), all_eps
 
 
-def evaluate(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: SamplingConfig,
-             prompt_config: PromptConfig | None, seed: int, max_prompt_tokens: int, env_name: str | None = None,
-             episodes_per_task: int = 1, max_turns: int | None = None) -> tuple[dict[str, float], RolloutBatch]:
+def evaluate(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int,
+             episodes_per_task: int = 1) -> tuple[dict[str, float], RolloutBatch]:
     """Play a fixed task list (e.g. ``envs.pool.eval_tasks``) with ``play`` and score it; tasks may come from
     several splits.
 
-    Metrics, per split of the list (``<env>`` = ``env_name`` or ``pool.env_name``)::
+    Metrics, per split of the list (``<env>`` = ``actor.env``)::
 
         eval/<env>/<split>/success_rate                  won episodes / episodes
         eval/<env>/<split>/family/<family>/success_rate  the same per task family
@@ -577,11 +616,9 @@ def evaluate(pool, engine: RolloutEngine, tokenizer, tasks, *, sampling: Samplin
     tasks = list(tasks)
     if not tasks:
         raise ValueError("evaluate: no tasks given (an empty evaluation list)")
-    env = env_name or pool.env_name
+    env = actor.env
     t_start = time.perf_counter()
-    batch, all_eps = play(pool, engine, tokenizer, tasks, sampling=sampling, prompt_config=prompt_config, seed=seed,
-                          max_prompt_tokens=max_prompt_tokens, env_name=env_name,
-                          episodes_per_task=episodes_per_task, max_turns=max_turns)
+    batch, all_eps = play(actor, tasks, sampling=sampling, seed=seed, episodes_per_task=episodes_per_task)
     metrics: dict[str, float] = {}
     splits = list(dict.fromkeys(t.split for t in tasks))
     graded = env == "webshop" or any(e.score is not None for e in all_eps)

@@ -10,7 +10,7 @@
     paper's extra pass cost 11.3% of a whole training step.
 (b) **Generation avoided** by not prompting finished episodes: the same rollout (same seeds, so identical rows)
     run live-only and the reference way (every env prompted every turn until the slowest ends,
-    ``collect(..., generate_for_finished=True)``); prompts and generated tokens for finished envs, and the
+    ``GenerateForFinished``); prompts and generated tokens for finished envs, and the
     generation time of both. The policy matters (a policy that never finishes early wastes nothing), so two are
     measured: the tiny random model alone, and an "expert mix" (see ``ExpertMixEngine``).
 (c) **Rollout throughput** of the HF engine on the tiny model at P x G = 4 x 4 and 16 x 8: env steps/s,
@@ -82,15 +82,16 @@ def bench_hidden(label: str, model_path, layer: int, p: int, g: int, max_tokens:
     import torch
 
     from agents.engines import SamplingConfig, make_engine
-    from agents.rollout import collect, prompt_config_for
+    from agents.rollout import Actor, collect, prompt_config_for
     from trainer.actor import actor_forward, pack_rows
 
     engine = make_engine("hf", model_path, dtype="float32")
     tok = engine.tokenizer
     with _pool("textcraft", p * g, max_steps=2) as pool:
-        batch, _ = collect(pool, engine, tok, _tasks(pool, p, seed=3), group_size=g,
-                           sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens),
-                           prompt_config=prompt_config_for(tok, 2048), seed=0, max_prompt_tokens=2048)
+        actor = Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
+                      max_prompt_tokens=2048)
+        batch, _ = collect(actor, _tasks(pool, p, seed=3), group_size=g,
+                           sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens), seed=0)
     model = engine.model
     n = len(batch)
     chunks = [list(range(i, min(i + rows_per_forward, n))) for i in range(0, n, rows_per_forward)]
@@ -161,13 +162,65 @@ def bench_hidden(label: str, model_path, layer: int, p: int, g: int, max_tokens:
 
 
 # ====================================================================== (b) generation avoided
+class GenerateForFinished(RolloutEngine):
+    """The reference stack's rollout, as an engine wrapper: every env of the pool is prompted every turn until the
+    slowest episode ends, and the generations for finished envs are made and discarded. ``agents.rollout`` prompts
+    the live envs only, in ascending slot order (``pool.live_indices()``); this wrapper adds a prompt for every
+    finished env (the prompt of its last turn: its transcript no longer changes) with the sampling seed the
+    reference stack gives it (``agents.rollout.sample_seed`` of this turn), asks ``inner`` for all envs in slot
+    order in one call, and returns the live envs' generations. The rows are those of the live-only rollout.
+    ``wasted_prompts`` / ``wasted_tokens`` count the prompts and generated tokens of finished envs.
+
+    ``tasks``, ``group_size`` and ``seed``: those of the ``collect`` call this wrapper serves (one call each)."""
+
+    name = "generate-for-finished"
+
+    def __init__(self, inner: RolloutEngine, pool, tasks, group_size: int, seed: int):
+        self.inner, self.pool, self.tokenizer = inner, pool, inner.tokenizer
+        self.tasks, self.group_size, self.seed = list(tasks), int(group_size), int(seed)
+        self.turn = 0
+        self.last_prompt: dict[int, list[int]] = {}  # env slot -> its latest prompt
+        self.wasted_prompts = 0
+        self.wasted_tokens = 0
+
+    def _seed(self, slot: int) -> int:
+        from agents.rollout import sample_seed
+
+        task = self.tasks[slot // self.group_size]
+        return sample_seed(self.seed, task.split, task.index, task.seed, slot % self.group_size, self.turn)
+
+    def generate(self, prompt_token_ids, sampling, seeds=None):
+        live = self.pool.live_indices()
+        if len(live) != len(prompt_token_ids) or seeds is None:
+            raise RuntimeError(f"{self.name}: expected one prompt and seed per live env ({len(live)}), got "
+                               f"{len(prompt_token_ids)} prompts, seeds {'missing' if seeds is None else 'given'}")
+        self.last_prompt.update(zip(live, prompt_token_ids))
+        slots = sorted(self.last_prompt)  # every env of the rollout (all are live at the first turn)
+        given = dict(zip(live, seeds))
+        gens = self.inner.generate([self.last_prompt[s] for s in slots], sampling,
+                                   seeds=[given[s] if s in given else self._seed(s) for s in slots])
+        out = []
+        for s, g in zip(slots, gens):
+            if s in given:
+                out.append(g)
+            else:
+                self.wasted_prompts += 1
+                self.wasted_tokens += len(g.token_ids)
+        self.turn += 1
+        return out
+
+    def update_weights(self, named_tensors):
+        return self.inner.update_weights(named_tensors)
+
+
 class ExpertMixEngine(RolloutEngine):
     """A policy for the waste measurement: the tiny HF model generates for EVERY prompt it is given (real
     generation cost), then, for a live env, with probability ``p`` (drawn from the sample's seed) the response is
     replaced by the env expert's next action in tags. Episodes therefore end at different turns, as a trained
     agent's do; finished envs (prompted only in the reference variant) keep the model's own generation.
     Counts the model's generated tokens on live and on finished envs. Prompts arrive in slot order (live envs
-    only, or every env in the reference variant), as ``agents.rollout.collect`` documents."""
+    only, or every env in the reference variant, ``GenerateForFinished``), as ``agents.rollout.collect``
+    documents."""
 
     name = "expert-mix"
 
@@ -201,7 +254,7 @@ class ExpertMixEngine(RolloutEngine):
 
 def bench_waste(engine, env: str, p_groups: int, g: int, max_steps: int, max_tokens: int, mix: float | None) -> dict:
     from agents.engines import SamplingConfig
-    from agents.rollout import RolloutTrace, collect, prompt_config_for
+    from agents.rollout import Actor, RolloutTrace, collect, prompt_config_for
 
     tok = engine.tokenizer
     out = {"env": env, "P": p_groups, "G": g, "horizon": max_steps,
@@ -209,18 +262,20 @@ def bench_waste(engine, env: str, p_groups: int, g: int, max_steps: int, max_tok
     runs = {}
     for wasteful in (False, True):
         with _pool(env, p_groups * g, max_steps, expert=mix is not None) as pool:
+            tasks = _tasks(pool, p_groups, seed=11)
             eng = engine if mix is None else ExpertMixEngine(engine, pool, mix)
+            outer = GenerateForFinished(eng, pool, tasks, g, seed=5) if wasteful else eng
             trace = RolloutTrace()
-            batch, m = collect(pool, eng, tok, _tasks(pool, p_groups, seed=11), group_size=g,
-                               sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens),
-                               prompt_config=prompt_config_for(tok, 2048), seed=5, max_prompt_tokens=2048,
-                               generate_for_finished=wasteful, trace=trace)
-            runs[wasteful] = (batch, m, trace, eng)
-    (b0, m0, t0, e0), (b1, m1, _t1, e1) = runs[False], runs[True]
+            actor = Actor(pool=pool, engine=outer, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
+                          max_prompt_tokens=2048)
+            batch, m = collect(actor, tasks, group_size=g,
+                               sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens), seed=5, trace=trace)
+            runs[wasteful] = (batch, m, trace, eng, outer)
+    (b0, m0, t0, e0, _o0), (b1, m1, _t1, e1, o1) = runs[False], runs[True]
     assert b0.response_text == b1.response_text, "the two variants must produce identical rows"
     prompts_live = sum(map(len, t0.prompts_per_turn))
     tokens_live = m0["rollout/gen_tokens"] if mix is None else e0.live_tokens
-    tokens_waste = m1["rollout/wasted_gen_tokens"] if mix is None else e1.finished_tokens
+    tokens_waste = o1.wasted_tokens if mix is None else e1.finished_tokens
     out.update({
         "success": m0["rollout/success_rate"], "ep_len": m0["rollout/episode_length"], "turns": len(t0.prompts_per_turn),
         "prompts": prompts_live, "prompts_avoided": m0["rollout/generations_avoided"],
@@ -233,13 +288,14 @@ def bench_waste(engine, env: str, p_groups: int, g: int, max_steps: int, max_tok
 # ====================================================================== (c) throughput
 def bench_throughput(engine, p: int, g: int, max_steps: int, max_tokens: int) -> dict:
     from agents.engines import SamplingConfig
-    from agents.rollout import collect, prompt_config_for
+    from agents.rollout import Actor, collect, prompt_config_for
 
     tok = engine.tokenizer
     with _pool("textcraft", p * g, max_steps) as pool:
-        _, m = collect(pool, engine, tok, _tasks(pool, p, seed=2), group_size=g,
-                       sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens),
-                       prompt_config=prompt_config_for(tok, 2048), seed=1, max_prompt_tokens=2048)
+        actor = Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
+                      max_prompt_tokens=2048)
+        _, m = collect(actor, _tasks(pool, p, seed=2), group_size=g,
+                       sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens), seed=1)
     total = m["perf/rollout_s"]
     processed = m["rollout/num_rows"] * m["rollout/prompt_tokens_mean"] + m["rollout/gen_tokens"]
     return {"P": p, "G": g, "rows": m["rollout/num_rows"], "gen_tokens": m["rollout/gen_tokens"], "total_s": total,

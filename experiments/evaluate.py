@@ -104,13 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{env_id} {json.dumps(env_kwargs)}, T={args.temperature:g}, history {history}, cap {cap} tokens, "
           f"{args.repeats} repeat(s)")
     print("| split | tasks | success (mean) | per repeat | steps/episode | invalid | seconds |\n|---|---|---|---|---|---|---|")
+    sampling = sft.play_sampling(args.temperature, cap)
     for split in splits:
         reps = []
         t0 = time.time()
         for r in range(args.repeats):
-            res = sft.evaluate(model, tokenizer, env_id, split, env_kwargs=env_kwargs, max_tasks=args.max_tasks,
-                               temperature=args.temperature, seed=args.seed + r, max_response_tokens=cap,
-                               prompt_config=pcfg, progress=False)
+            with sft.acting(model, tokenizer, env_id, env_kwargs=env_kwargs, prompt_config=pcfg) as actor:
+                res = sft.evaluate(actor, split, sampling=sampling, seed=args.seed + r, max_tasks=args.max_tasks)
             reps.append({**res.summary(), "by_family": res.by_family()})
         succ = [x["success"] for x in reps]
         row = {"success": _mean(succ), "per_repeat": succ, "episodes": int(sum(x["episodes"] for x in reps)),

@@ -136,7 +136,7 @@ def collect_rollouts(args, layers: list[int]):
     from agents.engines import SamplingConfig
     from agents.engines.hf import HFEngine
     from agents.models import load_tokenizer
-    from agents.rollout import collect, prompt_config_for
+    from agents.rollout import Actor, collect, prompt_config_for
     from analysis.hidden_capture import ActionMix, CapturingEngine, capture_prompt_states
     from envs.pool import EnvPool, TaskSampler
     from trainer.models import resolve_model_folder
@@ -175,8 +175,9 @@ def collect_rollouts(args, layers: list[int]):
         t_setup = time.perf_counter() - t0
         print(f"[geometry] collecting {p} groups x {g} copies x <= {horizon} steps of {args.env} with {folder.name} "
               f"(max {args.max_tokens} response tokens, temperature {args.temperature})", flush=True)
-        batch, metrics = collect(pool, engine, tok, tasks, group_size=g, sampling=sampling, prompt_config=pc,
-                                 seed=args.seed, max_prompt_tokens=args.max_prompt_tokens)
+        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=pc,
+                                       max_prompt_tokens=args.max_prompt_tokens), tasks, group_size=g,
+                                 sampling=sampling, seed=args.seed)
         t_collect = time.perf_counter() - t0 - t_setup
         hidden, sources = engine.hidden_for(batch)
         t_capture = 0.0

@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model(model_dir, dtype="float32"), load_tokenizer(model_dir)
     plays = [Task(args.split, k, 1000 * k + c) for k in tasks for c in range(args.episodes)]
     t0 = time.perf_counter()
-    res = sft.play(model, tok, args.env, plays, env_kwargs=env_kwargs, prompt_config=prompt_config_for(
-        tok, 2048, history), temperature=args.temperature, max_response_tokens=max_tokens, seed=args.seed,
-        batch_envs=64)
+    with sft.acting(model, tok, args.env, env_kwargs=env_kwargs, prompt_config=prompt_config_for(tok, 2048, history),
+                    batch_envs=64) as actor:
+        res = sft.play(actor, plays, sampling=sft.play_sampling(args.temperature, max_tokens), seed=args.seed)
     wins: dict[int, list[bool]] = {k: [] for k in tasks}
     names: dict[int, str] = {}
     for e in res.episodes:

@@ -123,7 +123,7 @@ def run(args) -> dict:
 
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
-    from agents.rollout import collect, prompt_config_for
+    from agents.rollout import Actor, collect, prompt_config_for
     from envs.pool import EnvPool, TaskSampler
     from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
     from estimators.synthetic import synthetic_batch
@@ -160,9 +160,9 @@ def run(args) -> dict:
     with EnvPool("TextCraft-v0", num_envs=P * G, mode="inline", env_kwargs={"max_steps": steps}) as pool:
         tasks = TaskSampler("train", pool.num_tasks("train"), seed=args.seed).sample(P)
         with ph.phase("rollout (HF engine)") as rec:
-            batch, metrics = collect(pool, engine, tok, tasks, group_size=G, sampling=sampling,
-                                     prompt_config=prompt_config_for(tok, 2048, 2), seed=args.seed,
-                                     max_prompt_tokens=2048)
+            batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+                                           prompt_config=prompt_config_for(tok, 2048, 2), max_prompt_tokens=2048),
+                                     tasks, group_size=G, sampling=sampling, seed=args.seed)
             rec["tokens"] = int(metrics["rollout/gen_tokens"])
     n_rows = len(batch)
     out["rows"] = n_rows

@@ -33,8 +33,8 @@ __all__ = ["main"]
 PROG = "python -m experiments.train"
 
 
-def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "results/runs") -> int:
-    """The command line (see the module docstring). ``rollout_fns`` replaces ``agents.rollout`` (tests only)."""
+def main(argv: list[str] | None = None, *, runs_root: str = "results/runs") -> int:
+    """The command line (see the module docstring)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from trainer.config import ConfigError, config_from_argv
     from trainer.run_folder import RunFolder, RunFolderError
@@ -74,13 +74,13 @@ def main(argv: list[str] | None = None, *, rollout_fns=None, runs_root: str = "r
             kept = folder.start_fresh()
             if kept is not None:
                 print(f"[train] starting {folder.path} over: the previous run's logs are in {kept}")
-        return _train(cfg, folder, rollout_fns)
+        return _train(cfg, folder)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train(cfg, folder, rollout_fns) -> int:
+def _train(cfg, folder) -> int:
     from common.fsio import disk_full
     from groundtruth.live import probe_for
     from trainer.config import ConfigError
@@ -88,7 +88,7 @@ def _train(cfg, folder, rollout_fns) -> int:
     from trainer.ppo_actor import NonFiniteError
     from trainer.run_folder import RunFolderError
 
-    trainer = Trainer(cfg, folder, rollout_fns=rollout_fns, batch_probe=probe_for(cfg))
+    trainer = Trainer(cfg, folder, batch_probe=probe_for(cfg))
     try:
         trainer.run()
         return 0

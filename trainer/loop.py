@@ -6,7 +6,7 @@ T_r response tokens, D hidden size, W data-parallel ranks.
 One iteration ``k`` (1-based; iteration 0 is the state before any update)::
 
     tasks            = sampler.sample(P)[rank's P/W]                    # same draw on every rank
-    batch, m_roll    = collect(pool, rollout_engine, tasks, G, ...)     # RolloutBatch, N rows
+    batch, m_roll    = collect(actor, tasks, G, ...)                     # RolloutBatch, N rows
     old              = actor.compute_logprobs(prompt+response)          # (N, T_r) log-probs + (N, D) hidden at L
     ref              = reference.compute_logprobs(...)                  # (N, T_r), only with the KL loss
     adv              = compute_advantages(batch.to_step_batch(hidden), cfg.estimator)   # (N,)
@@ -46,7 +46,8 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -56,7 +57,17 @@ from envs.paths import portable_path, resolve_path
 from .config import ConfigError, RunConfig
 from .run_folder import RunFolder
 
-__all__ = ["Trainer", "RolloutFns", "default_rollout_fns", "iteration_seed", "eval_task_list", "tied_aliases",
+if TYPE_CHECKING:
+    from agents.engines import RolloutEngine, SamplingConfig
+    from agents.prompts import PromptConfig
+    from agents.rollout import Actor
+    from envs.pool import EnvPool, Task, TaskSampler
+
+    from .logging import JsonlSink, MetricLogger
+    from .ppo_actor import PPOActor
+    from .seeding import Seeds
+
+__all__ = ["Trainer", "iteration_seed", "eval_task_list", "tied_aliases",
            "TrainingFailed"]
 
 log = logging.getLogger("trainer.loop")
@@ -81,28 +92,6 @@ def task_success(batch) -> dict[str, float]:
 
 class TrainingFailed(RuntimeError):
     """The run cannot go on (non-finite values, a broken estimator output); the message says why and what to try."""
-
-
-@dataclass
-class RolloutFns:
-    """The rollout interface the loop calls (``agents.rollout`` by default)::
-
-        collect(pool, engine, tokenizer, tasks, *, group_size, sampling, prompt_config, seed, max_prompt_tokens,
-                env_name) -> (RolloutBatch, {"rollout/...", "perf/...": float})
-        evaluate(pool, engine, tokenizer, tasks, *, sampling, prompt_config, seed, max_prompt_tokens, env_name)
-                -> ({"eval/<env>/<split>/success_rate", ".../family/<f>/success_rate", ".../score": float}, RolloutBatch)
-    """
-
-    collect: Callable
-    evaluate: Callable
-    prompt_config: Callable | None = None
-    """``(tokenizer, max_prompt_tokens, history_length) -> PromptConfig``; None = ``PromptConfig(history_length)``."""
-
-
-def default_rollout_fns() -> RolloutFns:
-    from agents import rollout
-
-    return RolloutFns(collect=rollout.collect, evaluate=rollout.evaluate, prompt_config=rollout.prompt_config_for)
 
 
 def old_from_rollout(batch):
@@ -188,46 +177,73 @@ class Trainer:
 
     cfg         : the validated ``RunConfig``
     folder      : its ``RunFolder`` (where logs and checkpoints go)
-    rollout_fns : the rollout interface (default: ``agents.rollout.collect`` / ``evaluate``)
     """
 
-    def __init__(self, cfg: RunConfig, folder: RunFolder, *, rollout_fns: RolloutFns | None = None,
-                 progress_file=None, batch_probe: Callable | None = None):
+    def __init__(self, cfg: RunConfig, folder: RunFolder, *, progress_file=None, batch_probe: Callable | None = None):
         self.cfg = cfg
         # batch_probe(trainer, batch, hidden) -> metrics, run on every training batch before the update (e.g. the
         # exact advantages of a finite world, groundtruth.live.probe_for; experiments.train passes it)
         self.batch_probe = batch_probe
         self.folder = folder
-        self.fns = rollout_fns
         self.progress_file = progress_file
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self.pool = None
-        self.rollout_engine = None
-        self.logger = None
-        self.eval_log = None
+        self.groups_local = cfg.env.groups // max(self.world_size, 1)  # this rank's P/W prompt groups
         self._log_handlers: list[tuple[logging.Logger, logging.Handler]] = []
+        # built by setup() (None until then): the envs and the task lists (_build_envs)
+        self.pool: EnvPool | None = None
+        self.train_split: str | None = None
+        self.eval_splits: list[str] = []
+        self.train_pool: list[int] | None = None  # env.train_pool: the task indices training draws from
+        self.sampler: TaskSampler | None = None
+        self.eval_tasks: dict[str, list[Task]] = {}
+        # the models (_build_models)
+        self.model_dir: Path | None = None
+        self.tokenizer: Any = None
+        self.pad_id = 0
+        self.prompt_config: PromptConfig | None = None
+        self.seeds: Seeds | None = None
+        self.tied_aliases: dict[str, list[str]] = {}
+        self.engine: PPOActor | None = None
+        self.rollout_engine: RolloutEngine | None = None
+        # acting (_build_rollout)
+        self.train_sampling: SamplingConfig | None = None
+        self.eval_sampling: SamplingConfig | None = None
+        self.actor: Actor | None = None
+        # the run's state (_resume) and its logs (_build_logs)
         self.start_iteration = 0
         self.saved_iteration = 0  # iteration of the newest checkpoint (where a restart would resume)
         self.evals_done: list[int] = []
         self.epsilon: float | None = None  # estimator.epsilon=auto: the value frozen at the first training step
+        self.logger: MetricLogger | None = None
+        self.eval_log: JsonlSink | None = None
+        self._family_cache: dict[tuple[str, int], str] = {}
 
     # =========================================================================================== set-up
     def setup(self) -> None:
-        """Build model, engines, pool, sampler, evaluation lists and loggers; resume from a checkpoint."""
-        from agents.engines import SamplingConfig
-        from agents.models import load_model, load_tokenizer
-        from envs.pool import EnvPool, TaskSampler, training_pool
+        """Build envs, models, engines, sampler, evaluation lists and loggers; resume from a checkpoint."""
+        from .ppo_actor import init_distributed, resolve_device, resolve_precision
 
-        from .checkpoint import CheckpointError, load_checkpoint
-        from .logging import JsonlSink, MetricLogger
-        from .models import resolve_model_folder
-        from .ppo_actor import PPOActor, init_distributed, resolve_device, resolve_precision
-        from .seeding import seed_everything
+        self._check_config()
+        self._add_text_log()
+        t0 = time.perf_counter()
+        device = resolve_device(self.cfg.device)
+        precision = resolve_precision(self.cfg.trainer.precision, device)
+        # the process group first: an in-process vLLM joins it instead of starting its own (agents/README.md)
+        self.rank, self.world_size, _ = init_distributed(device)
+        self._build_envs()  # the environments first: a wrong split fails before any model is loaded
+        self._build_models(device, "bfloat16" if precision == "bf16" else "float32")
+        self._build_rollout()
+        resumed = self._resume()
+        self.sync_weights()  # the rollout engine starts from the actor's (possibly restored) weights
+        self._build_logs(resumed)
+        log.info("set-up took %.1f s: model %s, %d rank(s), %d groups x %d trajectories per rank, estimator %s",
+                 time.perf_counter() - t0, portable_path(self.model_dir), self.world_size, self.groups_local,
+                 self.cfg.env.group_size, self.cfg.estimator.name)
 
+    def _check_config(self) -> None:
+        """The settings that only make sense with the launcher's rank count or a warm-started model."""
         cfg = self.cfg
-        if self.fns is None:
-            self.fns = default_rollout_fns()
         if cfg.env.groups % self.world_size:
             raise ConfigError(
                 f"env.groups={cfg.env.groups} is not divisible by the {self.world_size} ranks, because each rank owns "
@@ -239,15 +255,12 @@ class Trainer:
                 "(python -m experiments.warmstart ...) and pass its folder as model.path or sft.init_from"
             )
         self.groups_local = cfg.env.groups // self.world_size
-        self._add_text_log()
-        t0 = time.perf_counter()
 
-        device = resolve_device(cfg.device)
-        precision = resolve_precision(cfg.trainer.precision, device)
-        # the process group first: an in-process vLLM joins it instead of starting its own (agents/README.md)
-        self.rank, self.world_size, _ = init_distributed(device)
-        dtype = "bfloat16" if precision == "bf16" else "float32"
-        # the environments first: a wrong split fails before any model is loaded
+    def _build_envs(self) -> None:
+        """This rank's env pool, the training split and task sampler, the evaluation splits and task lists."""
+        from envs.pool import EnvPool
+
+        cfg = self.cfg
         env_kwargs = dict(cfg.env.kwargs)
         if cfg.env.max_steps is not None:
             env_kwargs["max_steps"] = cfg.env.max_steps
@@ -268,6 +281,13 @@ class Trainer:
                 f"eval.episodes_per_task={cfg.eval.episodes_per_task} exceeds the {self.pool.num_envs} environments "
                 "of this rank's pool (env.groups / ranks x env.group_size), because the episodes of a task run "
                 "side by side: lower it or raise env.group_size")
+        self._build_task_lists()
+
+    def _build_task_lists(self) -> None:
+        """The training pool (``env.train_pool``) and its sampler, and the fixed evaluation list of each split."""
+        from envs.pool import TaskSampler, training_pool
+
+        cfg = self.cfg
         n_train = self.pool.num_tasks(self.train_split)
         self.train_pool = None
         if isinstance(cfg.env.train_pool, int):
@@ -286,6 +306,16 @@ class Trainer:
             s: eval_task_list(s, self.pool.num_tasks(s), cfg.eval.max_tasks_per_split, cfg.eval.seed)
             for s in self.eval_splits
         }
+
+    def _build_models(self, device: str, dtype: str) -> None:
+        """Tokenizer, the seeded global RNGs, the DeepSpeed actor and the rollout engine."""
+        from agents.models import load_model, load_tokenizer
+
+        from .models import resolve_model_folder
+        from .ppo_actor import PPOActor
+        from .seeding import seed_everything
+
+        cfg = self.cfg
         self.model_dir = resolve_model_folder(cfg.sft.init_from or cfg.model.path)
         self.tokenizer = load_tokenizer(resolve_path(cfg.model.tokenizer) if cfg.model.tokenizer else self.model_dir)
         self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
@@ -305,14 +335,27 @@ class Trainer:
         if self.rollout_engine is None:
             self.rollout_engine = self._make_rollout_engine(device, dtype)
 
+    def _build_rollout(self) -> None:
+        """The sampling settings of training and evaluation and the ``Actor`` both phases act through."""
+        from agents.engines import SamplingConfig
+        from agents.rollout import Actor
+
+        cfg = self.cfg
         from_rollout = cfg.trainer.old_logprobs == "rollout"  # the rollout's prompt forward gives the hidden state
         self.train_sampling = SamplingConfig(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                              max_tokens=cfg.rollout.max_response_tokens,
                                              hidden_layer=cfg.model.hidden_layer if from_rollout else None)
         self.eval_sampling = SamplingConfig(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
                                             max_tokens=cfg.rollout.max_response_tokens, logprobs=False)
+        self.actor = Actor(pool=self.pool, engine=self.rollout_engine, tokenizer=self.tokenizer,
+                           prompt_config=self.prompt_config, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+                           env_name=cfg.env_name)
 
-        # resume
+    def _resume(self):
+        """Restore the newest usable checkpoint (``trainer.resume``); returns it, or None for a fresh start."""
+        from .checkpoint import CheckpointError, load_checkpoint
+
+        cfg = self.cfg
         self.start_iteration = 0
         resumed = None
         if cfg.trainer.resume and self.folder.checkpoints.exists():
@@ -323,25 +366,35 @@ class Trainer:
                 raise self.folder.no_checkpoint_error(str(e)) from e
         if resumed is None and cfg.trainer.resume:
             self.folder.check_resumable()  # logs without a checkpoint are never overwritten implicitly
-        if resumed is not None:
-            self.start_iteration = self.saved_iteration = resumed.iteration
-            self.evals_done = [int(i) for i in resumed.extra.get("evals_done", [])]
-            if cfg.estimator.epsilon_is_auto:
-                saved = resumed.extra.get("epsilon")
-                if saved is None:
-                    saved = (self.folder.read_epsilon() or {}).get("epsilon")
-                if saved is not None:
-                    self.epsilon = float(saved)
-                    log.info("epsilon: auto, kept from the first step: %g", self.epsilon)
-                else:
-                    log.warning("epsilon: auto, but the checkpoint holds no calibrated epsilon: the next batch sets it")
-            msg = f"resumed from {resumed.path.name} (iteration {resumed.iteration})"
-            if resumed.fell_back:
-                msg += f", an older checkpoint because the latest one was unusable: {self._latest_problem()}"
-            log.info(msg)
-            self._say(msg)
-        self.sync_weights()  # the rollout engine starts from the actor's (possibly restored) weights
+        if resumed is None:
+            return None
+        self.start_iteration = self.saved_iteration = resumed.iteration
+        self.evals_done = [int(i) for i in resumed.extra.get("evals_done", [])]
+        if cfg.estimator.epsilon_is_auto:
+            self._restore_epsilon(resumed)
+        msg = f"resumed from {resumed.path.name} (iteration {resumed.iteration})"
+        if resumed.fell_back:
+            msg += f", an older checkpoint because the latest one was unusable: {self._latest_problem()}"
+        log.info(msg)
+        self._say(msg)
+        return resumed
 
+    def _restore_epsilon(self, resumed) -> None:
+        """``estimator.epsilon=auto``: the value frozen at the first step, from the checkpoint or the run folder."""
+        saved = resumed.extra.get("epsilon")
+        if saved is None:
+            saved = (self.folder.read_epsilon() or {}).get("epsilon")
+        if saved is not None:
+            self.epsilon = float(saved)
+            log.info("epsilon: auto, kept from the first step: %g", self.epsilon)
+        else:
+            log.warning("epsilon: auto, but the checkpoint holds no calibrated epsilon: the next batch sets it")
+
+    def _build_logs(self, resumed) -> None:
+        """The run folder's config and info files, the metric logger and the evaluation log."""
+        from .logging import JsonlSink, MetricLogger
+
+        cfg = self.cfg
         self.folder.write_config()
         self.folder.write_info("running", self.start_iteration, world_size=self.world_size,
                                resumed_from=self.start_iteration if resumed is not None else None)
@@ -354,16 +407,13 @@ class Trainer:
             if sink is not None and sink.dropped_lines:
                 self._say(f"{sink.path}: {len(sink.dropped_lines)} unparseable line(s) dropped on resume (lines "
                           f"{sink.dropped_lines[:10]}; see train.log)")
-        log.info("set-up took %.1f s: model %s, %d rank(s), %d groups x %d trajectories per rank, estimator %s",
-                 time.perf_counter() - t0, portable_path(self.model_dir), self.world_size, self.groups_local, cfg.env.group_size,
-                 cfg.estimator.name)
 
     def _check_model_settings(self) -> None:
         """``model.hidden_layer`` against the model's depth (its ``config.json``) and ``rollout.max_prompt_tokens``
         against the chat template (builds ``self.prompt_config``); ``ConfigError`` naming the field."""
         import json
 
-        from agents.prompts import PromptConfig
+        from agents.rollout import prompt_config_for
 
         cfg = self.cfg
         try:
@@ -377,14 +427,11 @@ class Trainer:
                 f"model.hidden_layer={cfg.model.hidden_layer} is out of range for the {layers}-layer model "
                 f"{portable_path(self.model_dir)}: hidden_states has {layers + 1} entries, so use an index in "
                 f"[-{layers + 1}, -1] (e.g. -{min(12, layers)})")
-        if self.fns.prompt_config is not None:
-            try:
-                self.prompt_config = self.fns.prompt_config(self.tokenizer, cfg.rollout.max_prompt_tokens,
-                                                            cfg.rollout.history_length)
-            except ValueError as e:
-                raise ConfigError(f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens}: {e}") from e
-        else:
-            self.prompt_config = PromptConfig(history_length=cfg.rollout.history_length)
+        try:
+            self.prompt_config = prompt_config_for(self.tokenizer, cfg.rollout.max_prompt_tokens,
+                                                   cfg.rollout.history_length)
+        except ValueError as e:
+            raise ConfigError(f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens}: {e}") from e
 
     def _make_rollout_engine(self, device: str, dtype: str):
         from agents.engines import make_engine
@@ -436,15 +483,14 @@ class Trainer:
     # =========================================================================================== phases
     def rollout(self, iteration: int):
         """Sample this rank's P/W tasks and play G trajectories of each: ``(RolloutBatch, metrics)``."""
+        from agents.rollout import collect
+
         tasks = self.sampler.sample(self.cfg.env.groups)  # the same draw on every rank (same seed)
         mine = tasks[self.rank * self.groups_local: (self.rank + 1) * self.groups_local]
         self.rollout_engine.wake()
         try:
-            batch, metrics = self.fns.collect(
-                self.pool, self.rollout_engine, self.tokenizer, mine, group_size=self.cfg.env.group_size,
-                sampling=self.train_sampling, prompt_config=self.prompt_config,
-                seed=iteration_seed(self.cfg.seed, iteration),
-                max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name)
+            batch, metrics = collect(self.actor, mine, group_size=self.cfg.env.group_size,
+                                     sampling=self.train_sampling, seed=iteration_seed(self.cfg.seed, iteration))
         finally:
             self.rollout_engine.sleep()
         batch.validate()
@@ -557,6 +603,8 @@ class Trainer:
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Every eval split on its fixed task list (this rank's share): ``eval/<env>/<split>/...`` metrics."""
+        from agents.rollout import evaluate
+
         out: dict[str, float] = {}
         counts: dict[str, float] = {}
         self.rollout_engine.wake()
@@ -567,10 +615,8 @@ class Trainer:
                     continue
                 extra = {"episodes_per_task": self.cfg.eval.episodes_per_task} if self.cfg.eval.episodes_per_task > 1 \
                     else {}
-                metrics, _ = self.fns.evaluate(
-                    self.pool, self.rollout_engine, self.tokenizer, mine, sampling=self.eval_sampling,
-                    prompt_config=self.prompt_config, seed=self.cfg.eval.seed,
-                    max_prompt_tokens=self.cfg.rollout.max_prompt_tokens, env_name=self.cfg.env_name, **extra)
+                metrics, _ = evaluate(self.actor, mine, sampling=self.eval_sampling, seed=self.cfg.eval.seed,
+                                      **extra)
                 for k, v in metrics.items():
                     if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)
                         out[k] = float(v)
@@ -591,7 +637,7 @@ class Trainer:
         return len(tasks) * self.cfg.eval.episodes_per_task
 
     def _family(self, split: str, index: int) -> str:
-        cache = self.__dict__.setdefault("_family_cache", {})
+        cache = self._family_cache
         if (split, index) not in cache:
             cache[(split, index)] = str(self.pool.call([0], "task_family_of", split, index)[0])
         return cache[(split, index)]

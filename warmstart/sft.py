@@ -22,10 +22,10 @@ token. Pieces:
   decay) [choice].
 * **Acting**: ``play`` and ``evaluate`` play through ``agents.rollout.play``, the one loop RL rollouts and RL
   evaluation use (same prompts, cut, projection, invalid-action handling and per-sample seeds), with a per-turn
-  hook for DAgger.
-* **DAgger** (``play`` with ``label_style=...``): roll the current model out with the Hugging Face engine, label every
-  state it reaches with the expert (action + rationale for the model's own prompt), aggregate, retrain
-  [Ross et al. 2011]. ``expert_mix`` (beta) executes the expert's action instead of the model's with that
+  hook for DAgger; ``acting`` builds their ``agents.rollout.Actor`` (the model behind the HF engine, a pool).
+* **DAgger** (``play`` with ``PlayOptions(label_style=...)``): roll the current model out with the Hugging Face
+  engine, label every state it reaches with the expert (action + rationale for the model's own prompt),
+  aggregate, retrain [Ross et al. 2011]. ``expert_mix`` (beta) executes the expert's action instead of the model's with that
   probability (0 = pure DAgger after the first round).
 * **Evaluation** (``evaluate``): the fixed, seeded task list of a split (``envs.pool.eval_tasks``), sampled at
   the evaluation temperature (protocol: 0.4) with RL evaluation's per-sample seeds, or greedy.
@@ -42,6 +42,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ __all__ = [
     "train_sft",
     "EpisodeResult",
     "PlayResult",
+    "PlayOptions",
+    "acting",
+    "play_sampling",
     "play",
     "PLAY_CONVENTIONS",
     "evaluate",
@@ -726,16 +730,46 @@ class PlayResult:
 PLAY_CONVENTIONS = ("rollout", "episode")
 
 
-class _DaggerHook:
-    """``agents.rollout.TurnHook`` of a DAgger round: label every state an episode reaches with the expert (asked
-    inside the pool, ``TextEnv.expert_response``), and with probability ``expert_mix`` (seeded per task and turn)
-    execute the expert's action instead of the model's."""
+@dataclass(frozen=True)
+class PlayOptions:
+    """How ``play`` acts beyond the sampling settings.
 
-    def __init__(self, style: str, expert_mix: float, seed: int, source: str):
-        self.style, self.mix, self.seed, self.source = style, float(expert_mix), int(seed), source
+    label_style : DAgger: with it set, every state an episode reaches is labelled with the expert
+        (``envs.rationale.expert_response`` in this style) and returned as an ``SFTRow`` tagged ``source``
+    expert_mix : DAgger's beta: the probability (seeded per task and turn) that the expert's action is executed
+        instead of the model's
+    conventions : the sampling-seed and history conventions, see ``PLAY_CONVENTIONS``
+    progress / desc : show a progress bar with this label
+    """
+
+    label_style: str | None = None
+    expert_mix: float = 0.0
+    source: str = "dagger"
+    conventions: str = "rollout"
+    progress: bool = False
+    desc: str = "play"
+
+
+class _PlayHook:
+    """``agents.rollout.TurnHook`` of ``play``: the progress bar after each chunk; with ``label_style``, DAgger:
+    label every state an episode reaches with the expert (asked inside the pool, ``TextEnv.expert_response``), and
+    with probability ``expert_mix`` (seeded per task and turn) execute the expert's action instead of the model's;
+    with ``conventions="episode"``, the warm start's seeds and empty history entry."""
+
+    def __init__(self, options: PlayOptions, seed: int, bar):
+        from agents.rollout import INVALID_ACTION_TEXT
+
+        self.style, self.mix, self.source = options.label_style, float(options.expert_mix), options.source
+        self.seed = int(seed)
+        self.bar, self.won = bar, 0
         self.rows: list[SFTRow] = []
+        legacy = options.conventions == "episode"
+        self.seed_fn = (lambda task, copy, turn: episode_seed(self.seed, task.seed, turn)) if legacy else None
+        self.invalid_text = "" if legacy else INVALID_ACTION_TEXT
 
     def before_step(self, pool, episodes, actions, valids, turn) -> None:
+        if self.style is None:
+            return
         for j, e in enumerate(episodes):
             try:
                 response, expert_act = pool.call([e.slot], "expert_response", e.info, self.style)[0]
@@ -747,64 +781,65 @@ class _DaggerHook:
             if self.mix > 0 and random.Random(episode_seed(self.seed, e.task.seed, t, 7)).random() < self.mix:
                 actions[j], valids[j] = expert_act, True
 
+    def after_chunk(self, episodes) -> None:
+        self.won += sum(e.won for e in episodes)
+        self.bar.update(len(episodes))
+        self.bar.set_postfix(success=f"{self.won / max(1, self.bar.n):.3f}", refresh=False)
 
-def play(model, tokenizer, env_id: str, tasks: Sequence, *, env_kwargs: dict | None = None,
-         temperature: float = 0.4, top_p: float = 1.0, max_response_tokens: int = 128,
-         prompt_config=None, seed: int = 0, batch_envs: int = 32, label_style: str | None = None,
-         expert_mix: float = 0.0, source: str = "dagger", progress: bool = False, desc: str = "play",
-         max_steps: int | None = None, max_prompt_tokens: int | None = None, conventions: str = "rollout"
-         ) -> PlayResult:
-    """Roll ``model`` out on ``tasks`` with the Hugging Face engine through the acting loop every rollout uses
-    (``agents.rollout.play``: up to ``batch_envs`` envs in lock-step, one batched ``generate`` per turn over the
-    live ones, prompts and invalid responses as in RL). ``temperature=0`` is greedy.
 
-    ``prompt_config``: default ``agents.rollout.prompt_config_for(tokenizer, 2048)``; ``max_prompt_tokens`` (the
-    hard cut): default the config's token bound. ``conventions``: see ``PLAY_CONVENTIONS``.
-
-    DAgger: with ``label_style`` set, every state the episode reaches is labelled with the expert
-    (``envs.rationale.expert_response``) and returned as an ``SFTRow`` (``source``); with probability
-    ``expert_mix`` the expert's action is executed instead of the model's (seeded per task and turn).
-    """
-    from agents import rollout
+def play_sampling(temperature: float = 0.4, max_response_tokens: int = 128, top_p: float = 1.0):
+    """The ``SamplingConfig`` the warm start plays with (stops at ``</action>``, no log-probs); 0 = greedy."""
     from agents.engines.base import SamplingConfig
+
+    return SamplingConfig(temperature=float(temperature), top_p=float(top_p), max_tokens=int(max_response_tokens),
+                          stop=("</action>",), logprobs=False)
+
+
+@contextmanager
+def acting(model, tokenizer, env_id: str, *, env_kwargs: dict | None = None, max_steps: int | None = None,
+           batch_envs: int = 32, prompt_config=None, max_prompt_tokens: int | None = None) -> Iterator:
+    """An ``agents.rollout.Actor`` for ``play`` / ``evaluate``: ``model`` (in eval mode until the block ends)
+    behind the Hugging Face engine, an inline pool of ``batch_envs`` envs of ``env_id`` (``max_steps``: the
+    horizon, into ``env_kwargs``). ``prompt_config``: default ``agents.rollout.prompt_config_for(tokenizer,
+    2048)``; ``max_prompt_tokens`` (the hard cut): default the config's token bound."""
+    from agents import rollout
     from agents.engines.hf import HFEngine
     from envs.pool import EnvPool
 
-    if conventions not in PLAY_CONVENTIONS:
-        raise ValueError(f"play: conventions={conventions!r} must be one of {PLAY_CONVENTIONS}")
-    tasks = list(tasks)
     kwargs = dict(env_kwargs or {})
     if max_steps is not None:
         kwargs["max_steps"] = int(max_steps)
-    was_training = model.training
-    model.eval()
-    engine = HFEngine(model, tokenizer)
-    sampling = SamplingConfig(temperature=float(temperature), top_p=float(top_p),
-                              max_tokens=int(max_response_tokens), stop=("</action>",), logprobs=False)
     pcfg = prompt_config if prompt_config is not None else rollout.prompt_config_for(tokenizer, 2048)
     bound = int(max_prompt_tokens) if max_prompt_tokens is not None else _bound(pcfg)
-    hook = _DaggerHook(label_style, expert_mix, seed, source) if label_style is not None else None
-    legacy = conventions == "episode"
-    bar = _bar(len(tasks), desc, progress)
-    won = [0]
-
-    def on_chunk(eps) -> None:
-        won[0] += sum(e.won for e in eps)
-        bar.update(len(eps))
-        bar.set_postfix(success=f"{won[0] / max(1, bar.n):.3f}", refresh=False)
-
-    t0 = time.perf_counter()
+    was_training = model.training
+    model.eval()
     try:
-        with EnvPool(env_id, num_envs=min(batch_envs, max(1, len(tasks))), mode="inline", env_kwargs=kwargs) as pool:
-            batch, eps = rollout.play(
-                pool, engine, tokenizer, tasks, sampling=sampling, prompt_config=pcfg, seed=seed,
-                max_prompt_tokens=bound, hook=hook, on_chunk=on_chunk,
-                seed_fn=(lambda task, copy, turn: episode_seed(seed, task.seed, turn)) if legacy else None,
-                invalid_text="" if legacy else rollout.INVALID_ACTION_TEXT)
+        with EnvPool(env_id, num_envs=max(1, int(batch_envs)), mode="inline", env_kwargs=kwargs) as pool:
+            yield rollout.Actor(pool=pool, engine=HFEngine(model, tokenizer), tokenizer=tokenizer,
+                                prompt_config=pcfg, max_prompt_tokens=bound)
     finally:
-        bar.close()
         if was_training:
             model.train()
+
+
+def play(actor, tasks: Sequence, *, sampling, seed: int = 0, options: PlayOptions = PlayOptions()) -> PlayResult:
+    """Roll the model out on ``tasks`` through the acting loop every rollout uses (``agents.rollout.play``: up to
+    the pool's size envs in lock-step, one batched ``generate`` per turn over the live ones, prompts and invalid
+    responses as in RL). ``actor``: from ``acting``; ``sampling``: e.g. ``play_sampling``; ``options``: DAgger
+    labelling, conventions, progress (``PlayOptions``).
+    """
+    from agents import rollout
+
+    if options.conventions not in PLAY_CONVENTIONS:
+        raise ValueError(f"play: conventions={options.conventions!r} must be one of {PLAY_CONVENTIONS}")
+    tasks = list(tasks)
+    bar = _bar(len(tasks), options.desc, options.progress)
+    hook = _PlayHook(options, seed, bar)
+    t0 = time.perf_counter()
+    try:
+        batch, eps = rollout.play(actor, tasks, sampling=sampling, seed=seed, hook=hook)
+    finally:
+        bar.close()
     episodes, k = [], 0  # batch rows are sorted by (task, copy, step), the episodes' order
     for e in eps:
         n = len(e.rows)
@@ -812,27 +847,21 @@ def play(model, tokenizer, env_id: str, tasks: Sequence, *, env_kwargs: dict | N
                                       list(batch.action[k:k + n])))
         k += n
     gen_tokens = sum(int(r.numel()) for r in batch.response_ids)
-    return PlayResult(episodes, hook.rows if hook is not None else [], gen_tokens, time.perf_counter() - t0,
-                      batch)
+    return PlayResult(episodes, hook.rows, gen_tokens, time.perf_counter() - t0, batch)
 
 
-def evaluate(model, tokenizer, env_id: str, split: str, *, env_kwargs: dict | None = None,
-             max_tasks: int | None = None, temperature: float = 0.4, seed: int = 12345,
-             max_response_tokens: int = 128, batch_envs: int = 32, prompt_config=None, progress: bool = False,
-             desc: str | None = None, max_prompt_tokens: int | None = None) -> PlayResult:
+def evaluate(actor, split: str, *, sampling, seed: int = 12345, max_tasks: int | None = None,
+             options: PlayOptions | None = None) -> PlayResult:
     """Success on the fixed, seeded task list of ``split`` (``envs.pool.eval_tasks(split, n, max_tasks, seed)``,
-    the list every run evaluates on), sampled at ``temperature`` (0 = greedy) with the per-sample seeds of RL
-    evaluation (``agents.rollout.sample_seed`` of ``seed``): the same episodes as ``agents.rollout.evaluate`` of the
-    same model, list, seed, sampling and prompt settings."""
+    the list every run evaluates on), sampled with ``sampling`` (temperature 0 = greedy) and the per-sample seeds of
+    RL evaluation (``agents.rollout.sample_seed`` of ``seed``): the same episodes as ``agents.rollout.evaluate`` of
+    the same model, list, seed, sampling and prompt settings. ``options``: the progress bar only (evaluation plays
+    by the acting loop's own conventions, unlabelled)."""
     from envs.pool import eval_tasks
 
-    env = _make_env(env_id, env_kwargs)
-    try:
-        n = env.unwrapped.num_tasks(split)
-    finally:
-        env.close()
-    tasks = eval_tasks(split, n, max_tasks, seed)
-    return play(model, tokenizer, env_id, tasks, env_kwargs=env_kwargs, temperature=temperature,
-                max_response_tokens=max_response_tokens, prompt_config=prompt_config, seed=seed,
-                batch_envs=batch_envs, progress=progress, desc=desc or f"eval {split} T={temperature:g}",
-                max_prompt_tokens=max_prompt_tokens)
+    options = options if options is not None else PlayOptions(desc=f"eval {split} T={sampling.temperature:g}")
+    if options.label_style is not None or options.conventions != "rollout":
+        raise ValueError("evaluate: evaluation plays unlabelled by the acting loop's own conventions; pass "
+                         "options with label_style=None and conventions='rollout'")
+    tasks = eval_tasks(split, actor.pool.num_tasks(split), max_tasks, seed)
+    return play(actor, tasks, sampling=sampling, seed=seed, options=options)

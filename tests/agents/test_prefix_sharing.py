@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.engines import SamplingConfig, make_engine
-from agents.rollout import collect, prompt_config_for
+from agents.rollout import Actor, collect, prompt_config_for
 from envs.pool import EnvPool, TaskSampler
 from trainer.actor import (
     PackedBatch,
@@ -32,9 +32,9 @@ def rollout_rows(hf_engine):
     tok = hf_engine.tokenizer
     with EnvPool("TextCraft-v0", 8, env_kwargs={"max_steps": 4}, mode="inline") as pool:
         tasks = TaskSampler("train", pool.num_tasks("train"), seed=3).sample(2)
-        batch, _ = collect(pool, hf_engine, tok, tasks, group_size=4,
-                           sampling=SamplingConfig(temperature=1.0, max_tokens=16),
-                           prompt_config=prompt_config_for(tok, 2048), seed=2, max_prompt_tokens=2048)
+        batch, _ = collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok,
+                                 prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048), tasks,
+                           group_size=4, sampling=SamplingConfig(temperature=1.0, max_tokens=16), seed=2)
     assert len(batch) >= 16
     return batch
 

@@ -12,6 +12,7 @@ from agents.prompts import PromptConfig
 from agents.rollout import (
     INVALID_ACTION_TEXT,
     PROMPT_CUT_MARKER,
+    Actor,
     RolloutTrace,
     collect,
     encode_prompt,
@@ -91,8 +92,8 @@ def test_tiny_model_rollout_feeds_every_estimator(env, request, hf_engine, tok):
         split = pool.splits[0]
         tasks = TaskSampler(split, pool.num_tasks(split), seed=1).sample(P)
         cfg = prompt_config_for(tok, 2048)
-        batch, metrics = collect(pool, hf_engine, tok, tasks, group_size=G, sampling=SHORT, prompt_config=cfg,
-                                 seed=0, max_prompt_tokens=2048)
+        batch, metrics = collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok, prompt_config=cfg,
+                                       max_prompt_tokens=2048), tasks, group_size=G, sampling=SHORT, seed=0)
         families = [pool.call([g * G], "task_family_of", t.split, t.index)[0] for g, t in enumerate(tasks)]
     trajs = check_row_structure(batch, P, G)
     assert len(batch) == P * G * 3  # random weights never win: every episode runs to the horizon
@@ -147,8 +148,9 @@ def test_hidden_states_of_trainer_pass_over_rollout_rows_equal_separate_forward(
 
     with env_pool("textcraft", 4, request, max_steps=2) as pool:
         tasks = TaskSampler("train", pool.num_tasks("train"), seed=5).sample(2)
-        batch, _ = collect(pool, hf_engine, tok, tasks, group_size=2, sampling=SHORT,
-                           prompt_config=prompt_config_for(tok, 2048), seed=1, max_prompt_tokens=2048)
+        batch, _ = collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok,
+                                 prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048), tasks,
+                           group_size=2, sampling=SHORT, seed=1)
     model = hf_engine.model
     packed = pack_rows(batch.prompt_ids, batch.response_ids, pad_id=hf_engine.pad_id)
     for layer in (-1, -2, -3):
@@ -163,8 +165,9 @@ def test_hidden_states_of_trainer_pass_over_rollout_rows_equal_separate_forward(
 def test_identical_seeds_give_identical_rollouts(hf_engine, tok, request):
     def run(seed, tasks):
         with env_pool("textcraft", 4, request, max_steps=2) as pool:
-            return collect(pool, hf_engine, tok, tasks, group_size=2, sampling=SamplingConfig(max_tokens=8),
-                           prompt_config=prompt_config_for(tok, 2048), seed=seed, max_prompt_tokens=2048)[0]
+            return collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok,
+                                 prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048), tasks,
+                           group_size=2, sampling=SamplingConfig(max_tokens=8), seed=seed)[0]
 
     tasks = [Task("train", 3, 11), Task("train", 8, 12)]
     a, b, c = run(7, tasks), run(7, tasks), run(8, tasks)
@@ -198,16 +201,11 @@ def _counter_script(call, j, prompt, seed):
 def test_finished_episodes_never_generate_again(tok, request):
     P, G = 3, 3
     tasks = [Task("train", k, 100 + k) for k in (0, 2, 4)]  # counter targets 2, 4, 6
-    runs = {}
-    for wasteful in (False, True):
-        engine = ScriptedEngine(tok, _counter_script)
-        trace = RolloutTrace()
-        with env_pool("counter", P * G, request, max_steps=6) as pool:
-            batch, metrics = collect(pool, engine, tok, tasks, group_size=G, sampling=SHORT, prompt_config=None,
-                                     seed=3, max_prompt_tokens=1024, env_name="counter",
-                                     generate_for_finished=wasteful, trace=trace)
-        runs[wasteful] = (batch, metrics, trace, engine)
-    batch, metrics, trace, engine = runs[False]
+    engine = ScriptedEngine(tok, _counter_script)
+    trace = RolloutTrace()
+    with env_pool("counter", P * G, request, max_steps=6) as pool:
+        actor = Actor(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, env_name="counter")
+        batch, metrics = collect(actor, tasks, group_size=G, sampling=SHORT, seed=3, trace=trace)
     trajs = check_row_structure(batch, P, G)
     lengths = {k: len(v) for k, v in trajs.items()}
     assert len(set(lengths.values())) >= 3  # episodes end at different turns: the test has teeth
@@ -223,19 +221,14 @@ def test_finished_episodes_never_generate_again(tok, request):
     assert sum(map(len, engine.calls)) == len(batch)
     avoided = sum(P * G - len(s) for s in trace.prompts_per_turn)
     assert metrics["rollout/generations_avoided"] == avoided > 0
-    # the reference behaviour (prompt everyone every turn) wastes exactly those calls and changes no row
-    wb, wm, wtrace, wengine = runs[True]
-    assert [len(c) for c in wengine.calls] == [P * G] * len(engine.calls)
-    assert wm["rollout/wasted_generations"] == avoided and wm["rollout/wasted_gen_tokens"] > 0
-    assert wb.response_text == batch.response_text and torch.equal(wb.reward, batch.reward)
-    assert all(torch.equal(x, y) for x, y in zip(wb.prompt_ids, batch.prompt_ids))
 
 
 def test_max_turns_ends_the_rollout_with_done_rows(tok, request):
     engine = ScriptedEngine(tok, lambda *a: tagged("inc"))
     with env_pool("counter", 4, request) as pool:
-        batch, metrics = collect(pool, engine, tok, [Task("train", 0, 0), Task("train", 4, 0)], group_size=2,
-                                 sampling=SHORT, prompt_config=None, seed=0, max_prompt_tokens=1024, max_turns=3)
+        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+                                       max_prompt_tokens=1024, max_turns=3),
+                                 [Task("train", 0, 0), Task("train", 4, 0)], group_size=2, sampling=SHORT, seed=0)
     trajs = check_row_structure(batch, 2, 2)
     assert [len(trajs[(g, c)]) for g in range(2) for c in range(2)] == [2, 2, 3, 3]  # targets 2 and 6
     assert batch.won.tolist() == [True] * 4 + [False] * 6 and len(engine.calls) == 3
@@ -260,8 +253,9 @@ def test_malformed_generations_become_invalid_actions(tok, request):
 
     engine = ScriptedEngine(tok, script)
     with env_pool("counter", 2, request, max_steps=len(BAD)) as pool:
-        batch, metrics = collect(pool, engine, tok, [Task("train", 4, 0)], group_size=2, sampling=SHORT,
-                                 prompt_config=None, seed=0, max_prompt_tokens=4096, env_name="counter")
+        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+                                       max_prompt_tokens=4096, env_name="counter"), [Task("train", 4, 0)],
+                                 group_size=2, sampling=SHORT, seed=0)
     assert len(batch) > 0
     for i in range(len(batch)):
         text, finish, valid = BAD[(int(batch.step[i]) * 2 + int(batch.traj_id[i])) % len(BAD)]
@@ -282,9 +276,9 @@ def test_history_shows_only_executed_actions(tok, request):
     replies = [tagged("inc").replace("I follow the plan.", "SECRET REASONING"), "no tags at all", tagged("inc")]
     engine = ScriptedEngine(tok, lambda call, j, p, s: replies[call % 3])
     with env_pool("counter", 1, request, max_steps=3) as pool:
-        batch, _ = collect(pool, engine, tok, [Task("train", 4, 0)], group_size=1, sampling=SHORT,
-                           prompt_config=PromptConfig(history_length=2), seed=0, max_prompt_tokens=4096,
-                           env_name="counter")
+        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+                                 prompt_config=PromptConfig(history_length=2), max_prompt_tokens=4096,
+                                 env_name="counter"), [Task("train", 4, 0)], group_size=1, sampling=SHORT, seed=0)
     last = tok.decode(batch.prompt_ids[2])
     assert "SECRET" not in last and "You did: inc" in last and f"You did: {INVALID_ACTION_TEXT}" in last
 
@@ -304,9 +298,10 @@ def test_env_error_truncates_that_episode_and_the_rollout_continues(tok, request
 
     engine = ScriptedEngine(tok, script)
     with env_pool("counter", 4, request, mode="process", num_workers=2) as pool:
-        batch, metrics = collect(pool, engine, tok, [Task("train", 4, 0), Task("train", 4, 1)], group_size=2,
-                                 sampling=SHORT, prompt_config=None, seed=0, max_prompt_tokens=4096,
-                                 env_name="counter", trace=trace)
+        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+                                       max_prompt_tokens=4096, env_name="counter"),
+                                 [Task("train", 4, 0), Task("train", 4, 1)], group_size=2, sampling=SHORT, seed=0,
+                                 trace=trace)
         assert pool.restarts == 1
     trajs = check_row_structure(batch, 2, 2)
     assert len(trajs[(0, 0)]) == 2 and len(trajs[(1, 0)]) == 3  # ended at the failing step
@@ -322,8 +317,9 @@ def test_expert_replayed_through_the_rollout_succeeds(env, split, tok, request):
     with env_pool(env, 4, request) as pool:
         tasks = [Task(split, k, 7 + k) for k in ((0, 1) if env != "webshop" else (2, 5))]
         engine = ExpertEngine(tok, pool)
-        batch, metrics = collect(pool, engine, tok, tasks, group_size=2, sampling=SHORT,
-                                 prompt_config=prompt_config_for(tok, 4096), seed=0, max_prompt_tokens=4096)
+        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+                                       prompt_config=prompt_config_for(tok, 4096), max_prompt_tokens=4096), tasks,
+                                 group_size=2, sampling=SHORT, seed=0)
     trajs = check_row_structure(batch, 2, 2)
     assert batch.valid.all() and not batch.response_truncated.any()
     assert batch.won.all() and metrics["rollout/success_rate"] == 1.0
@@ -363,16 +359,19 @@ def test_prompt_cut_is_counted_and_the_builder_bound_avoids_it(tok, request):
     with env_pool("textcraft", 2, request, max_steps=2) as pool:
         tasks = [Task("train", 0, 0)]
         kw = dict(group_size=2, sampling=SHORT, seed=0)
-        full, _ = collect(pool, engine, tok, tasks, prompt_config=None, max_prompt_tokens=10**6, **kw)
+        full, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+                                max_prompt_tokens=10**6), tasks, **kw)
         n0, n1 = len(full.prompt_ids[0]), len(full.prompt_ids[1])
         assert n1 > n0 + 100
         bound = (n0 + n1) // 2
-        hard, m_hard = collect(pool, engine, tok, tasks, prompt_config=None, max_prompt_tokens=bound, **kw)
-        soft, m_soft = collect(pool, engine, tok, tasks, prompt_config=prompt_config_for(tok, bound),
-                               max_prompt_tokens=bound, **kw)
+        hard, m_hard = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+                                     max_prompt_tokens=bound), tasks, **kw)
+        soft, m_soft = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+                                     prompt_config=prompt_config_for(tok, bound), max_prompt_tokens=bound), tasks,
+                               **kw)
         # a builder bound below the prompt's fixed parts falls back to the hard cut (counted), never a crash
-        low, m_low = collect(pool, engine, tok, tasks, prompt_config=prompt_config_for(tok, 100),
-                             max_prompt_tokens=bound, **kw)
+        low, m_low = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+                                   prompt_config=prompt_config_for(tok, 100), max_prompt_tokens=bound), tasks, **kw)
     step1 = [i for i in range(len(hard)) if hard.step[i] == 1]
     assert m_hard["rollout/prompt_truncated_frac"] == 0.5 and len(step1) == 2
     for i in range(len(hard)):
@@ -396,8 +395,9 @@ def test_evaluate_metrics_per_split_and_family(tok, request, webshop_dir):
     tasks = eval_tasks("test", 50, max_tasks=7, seed=0) + [Task("train", 3, 99)]
     with env_pool("webshop", 3, request) as pool:  # 8 tasks in chunks of 3: chunking is exercised
         engine = ExpertEngine(tok, pool, play=lambda slot: pool.tasks[slot].index % 2 == 0)
-        metrics, batch = evaluate(pool, engine, tok, tasks, sampling=SHORT, prompt_config=prompt_config_for(tok, 4096),
-                                  seed=0, max_prompt_tokens=4096)
+        metrics, batch = evaluate(Actor(pool=pool, engine=engine, tokenizer=tok,
+                                        prompt_config=prompt_config_for(tok, 4096), max_prompt_tokens=4096), tasks,
+                                  sampling=SHORT, seed=0)
     env = make_env(webshop_dir)
     expected: dict[str, dict] = {}
     for t in tasks:
@@ -425,20 +425,25 @@ def test_evaluate_metrics_per_split_and_family(tok, request, webshop_dir):
     # one episode per task; the list's rows are those of a collect with group_size 1 (seeds from the task)
     with env_pool("webshop", 8, request) as pool:
         engine = ExpertEngine(tok, pool, play=lambda slot: pool.tasks[slot].index % 2 == 0)
-        one, _ = collect(pool, engine, tok, tasks, group_size=1, sampling=SHORT,
-                         prompt_config=prompt_config_for(tok, 4096), seed=0, max_prompt_tokens=4096)
+        one, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 4096),
+                               max_prompt_tokens=4096), tasks, group_size=1, sampling=SHORT, seed=0)
     assert one.response_text == batch.response_text and torch.equal(one.group_id, batch.group_id)
 
 
 def test_bad_arguments_are_explained(hf_engine, tok, request):
     with env_pool("counter", 2, request) as pool:
-        kw = dict(group_size=2, sampling=SHORT, prompt_config=None, seed=0, max_prompt_tokens=64)
+        actor = Actor(pool=pool, engine=hf_engine, tokenizer=tok, prompt_config=None, max_prompt_tokens=64)
+        kw = dict(group_size=2, sampling=SHORT, seed=0)
         with pytest.raises(ValueError, match="no tasks"):
-            collect(pool, hf_engine, tok, [], **kw)
+            collect(actor, [], **kw)
         with pytest.raises(ValueError, match="num_envs >= 4"):
-            collect(pool, hf_engine, tok, [Task("train", 0, 0)] * 2, **kw)
+            collect(actor, [Task("train", 0, 0)] * 2, **kw)
         with pytest.raises(TypeError, match="SamplingConfig"):
-            collect(pool, hf_engine, tok, [Task("train", 0, 0)], **{**kw, "sampling": {"temperature": 1}})
+            collect(actor, [Task("train", 0, 0)], **{**kw, "sampling": {"temperature": 1}})
         with pytest.raises(ValueError, match="episodes_per_task"):
-            evaluate(pool, hf_engine, tok, [Task("eval", 0, 0)], sampling=SHORT, prompt_config=None, seed=0,
-                     max_prompt_tokens=64, episodes_per_task=3)
+            evaluate(actor, [Task("eval", 0, 0)], sampling=SHORT, seed=0, episodes_per_task=3)
+        for bad in (0, -1, 1.5):
+            with pytest.raises(ValueError, match="max_prompt_tokens"):
+                Actor(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=bad)
+        with pytest.raises(ValueError, match="max_turns"):
+            Actor(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=64, max_turns=0)

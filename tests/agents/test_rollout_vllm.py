@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agents.engines import SamplingConfig, make_engine
-from agents.rollout import collect, prompt_config_for
+from agents.rollout import Actor, collect, prompt_config_for
 from envs.pool import EnvPool, Task
 
 pytestmark = pytest.mark.vllm
@@ -24,8 +24,8 @@ def engines(tiny_dir):
 def _collect(engine, seed, sampling):
     tok = engine.tokenizer
     with EnvPool("TextCraft-v0", 4, mode="inline", env_kwargs={"max_steps": 2}) as pool:
-        return collect(pool, engine, tok, TASKS, group_size=2, sampling=sampling,
-                       prompt_config=prompt_config_for(tok, 1024), seed=seed, max_prompt_tokens=1024)
+        return collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 1024),
+                             max_prompt_tokens=1024), TASKS, group_size=2, sampling=sampling, seed=seed)
 
 
 def test_vllm_collect_feeds_every_estimator_and_reproduces(engines):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.engines import SamplingConfig
-from agents.rollout import collect, prompt_config_for
+from agents.rollout import Actor, collect, prompt_config_for
 from envs.pool import EnvPool, Task
 from groundtruth.live import advantage_metrics, batch_truth, row_actions, row_contexts, score_estimators
 from groundtruth.onpolicy import row_distributions
@@ -37,9 +37,10 @@ def rollout(model_and_tok):
     mdp = gym.make("FiniteRooms-v0", **ROOMS).unwrapped.mdp
     with EnvPool("FiniteRooms-v0", num_envs=8, mode="inline", env_kwargs=ROOMS) as pool:
         engine = ExpertEngine(tok, pool, play=lambda slot: slot % 2 == 0)
-        batch, _ = collect(pool, engine, tok, [Task("train", 0, 1), Task("train", 1, 2)], group_size=4,
-                           sampling=SamplingConfig(temperature=1.0, max_tokens=12),
-                           prompt_config=prompt_config_for(tok, 2048), seed=0, max_prompt_tokens=2048)
+        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+                                 prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048),
+                           [Task("train", 0, 1), Task("train", 1, 2)], group_size=4,
+                           sampling=SamplingConfig(temperature=1.0, max_tokens=12), seed=0)
     return mdp, batch
 
 

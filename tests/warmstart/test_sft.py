@@ -189,8 +189,9 @@ def test_dagger_labels_model_reached_states_with_the_expert(tiny):
     path, tok = tiny
     model = load_model(path, dtype="float32")
     tasks = [Task("train", 3, 11), Task("train", 50, 12)]
-    res = sft.play(model, tok, "TextCraft-v0", tasks, env_kwargs={**ENV_KW, "max_steps": 3}, temperature=1.0,
-                   max_response_tokens=12, label_style="trace", seed=5)
+    with sft.acting(model, tok, "TextCraft-v0", env_kwargs={**ENV_KW, "max_steps": 3}) as actor:
+        res = sft.play(actor, tasks, sampling=sft.play_sampling(1.0, 12), seed=5,
+                       options=sft.PlayOptions(label_style="trace"))
     assert len(res.episodes) == 2 and len(res.rows) == 6  # the untrained model never wins in 3 steps
     for row in res.rows:
         env = envs.make("TextCraft-v0", **ENV_KW)
@@ -212,20 +213,21 @@ def test_sft_evaluation_plays_the_same_episodes_as_rl_evaluation(tiny):
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
     from agents.models import load_model
-    from agents.rollout import evaluate
+    from agents.rollout import Actor, evaluate
     from envs.pool import EnvPool, eval_tasks
 
     path, tok = tiny
     model = load_model(path, dtype="float32")
     kw = {**ENV_KW, "max_steps": 3}
     pcfg = prompt_config_for(tok, 2048)
-    res = sft.evaluate(model, tok, "TextCraft-v0", "eval_depth2", env_kwargs=kw, max_tasks=3, temperature=1.0,
-                       seed=7, max_response_tokens=12, prompt_config=pcfg, batch_envs=2)
+    with sft.acting(model, tok, "TextCraft-v0", env_kwargs=kw, prompt_config=pcfg, batch_envs=2) as actor:
+        res = sft.evaluate(actor, "eval_depth2", sampling=sft.play_sampling(1.0, 12), seed=7, max_tasks=3)
     with EnvPool("TextCraft-v0", num_envs=3, mode="inline", env_kwargs=kw) as pool:
         tasks = eval_tasks("eval_depth2", pool.num_tasks("eval_depth2"), 3, 7)
         sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=12, stop=("</action>",), logprobs=False)
-        metrics, batch = evaluate(pool, HFEngine(model, tok), tok, tasks, sampling=sampling, prompt_config=pcfg,
-                                  seed=7, max_prompt_tokens=2048)
+        actor = Actor(pool=pool, engine=HFEngine(model, tok), tokenizer=tok, prompt_config=pcfg,
+                      max_prompt_tokens=2048)
+        metrics, batch = evaluate(actor, tasks, sampling=sampling, seed=7)
     assert [e.task for e in res.episodes] == [t.task_id for t in tasks]
     assert [r.tolist() for r in res.batch.response_ids] == [r.tolist() for r in batch.response_ids]
     assert [p.tolist() for p in res.batch.prompt_ids] == [p.tolist() for p in batch.prompt_ids]
@@ -242,16 +244,16 @@ def test_dagger_conventions(tiny):
     path, tok = tiny
     model = load_model(path, dtype="float32")
     tasks = [Task("train", 3, 11)]
-    kw = dict(env_kwargs={**ENV_KW, "max_steps": 3}, temperature=1.0, max_response_tokens=12, label_style="trace",
-              seed=5)
-    new = sft.play(model, tok, "TextCraft-v0", tasks, **kw)
-    old = sft.play(model, tok, "TextCraft-v0", tasks, conventions="episode", **kw)
+    kw = dict(sampling=sft.play_sampling(1.0, 12), seed=5)
+    with sft.acting(model, tok, "TextCraft-v0", env_kwargs={**ENV_KW, "max_steps": 3}) as actor:
+        new = sft.play(actor, tasks, options=sft.PlayOptions(label_style="trace"), **kw)
+        old = sft.play(actor, tasks, options=sft.PlayOptions(label_style="trace", conventions="episode"), **kw)
     hist_new = [a for r in new.rows for _o, a in r.transcript["pairs"]]
     hist_old = [a for r in old.rows for _o, a in r.transcript["pairs"]]
     assert INVALID_ACTION_TEXT in hist_new and "" in hist_old and INVALID_ACTION_TEXT not in hist_old
     assert new.batch.response_ids[0].tolist() != old.batch.response_ids[0].tolist()  # other sampling seeds
-    with pytest.raises(ValueError, match="conventions"):
-        sft.play(model, tok, "TextCraft-v0", tasks, conventions="legacy", **kw)
+    with pytest.raises(ValueError, match="conventions"), sft.acting(model, tok, "TextCraft-v0") as actor:
+        sft.play(actor, tasks, options=sft.PlayOptions(label_style="trace", conventions="legacy"), **kw)
 
 
 def test_play_is_independent_of_batching(tiny):
@@ -260,9 +262,11 @@ def test_play_is_independent_of_batching(tiny):
     path, tok = tiny
     model = load_model(path, dtype="float32")
     tasks = [Task("eval_depth2", k, 77 + k) for k in range(3)]
-    kw = dict(env_kwargs={**ENV_KW, "max_steps": 2}, temperature=1.0, max_response_tokens=10, seed=3)
-    a = sft.play(model, tok, "TextCraft-v0", tasks, batch_envs=3, **kw)
-    b = sft.play(model, tok, "TextCraft-v0", tasks, batch_envs=1, **kw)
+    kw = dict(env_kwargs={**ENV_KW, "max_steps": 2})
+    with sft.acting(model, tok, "TextCraft-v0", batch_envs=3, **kw) as actor:
+        a = sft.play(actor, tasks, sampling=sft.play_sampling(1.0, 10), seed=3)
+    with sft.acting(model, tok, "TextCraft-v0", batch_envs=1, **kw) as actor:
+        b = sft.play(actor, tasks, sampling=sft.play_sampling(1.0, 10), seed=3)
     assert [e.actions for e in a.episodes] == [e.actions for e in b.episodes]
 
 
