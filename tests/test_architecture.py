@@ -1,6 +1,8 @@
 """The architecture, enforced: the import graph of the repo's packages has no cycle and no import against the
 package order, every gymnasium environment of the repo lives in ``envs`` (an entry point is an import the
-graph cannot see), and only the environments and the acting loop step environments.
+graph cannot see), only the environments and the acting loop step environments, and no function of the acting
+and training path takes more than ``MAX_PARAMETERS`` parameters (what varies per call; the rest travels in one
+object: ``agents.rollout.Actor``, a batch, a settings dataclass).
 
 Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
 import each other)::
@@ -27,6 +29,10 @@ LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",
 LAYER_OF = {pkg: k for k, layer in enumerate(LAYERS) for pkg in layer}
 #: where an environment may be stepped: the envs themselves and the one acting loop (benchmarks time envs directly)
 STEPPING_ALLOWED = ("envs/", "agents/rollout.py", "benchmarks/")
+#: the packages whose functions are held to MAX_PARAMETERS (``self``/``cls`` not counted; ``*args``, ``**kwargs``
+#: and keyword-only parameters counted)
+NARROW_PACKAGES = ("agents", "trainer", "warmstart")
+MAX_PARAMETERS = 10
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -214,6 +220,31 @@ def test_only_envs_and_the_acting_loop_step_environments():
     assert not bad, "environment stepping outside envs/ and agents/rollout.py:\n" + "\n".join(bad)
 
 
+def parameter_count(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = fn.args
+    names = [p.arg for p in (*a.posonlyargs, *a.args)]
+    n = len(names) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+    return n - (1 if names and names[0] in ("self", "cls") else 0)
+
+
+def wide_functions(root: Path, packages, limit: int = MAX_PARAMETERS) -> list[str]:
+    """``path:line name (n parameters)`` of every function or method in ``packages`` with more than ``limit``."""
+    out = []
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameter_count(node) > limit:
+                    rel = path.relative_to(root).as_posix()
+                    out.append(f"{rel}:{node.lineno} {node.name} ({parameter_count(node)} parameters)")
+    return out
+
+
+def test_no_function_of_the_acting_and_training_path_takes_more_than_ten_parameters():
+    bad = wide_functions(ROOT, NARROW_PACKAGES)
+    assert not bad, (f"functions with more than {MAX_PARAMETERS} parameters (bundle what every call passes alike into "
+                     "a context or settings object):\n" + "\n".join(bad))
+
+
 def test_experiments_holds_entry_points_only():
     """Every module of ``experiments/`` is a command (``if __name__ == "__main__":``) and no package imports one
     (the package order puts ``experiments`` on top; this catches a test-only helper living there)."""
@@ -269,6 +300,17 @@ def test_an_entry_point_above_envs_is_found(tmp_path):
     assert [b.split(" (")[0] for b in bad] == [f"Obj-v0 -> {Local}", "Old-v0 -> groundtruth.textenv:RoomsEnv",
                                               "Side-v0 -> estimators.x:E"]
     assert "groundtruth is not below envs" in bad[1] and "estimators is not below envs" in bad[2]
+def test_a_wide_function_is_found(tmp_path):
+    _write(tmp_path, {
+        "agents/a.py": ("def ok(a, b, c, d, e, f, g, h, i, j):\n    pass\n"
+                        "def wide(a, b, c, d, e, f, g, h, i, *, j, k):\n    pass\n"
+                        "class C:\n    def m(self, a, b, c, d, e, f, g, h, i, j):\n        pass\n"
+                        "    def n(self, a, b, c, d, e, f, g, h, i, *args, **kw):\n        pass\n"),
+    })
+    assert wide_functions(tmp_path, ["agents"]) == ["agents/a.py:3 wide (11 parameters)",
+                                                    "agents/a.py:8 n (11 parameters)"]
+
+
 def test_the_trainer_may_not_import_the_warm_start(tmp_path):
     """The warm start trains with the trainer's PPO actor; an import the other way (even inside a function) is a
     back edge."""
