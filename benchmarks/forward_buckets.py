@@ -56,7 +56,7 @@ def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
     tmp = tmp_dir.name
     tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog="forward_buckets",
                                     extra=("trainer.prefix_sharing=true",))
-    eng = tr.engine
+    eng = tr.ppo_actor
     rec: dict = {"threads": torch.get_num_threads(), "matmul_gflops": rate, "shape": shape, "batches": []}
     try:
         for it in range(1, batches + 1):

@@ -152,7 +152,7 @@ def bench_trainer(preset: str, init_from: str, iterations: int, out_dir: str, ru
     folder.start_fresh()
     tr = Trainer(cfg, folder)
     tr.setup()
-    return tr, model_shape(tr.engine.lm), matmul_gflops()
+    return tr, model_shape(tr.ppo_actor.lm), matmul_gflops()
 
 
 def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict:
@@ -162,7 +162,7 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
 
     tr, shape, rate = bench_trainer(preset, init_from, iterations, out_dir, str(ROOT / "results" / "runs"),
                                     prog="iteration_phases")
-    eng = tr.engine
+    eng = tr.ppo_actor
     rec: dict = {"threads": torch.get_num_threads(), "policy": os.environ.get("OMP_WAIT_POLICY", "default"),
                  "matmul_gflops": rate, "shape": shape, "iterations": []}
     try:

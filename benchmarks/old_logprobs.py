@@ -46,7 +46,7 @@ def run(preset: str, init_from: str, batches: int, threads: int | None, extra: t
     tmp = tmp_dir.name
     tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog="old_logprobs",
                                     extra=("trainer.old_logprobs=recompute", *extra))
-    eng = tr.engine
+    eng = tr.ppo_actor
     layer = tr.cfg.model.hidden_layer
     plain = dataclasses.replace(tr.train_sampling, hidden_layer=None)
     capture = dataclasses.replace(tr.train_sampling, hidden_layer=layer)

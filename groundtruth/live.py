@@ -181,7 +181,7 @@ class TruthProbe:
 
     def __call__(self, trainer, batch, hidden: torch.Tensor | None) -> dict[str, float]:
         def scorer(prompts, responses):
-            return trainer.engine.compute_logprobs(prompts, responses, hidden_layer=None, pad_id=trainer.pad_id)
+            return trainer.ppo_actor.compute_logprobs(prompts, responses, hidden_layer=None, pad_id=trainer.pad_id)
 
         bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch))
         if hidden is not None and not bool(torch.isfinite(hidden).all()):

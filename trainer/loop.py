@@ -204,7 +204,7 @@ class Trainer:
         self.prompt_config: PromptConfig | None = None
         self.seeds: Seeds | None = None
         self.tied_aliases: dict[str, list[str]] = {}
-        self.engine: PPOActor | None = None
+        self.ppo_actor: PPOActor | None = None
         self.rollout_engine: RolloutEngine | None = None
         # acting (_build_rollout)
         self.train_sampling: SamplingConfig | None = None
@@ -328,10 +328,10 @@ class Trainer:
 
         model = load_model(self.model_dir, dtype=dtype, device="cpu")
         self.tied_aliases = tied_aliases(model)
-        self.engine = PPOActor(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
+        self.ppo_actor = PPOActor(model, cfg.trainer, model_cfg=cfg.model, temperature=cfg.rollout.temperature,
                                device=cfg.device)
         del model
-        self.rank, self.world_size = self.engine.rank, self.engine.world_size
+        self.rank, self.world_size = self.ppo_actor.rank, self.ppo_actor.world_size
         if self.rollout_engine is None:
             self.rollout_engine = self._make_rollout_engine(device, dtype)
 
@@ -360,7 +360,7 @@ class Trainer:
         resumed = None
         if cfg.trainer.resume and self.folder.checkpoints.exists():
             try:
-                resumed = load_checkpoint(self.folder.checkpoints, self.engine, sampler=self.sampler,
+                resumed = load_checkpoint(self.folder.checkpoints, self.ppo_actor, sampler=self.sampler,
                                           generators=self._generators())
             except CheckpointError as e:  # every checkpoint unusable: refuse rather than start over on the logs
                 raise self.folder.no_checkpoint_error(str(e)) from e
@@ -507,10 +507,10 @@ class Trainer:
         if self.cfg.trainer.old_logprobs == "rollout":
             old = old_from_rollout(batch)
         else:
-            old = self.engine.compute_logprobs(batch.prompt_ids, batch.response_ids, pad_id=self.pad_id)
+            old = self.ppo_actor.compute_logprobs(batch.prompt_ids, batch.response_ids, pad_id=self.pad_id)
         ref = None
         if self.cfg.trainer.use_kl_loss:
-            ref = self.engine.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True,
+            ref = self.ppo_actor.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True,
                                                hidden_layer=None, pad_id=self.pad_id)
         return old, ref
 
@@ -589,7 +589,7 @@ class Trainer:
         """One PPO pass over the batch (DeepSpeed); ``loss/...`` metrics. Raises ``NonFiniteError`` (engine)."""
         row_ids = [f"{tid}:traj{int(tr)}:step{int(st)}"
                    for tid, tr, st in zip(batch.task_id, batch.traj_id.tolist(), batch.step.tolist())]
-        return self.engine.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs,
+        return self.ppo_actor.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs,
                                   ref.logprobs if ref is not None else None, row_ids=row_ids,
                                   generator=self.seeds.rollout, pad_id=self.pad_id)
 
@@ -597,7 +597,7 @@ class Trainer:
         """Copy the actor's weights into the rollout engine (every rank; ZeRO-3 gathers each tensor)."""
         self.rollout_engine.wake()
         try:
-            self.rollout_engine.update_weights(_with_aliases(self.engine.full_named_parameters(), self.tied_aliases))
+            self.rollout_engine.update_weights(_with_aliases(self.ppo_actor.full_named_parameters(), self.tied_aliases))
         finally:
             self.rollout_engine.sleep()
 
@@ -685,7 +685,7 @@ class Trainer:
         if self.rank == 0:
             self.logger.sync()
             self.eval_log.sync()
-        save_checkpoint(self.folder.checkpoints, iteration, self.engine, sampler=self.sampler,
+        save_checkpoint(self.folder.checkpoints, iteration, self.ppo_actor, sampler=self.sampler,
                         generators=self._generators(), keep_last=self.cfg.trainer.keep_last,
                         tokenizer=self.tokenizer,
                         extra={"evals_done": list(self.evals_done), "eval_seed": self.cfg.eval.seed,

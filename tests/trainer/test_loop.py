@@ -181,7 +181,7 @@ def test_rollout_engine_follows_the_actor(tmp_path, engine):
         assert t.tied_aliases  # the preset's tiny model ties its LM head to the embedding
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():  # every parameter, the tied embedding included, far from where it started
-            for p in t.engine.lm.parameters():
+            for p in t.ppo_actor.lm.parameters():
                 scale = max(float(p.std()) if p.numel() > 1 else 0.0, 0.1)
                 p.add_(torch.randn(p.shape, generator=gen) * scale * 2)
         t.sync_weights()
@@ -193,7 +193,7 @@ def test_rollout_engine_follows_the_actor(tmp_path, engine):
         got = [g.token_ids for g in t.rollout_engine.generate(prompts, greedy)]
         if cfg.rollout.engine == "hf":
             assert t.rollout_engine.lean_weights().packed
-        actor = copy.deepcopy(t.engine.lm).eval()
+        actor = copy.deepcopy(t.ppo_actor.lm).eval()
         actor.config.use_cache = True
         want = [g.token_ids for g in make_engine("hf", actor, tokenizer=tok, pack_weights="off").generate(prompts,
                                                                                                          greedy)]
