@@ -78,7 +78,8 @@ class PromptConfig:
                 raise ValueError("PromptConfig.max_tokens needs count_tokens (e.g. lambda s: len(tok(s).input_ids))")
             if self.max_tokens - self.reserve_tokens < 1:
                 raise ValueError(
-                    f"PromptConfig: max_tokens={self.max_tokens} minus reserve_tokens={self.reserve_tokens} leaves no room"
+                    f"PromptConfig: max_tokens={self.max_tokens} minus reserve_tokens={self.reserve_tokens} leaves no "
+                    "room"
                 )
         elif not isinstance(self.max_chars, int) or self.max_chars < 1:
             raise ValueError(f"PromptConfig.max_chars={self.max_chars!r} must be a positive integer")

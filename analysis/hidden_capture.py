@@ -201,7 +201,8 @@ class CapturingEngine(RolloutEngine):
             slots = self.pool.live_indices()
             if len(slots) != n:
                 raise RuntimeError(f"CapturingEngine: {n} prompts but {len(slots)} live envs in the pool; an action "
-                                   "mix needs the prompts of exactly the live envs in slot order (agents.rollout.collect)")
+                                   "mix needs the prompts of exactly the live envs in slot order "
+                                   "(agents.rollout.collect)")
             want_expert = [i for i in scripted if sources[i] == "expert"]
             want_random = [i for i in scripted if sources[i] == "random"]
             if want_expert:

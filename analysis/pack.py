@@ -227,7 +227,8 @@ def unpack(packed: Path, into: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("study", type=Path, help="a study folder (with runs/ to pack, or runs.jsonl.xz to unpack)")
     ap.add_argument("--unpack", action="store_true", help=f"write the run folders of <study>/{PACKED_NAME} again")
     ap.add_argument("--into", type=Path, default=None, help="with --unpack: where (default <study>/runs)")

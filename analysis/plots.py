@@ -100,10 +100,12 @@ def plot_diagnostics(runs_by_method: dict[str, list[Run]], title: str, out: Path
     """Three panels over training: singleton rate (exact anchors dashed, hidden clusters solid), PACE row
     mix (PACE / fallback / singleton), and mean cluster size; means over seeds per method."""
     panels = [
-        ("singleton rate", [("group/singleton_rate_anchor", "--", "anchors"), ("group/singleton_rate_cluster", "-", "clusters")]),
+        ("singleton rate",
+         [("group/singleton_rate_anchor", "--", "anchors"), ("group/singleton_rate_cluster", "-", "clusters")]),
         ("PACE row mix", [("group/pace_frac_pace", "-", "PACE"), ("group/pace_frac_fallback", "--", "fallback"),
                           ("group/pace_frac_singleton", ":", "singleton")]),
-        ("mean cluster size", [("group/cluster_size_mean", "-", "clusters"), ("group/anchor_size_mean", "--", "anchors")]),
+        ("mean cluster size",
+         [("group/cluster_size_mean", "-", "clusters"), ("group/anchor_size_mean", "--", "anchors")]),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     drawn = False

@@ -111,7 +111,8 @@ def truth_rows(runs: list[Run], metric: str, baseline: str = "gigpo") -> list[di
 def _truth_md(rows: list[dict], title: str, baseline: str) -> list[str]:
     k = sum("p" in r for r in rows)
     out = [title, "",
-           f"| estimator | seeds | mean [95% CI] | − {baseline} [95% CI] | seeds > 0 | sign-flip p | Holm p (k = {k}) |",
+           f"| estimator | seeds | mean [95% CI] | − {baseline} [95% CI] | seeds > 0 | sign-flip p "
+           f"| Holm p (k = {k}) |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "p" in r:
@@ -144,7 +145,8 @@ def training_rows(runs: list[Run], baseline: str = "gigpo", last: int = 5) -> li
         y = np.array(list(b.values()))
         poi = poi_ci(x, y)
         paired = [score[m][s] - b[s] for s in sorted(score[m]) if s in b]
-        out.append({"method": m, "n": len(x), "poi": poi, "p": float(mannwhitneyu(x, y, alternative="two-sided").pvalue),
+        out.append({"method": m, "n": len(x), "poi": poi,
+                    "p": float(mannwhitneyu(x, y, alternative="two-sided").pvalue),
                     "paired_above": sum(d > 0 for d in paired), "paired_n": len(paired),
                     "iqm_gap": float(np.mean(paired)) if paired else float("nan")})
     return out
@@ -330,7 +332,8 @@ def _control_md(by_method: dict[str, list[Run]], post_hoc: set[str], bar: float 
                "seeds of each seed's mean over iterations, 95% hierarchical bootstrap interval (seeds, then iterations "
                "within a seed). `seed means` and `end`: each seed's gap over all iterations and over its last 4. "
                + note, "",
-               "| method | seeds | all [95% CI] | seed means (" + " / ".join(str(s) for s in seeds) + ") | end, last 4 ("
+               "| method | seeds | all [95% CI] | seed means (" + " / ".join(str(s) for s in seeds)
+               + ") | end, last 4 ("
                + " / ".join(str(s) for s in seeds) + ") |" + bar_head + " sign-flip p |",
                "|---|---|---|---|---|" + ("---|" if bar is not None else "") + "---|"]
         for g in gaps:
@@ -354,8 +357,8 @@ def _control_md(by_method: dict[str, list[Run]], post_hoc: set[str], bar: float 
 
 
 def _heldout_md(by_method: dict[str, list[Run]], key: str, label: str) -> list[str]:
-    """Success on an evaluation split at the last evaluation, pooled over seeds as counts (episodes) with Fisher's exact test of
-    each method against the control, and per seed."""
+    """Success on an evaluation split at the last evaluation, pooled over seeds as counts (episodes) with Fisher's exact
+    test of each method against the control, and per seed."""
     if CONTROL_METHOD not in by_method:
         return []
     def counts(runs):

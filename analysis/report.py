@@ -24,7 +24,8 @@ from .stats import (
 )
 from .truth import train_aggregate_table, truth_section
 
-__all__ = ["control_end_table", "goal_table", "build_report", "eval_keys", "run_scores", "control_table", "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
+__all__ = ["control_end_table", "goal_table", "build_report", "eval_keys", "run_scores", "control_table",
+           "reference_table", "DEFAULT_THRESHOLDS", "CONTROL_METHOD"]
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 _SPLIT_KEY = re.compile(r"^eval/(?P<env>[^/]+)/(?P<split>[^/]+)/success_rate$")
@@ -101,7 +102,8 @@ def efficiency_table(by_method: dict[str, list[Run]], key: str, source: str, thr
         first[m] = {t: steps_to_threshold(its.tolist(), mean.tolist(), t) for t in thresholds}
     if not first:
         return ""
-    lines = ["| method | " + " | ".join(f"≥ {100 * t:.0f}%" for t in thresholds) + " |", "|---|" + "---|" * len(thresholds)]
+    lines = ["| method | " + " | ".join(f"≥ {100 * t:.0f}%" for t in thresholds) + " |",
+             "|---|" + "---|" * len(thresholds)]
     for m in sorted(first, key=method_sort_key):
         row = []
         for t in thresholds:
@@ -345,7 +347,8 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
         split_keys, fam_keys = eval_keys([r for rs in by_method.values() for r in rs])
         # curves: train success, then each evaluation split
         png = out / f"curves_{tag}_train.png"
-        if plot_curves(by_method, "rollout/success_rate", "metrics", f"{env} / {model}: training rollouts", png, "success rate"):
+        if plot_curves(by_method, "rollout/success_rate", "metrics", f"{env} / {model}: training rollouts", png,
+                       "success rate"):
             md += [f"![training success]({png.name})", ""]
         for k in split_keys:
             split = _short(k)
@@ -456,7 +459,8 @@ def main(argv=None) -> int:
         print(f"error: no run folders with metrics.jsonl under {args.runs} match the filters", file=sys.stderr)
         return 2
     thresholds = [float(x) for x in args.thresholds.split(",")]
-    cmd = "python -m experiments.report " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    cmd = "python -m experiments.report " + " ".join(shlex.quote(a)
+                                                     for a in (argv if argv is not None else sys.argv[1:]))
     summary = build_report(runs, args.out, args.title or f"Study: {args.out}", thresholds, args.baseline, cmd)
     print(f"{len(runs)} runs -> {summary}")
     return 0

@@ -98,9 +98,11 @@ def within_slope_ci(
     return point, float(np.quantile(boot, alpha / 2)), float(np.quantile(boot, 1 - alpha / 2))
 
 
-def mean_ci(values: Sequence[float], reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float, float]:
+def mean_ci(values: Sequence[float], reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float,
+                                                                                                    float]:
     """Mean over seeds with a 95% percentile bootstrap interval."""
-    return stratified_bootstrap_ci(np.asarray(values, dtype=np.float64)[:, None], lambda m: float(m.mean()), reps, alpha, seed)
+    return stratified_bootstrap_ci(np.asarray(values, dtype=np.float64)[:, None], lambda m: float(m.mean()), reps,
+                                   alpha, seed)
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
@@ -117,7 +119,8 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     return float((gt + 0.5 * eq).mean())
 
 
-def poi_ci(x: np.ndarray, y: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float, float]:
+def poi_ci(x: np.ndarray, y: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float,
+                                                                                                        float]:
     """P(X > Y) with a stratified bootstrap interval (runs of X and of Y resampled independently per task)."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -148,7 +151,9 @@ def interp_curves(curves: Sequence[tuple[Sequence[int], Sequence[float]]]) -> tu
     return np.array(common), mat.reshape(len(curves), len(common))
 
 
-def curve_band(values: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def curve_band(values: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[np.ndarray,
+                                                                                                  np.ndarray,
+                                                                                                  np.ndarray]:
     """Mean curve over seeds and its pointwise 95% bootstrap band. values: (seeds, K) -> three (K,) arrays."""
     values = np.asarray(values, dtype=np.float64)
     rng = np.random.default_rng(seed)

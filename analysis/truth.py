@@ -6,8 +6,8 @@ folders (or their packed file) and writes the tables and curves of ``python -m e
 Every estimator is scored on the same batches, so differences between estimators are paired: ``paired_table``
 gives each estimator's difference from the baseline run by run (mean over the run's iterations), averaged over the
 runs of each seed, with a bootstrap interval over seeds: the runs of one seed share the warm start and the first
-batch, so they are not independent (``per_seed``). Runs are pooled by the epsilon their hidden-state estimators were scored at (``epsilon_label``):
-the calibrated value of ``epsilon: auto`` differs between runs, a fixed epsilon does not.
+batch, so they are not independent (``per_seed``). Runs are pooled by the epsilon their hidden-state estimators were
+scored at (``epsilon_label``): the calibrated value of ``epsilon: auto`` differs between runs, a fixed epsilon does not.
 
 Training curves without a separate evaluation (``eval.every: 0``) are read from the training rollouts:
 ``train_aggregate_table`` scores each run by its mean success over its last iterations (IQM, probability of
@@ -25,7 +25,8 @@ from .plots import method_sort_key, plot_curves
 from .runs import Run, series
 from .stats import aggregate_markdown, mean_ci
 
-__all__ = ["TRUTH_METRICS", "STEP_METRICS", "truth_estimators", "epsilon_label", "run_mean", "truth_table", "paired_table",
+__all__ = ["TRUTH_METRICS", "STEP_METRICS", "truth_estimators", "epsilon_label", "run_mean", "truth_table",
+           "paired_table",
            "truth_section", "train_aggregate_table", "overview", "per_seed"]
 
 #: the per-estimator metrics of ``groundtruth.live.advantage_metrics``, in table order: of the whole advantage and
@@ -164,7 +165,8 @@ def truth_section(by_method: dict[str, list[Run]], out: Path, tag: str, title: s
           "A^π(s, a) of the policy that sampled it (dynamic programming over the finite world, "
           "`groundtruth/live.py`), whichever estimator trained. Cells: each run's mean over its iterations, averaged "
           "over the runs of each seed, then the mean over seeds with a 95% bootstrap interval over seeds (a single "
-          "seed: no interval; the runs of one seed share the warm start and the first batch). `sign_agree` is over rows whose true advantage is not 0; "
+          "seed: no interval; the runs of one seed share the warm start and the first batch). `sign_agree` is over "
+          "rows whose true advantage is not 0; "
           "an estimator that gives a row 0 disagrees there. `singleton`, `pair_precision` and `pair_recall`: the "
           "estimator's state groups within a prompt group against the true state (`state_key`).", ""]
     tables: list[str] = []
@@ -211,7 +213,8 @@ def _first_scan(run: Run) -> tuple[float, float, tuple[float, float]] | None:
     rows = rec.get("scan") or []
     anchors = [x for x in rows if x.get("epsilon") is None and "f1" in x]
     hidden = [x for x in rows if x.get("epsilon") is not None and _finite(x.get("f1"))]
-    chosen = [x for x in hidden if math.isclose(float(x["epsilon"]), float(rec["epsilon"]), rel_tol=1e-9, abs_tol=1e-12)]
+    chosen = [x for x in hidden
+              if math.isclose(float(x["epsilon"]), float(rec["epsilon"]), rel_tol=1e-9, abs_tol=1e-12)]
     if not anchors or not hidden or not chosen:
         return None
     best = max(hidden, key=lambda x: (x["f1"], -x["epsilon"]))
@@ -219,11 +222,11 @@ def _first_scan(run: Run) -> tuple[float, float, tuple[float, float]] | None:
 
 
 def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
-    """Markdown tables across scenarios (intervals over seeds, ``per_seed``) (``{name: runs}``, e.g. one study folder each): per estimator, the whole
-    advantage's Pearson correlation with the truth and its paired difference from ``baseline`` (the primary view:
-    what the trainer uses), then the same for the step term alone (secondary), over the runs at ``epsilon: auto``;
-    the state groups' singleton rate and pair recall; the epsilon the runs calibrated; and each trained method's
-    training-rollout success over its last 5 iterations. Counts are per seed (the unit)."""
+    """Markdown tables across scenarios (intervals over seeds, ``per_seed``) (``{name: runs}``, e.g. one study folder
+    each): per estimator, the whole advantage's Pearson correlation with the truth and its paired difference from
+    ``baseline`` (the primary view: what the trainer uses), then the same for the step term alone (secondary), over the
+    runs at ``epsilon: auto``; the state groups' singleton rate and pair recall; the epsilon the runs calibrated; and
+    each trained method's training-rollout success over its last 5 iterations. Counts are per seed (the unit)."""
     names = list(scenarios)
     auto = {n: [r for r in rs if epsilon_label(r) == "auto"] for n, rs in scenarios.items()}
     ests = truth_estimators([r for rs in scenarios.values() for r in rs])
@@ -271,7 +274,8 @@ def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
             "#### State groups: pair precision against the true state", "", metric_table("pair_precision"), ""]
     eps = []
     for n in names:
-        first = {r.seed: r.metrics[0]["group/epsilon"] for r in auto[n] if r.metrics and "group/epsilon" in r.metrics[0]}
+        first = {r.seed: r.metrics[0]["group/epsilon"] for r in auto[n] if r.metrics
+                 and "group/epsilon" in r.metrics[0]}
         vals = list(first.values())
         eps.append(f"{np.median(vals):.2g} ({min(vals):.2g}–{max(vals):.2g}, {len(vals)} seeds)" if vals else "–")
     scan_rows = {"anchors: F1 vs the true state": [], "the chosen epsilon: F1": [], "best epsilon in hindsight": [],

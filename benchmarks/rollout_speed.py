@@ -1,7 +1,7 @@
 """Benchmark of the multi-turn group rollout (agents.rollout).
 
-    python -m benchmarks.rollout_speed [--alfworld]  # all three parts, tiny model + SmolLM2 (~35 min on the loaded 2-core machine)
-    python -m benchmarks.rollout_speed --quick       # tiny model only, smaller rollouts
+    python -m benchmarks.rollout_speed [--alfworld]  # all three parts, tiny model + SmolLM2 (~35 min on the loaded
+    2-core machine) python -m benchmarks.rollout_speed --quick       # tiny model only, smaller rollouts
 
 (a) **Hidden-state capture cost**: the trainer's old-log-prob pass (``trainer.actor.actor_forward``) over the
     rows of a real rollout, with the forward hook that captures the layer-L state of the last prompt token
@@ -277,7 +277,8 @@ def bench_waste(engine, env: str, p_groups: int, g: int, max_steps: int, max_tok
     tokens_live = m0["rollout/gen_tokens"] if mix is None else e0.live_tokens
     tokens_waste = o1.wasted_tokens if mix is None else e1.finished_tokens
     out.update({
-        "success": m0["rollout/success_rate"], "ep_len": m0["rollout/episode_length"], "turns": len(t0.prompts_per_turn),
+        "success": m0["rollout/success_rate"], "ep_len": m0["rollout/episode_length"],
+        "turns": len(t0.prompts_per_turn),
         "prompts": prompts_live, "prompts_avoided": m0["rollout/generations_avoided"],
         "tokens": tokens_live, "tokens_avoided": tokens_waste,
         "gen_s_live": m0["perf/rollout_generate_s"], "gen_s_all": m1["perf/rollout_generate_s"],
@@ -334,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     if not q:
         from agents.models.smollm2 import convert_smollm2
 
-        hidden.append(bench_hidden("SmolLM2-135M (30 layers)", convert_smollm2(), -12, 2, 2, 48, 4, max(3, repeats // 3)))
+        hidden.append(bench_hidden("SmolLM2-135M (30 layers)", convert_smollm2(), -12, 2, 2, 48, 4,
+                                   max(3, repeats // 3)))
     for h in hidden:
         print(f"(a) {h['model']}: hook {h['hook_pct']:+.2f}% extra pass {h['extra_pct']:.1f}%", flush=True)
 
@@ -345,11 +347,13 @@ def main(argv: list[str] | None = None) -> int:
                               [("textcraft", 8, None), ("textcraft", 30, 0.8), ("textcraft", 30, 0.5)]):
         waste.append(bench_waste(engine, env, 4, 4, horizon, 16, mix))
         w = waste[-1]
-        print(f"(b) {env} {w['policy']}: avoided {w['prompts_avoided']:.0f} prompts / {w['prompts']} generated", flush=True)
+        print(f"(b) {env} {w['policy']}: avoided {w['prompts_avoided']:.0f} prompts / {w['prompts']} generated",
+              flush=True)
     if args.alfworld:
         waste.append(bench_waste(engine, "alfworld", 2, 4, 50, 16, 0.8))
         w = waste[-1]
-        print(f"(b) alfworld {w['policy']}: avoided {w['prompts_avoided']:.0f} prompts / {w['prompts']} generated", flush=True)
+        print(f"(b) alfworld {w['policy']}: avoided {w['prompts_avoided']:.0f} prompts / {w['prompts']} generated",
+              flush=True)
     thr = []
     for p, g in ([(4, 4)] if q else [(4, 4), (16, 8)]):
         thr.append(bench_throughput(engine, p, g, 3, 32))
@@ -376,12 +380,15 @@ def main(argv: list[str] | None = None) -> int:
         "shape, as a share of the pass. "
         "`max |diff|` compares the hook's vectors with the extra pass's (same numbers, as the tests assert).",
         "",
-        "| model | layer | rows | tokens | pass (CPU s) | +hook (CPU s) | hook cost, CPU time | hook cost, wall time | hook's gather alone | extra pass (CPU s) | extra pass / pass | max \\|diff\\| |",
+        "| model | layer | rows | tokens | pass (CPU s) | +hook (CPU s) | hook cost, CPU time | hook cost, wall time | "
+        "hook's gather alone | extra pass (CPU s) | extra pass / pass | max \\|diff\\| |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for h in hidden:
-        lines.append(f"| {h['model']} | {h['layer']} | {h['rows']} | {h['tokens']} | {h['plain_s']:.3f} | {h['hook_s']:.3f} | "
-                     f"{h['hook_pct']:+.2f}% [{h['hook_pct_min']:+.1f}..{h['hook_pct_max']:+.1f}] ({h['repeats']} rounds) | "
+        lines.append(f"| {h['model']} | {h['layer']} | {h['rows']} | {h['tokens']} | {h['plain_s']:.3f} | "
+                     f"{h['hook_s']:.3f} | "
+                     f"{h['hook_pct']:+.2f}% [{h['hook_pct_min']:+.1f}..{h['hook_pct_max']:+.1f}] ({h['repeats']} "
+                     "rounds) | "
                      f"{h['hook_wall_pct']:+.2f}% | {h['gather_pct']:.4f}% | "
                      f"{h['extra_s']:.3f} | {h['extra_pct']:.0f}% | {h['max_abs_diff']:.1e} |")
     lines += [
@@ -404,12 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         "the live env's response is replaced by the expert's action) ends episodes at different turns, as a trained "
         "agent does.",
         "",
-        "| env | P x G | horizon | policy | success | mean length | turns | prompts | avoided | avoided / generated | tokens | tokens avoided | tokens avoided / generated | gen time all / live-only |",
+        "| env | P x G | horizon | policy | success | mean length | turns | prompts | avoided | avoided / generated | "
+        "tokens | tokens avoided | tokens avoided / generated | gen time all / live-only |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in waste:
         lines.append(
-            f"| {w['env']} | {w['P']} x {w['G']} | {w['horizon']} | {w['policy']} | {w['success']:.2f} | {w['ep_len']:.1f} | {w['turns']} | "
+            f"| {w['env']} | {w['P']} x {w['G']} | {w['horizon']} | {w['policy']} | {w['success']:.2f} | "
+            f"{w['ep_len']:.1f} | {w['turns']} | "
             f"{w['prompts']} | {w['prompts_avoided']:.0f} | {w['prompts_avoided'] / max(w['prompts'], 1):.2f} | "
             f"{w['tokens']:.0f} | {w['tokens_avoided']:.0f} | {w['tokens_avoided'] / max(w['tokens'], 1):.2f} | "
             f"{w['gen_s_all'] / max(w['gen_s_live'], 1e-9):.2f}x |")
@@ -424,11 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         "TextCraft (inline pool), random weights (every episode runs to the horizon), temperature 1, up to 32 "
         "tokens per response. Time shares: reset / prompt building + tokenisation / generation / env steps.",
         "",
-        "| P x G | turns | rows | gen tokens | mean prompt tokens | wall (s) | env steps/s | gen tokens/s | prompt + gen tokens/s | reset | prompt | generate | env |",
+        "| P x G | turns | rows | gen tokens | mean prompt tokens | wall (s) | env steps/s | gen tokens/s | prompt + "
+        "gen tokens/s | reset | prompt | generate | env |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in thr:
-        lines.append(f"| {t['P']} x {t['G']} | {t['rows'] / (t['P'] * t['G']):.0f} | {t['rows']:.0f} | {t['gen_tokens']:.0f} | "
+        lines.append(f"| {t['P']} x {t['G']} | {t['rows'] / (t['P'] * t['G']):.0f} | {t['rows']:.0f} | "
+                     f"{t['gen_tokens']:.0f} | "
                      f"{t['prompt_tokens']:.0f} | {t['total_s']:.1f} | {t['steps_s']:.2f} | {t['tok_s']:.0f} | "
                      f"{t['processed_tok_s']:.0f} | "
                      f"{t['share_reset']:.1f}% | {t['share_prompt']:.1f}% | {t['share_generate']:.1f}% | "
@@ -436,9 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(thr) == 2:
         a, b = thr
         lines += ["", f"16 x 8 against 4 x 4 in this run: {b['tok_s'] / a['tok_s']:.2f}x the generated tokens/s, "
-                      f"{b['steps_s'] / a['steps_s']:.2f}x the env steps/s, {b['processed_tok_s'] / a['processed_tok_s']:.2f}x "
+                      f"{b['steps_s'] / a['steps_s']:.2f}x the env steps/s, "
+                      f"{b['processed_tok_s'] / a['processed_tok_s']:.2f}x "
                       "the prompt + generated tokens/s. Generation is prefill-bound here: a prompt holds ~700 tokens "
-                      "against at most 32 generated, so a turn costs about its prompt tokens, and on one thread a larger "
+                      "against at most 32 generated, so a turn costs about its prompt tokens, and on one thread a "
+                      "larger "
                       "batch adds no parallelism to amortise (it only pads more: prompts are left-padded to the "
                       "longest). Environment steps and prompt building are below 1% of the rollout's time."]
     lines.append("")

@@ -83,7 +83,8 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
             learners[v] = sft.SFTLearner(load_model(init, dtype="float32"),
                                          sft.sft_trainer_config(lr=cfg.lr, batch_rows=cfg.batch_rows,
                                                                 micro_batch_rows=cfg.batch_rows,
-                                                                warmup_steps=cfg.warmup_steps, zero_stage=cfg.zero_stage),
+                                                                warmup_steps=cfg.warmup_steps,
+                                                                zero_stage=cfg.zero_stage),
                                          total_steps=steps, prompt_weight=cfg.prompt_weight, share_prompt_loss=share)
             if comp:  # the decoder through torch.compile (inductor), shapes dynamic: its first steps compile
                 learners[v].lm.get_decoder().compile(dynamic=True)  # in place: actor_forward calls this module

@@ -114,7 +114,8 @@ def run_cell(a: dict) -> dict:
     adv_gen = torch.Generator().manual_seed(1)
 
     def stepbatch(hidden):
-        return StepBatch(group_id=group, traj_id=traj, step=step, reward=(torch.rand(n, generator=adv_gen) < 0.2) * 10.0,
+        return StepBatch(group_id=group, traj_id=traj, step=step,
+                         reward=(torch.rand(n, generator=adv_gen) < 0.2) * 10.0,
                          valid=torch.ones(n, dtype=torch.bool), anchor_obs=[f"o{int(x) % 7}" for x in step],
                          response_text=[f"<action>a{i % 3}</action>" for i in range(n)], hidden=hidden)
 
@@ -196,7 +197,8 @@ def machine() -> str:
     from common.machine import cpu_name, gpu_name
 
     cpu, gpu = cpu_name(), gpu_name()
-    return (f"{cpu}, {os.cpu_count()} logical cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
+    return (f"{cpu}, {os.cpu_count()} logical cores, {gpu}; Python {platform.python_version()}, torch "
+            f"{torch.__version__}, "
             f"load average {os.getloadavg()[0]:.1f} at start")
 
 
@@ -207,7 +209,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         out.append(
             f"| {r['model']} | {r['params_m']:.1f}M | {r['stage']} | {r['rows']} | {r['tokens']} | {r['t_old']:.2f} | "
-            f"{r['t_ref']:.2f} | {r['t_upd']:.2f} | {r['step_s']:.2f} | {r['upd_rows_s']:.1f} | {r['upd_tokens_s']:.0f} | "
+            f"{r['t_ref']:.2f} | {r['t_upd']:.2f} | {r['step_s']:.2f} | {r['upd_rows_s']:.1f} | "
+            f"{r['upd_tokens_s']:.0f} | "
             f"{r['step_tokens_s']:.0f} | {r['hook_s']:.3f} | {r['t_est']:.4f} | {r['t_est_grpo']:.4f} | "
             f"{100 * r['bipace_share']:.2f}% | {r['peak_mb']:.0f} |")
     return "\n".join(out)
@@ -279,7 +282,8 @@ def main() -> None:
               flush=True)
     cell_desc = "; ".join(
         f"{m}: P={c['P']} x G={c['G']} x S={c['S']} rows, prompts {int(c['prompt'] * 0.75)}-{c['prompt']} tokens, "
-        f"responses {max(1, c['response'] // 2)}-{c['response']}, mini-batch {c['mini']} rows, micro-batch {c['micro']}, "
+        f"responses {max(1, c['response'] // 2)}-{c['response']}, mini-batch {c['mini']} rows, micro-batch "
+        f"{c['micro']}, "
         f"hidden layer {c['layer']}, gradient checkpointing {'on' if c['gc'] else 'off'}, {c['threads']} thread(s), "
         f"median of {c['repeats']} step(s) after a warm-up"
         for m, c in {c["model"]: c for c in cells}.items())

@@ -49,10 +49,12 @@ def clusters_for(batch: StepBatch, cfg: EstimatorConfig) -> torch.Tensor:
     ).cluster_id
 
 
-def _result(episode: torch.Tensor, step: torch.Tensor, cfg: EstimatorConfig, cluster=None, metrics=None, dtype=torch.float32):
+def _result(episode: torch.Tensor, step: torch.Tensor, cfg: EstimatorConfig, cluster=None, metrics=None,
+            dtype=torch.float32):
     adv = episode + cfg.step_weight * step
     return EstimatorResult(
-        advantages=adv.to(dtype), episode=episode.to(dtype), step=step.to(dtype), cluster_id=cluster, metrics=metrics or {}
+        advantages=adv.to(dtype), episode=episode.to(dtype), step=step.to(dtype), cluster_id=cluster,
+        metrics=metrics or {}
     )
 
 
@@ -104,7 +106,8 @@ def _bipace(batch: StepBatch, cfg: EstimatorConfig, variant: str) -> EstimatorRe
         batch.response_text, batch.response_ids, batch.response_mask, cfg.pace_key, cfg.pace_key_tokens, batch.device
     )
     pace = pace_step_advantages(step_returns(batch, cfg), clusters, keys, variant, cfg.pace_fallback, cfg.pace_norm)
-    return _result(ep, pace.step, cfg, cluster=clusters, metrics=pace_metrics(pace, clusters, parsed), dtype=batch.reward.dtype)
+    return _result(ep, pace.step, cfg, cluster=clusters, metrics=pace_metrics(pace, clusters, parsed),
+                   dtype=batch.reward.dtype)
 
 
 @register_estimator("bipace_q", needs_hidden=True, uses_action_keys=True)

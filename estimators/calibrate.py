@@ -46,7 +46,8 @@ from .diagnostics import grouping_stats, pair_count, pair_purity
 from .grouping import anchor_groups
 from .ops import dense_ids, factorize
 
-__all__ = ["DEFAULT_GRID", "AUTO_GRID", "CRITERIA", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon", "choose_epsilon",
+__all__ = ["DEFAULT_GRID", "AUTO_GRID", "CRITERIA", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon",
+           "choose_epsilon",
            "pick_from_scan", "format_scan"]
 
 DEFAULT_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)

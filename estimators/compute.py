@@ -37,7 +37,8 @@ def compute_advantages(batch: StepBatch, cfg, diagnostics: bool = True) -> Estim
     for name in ("advantages", "episode", "step"):
         t = getattr(result, name)
         if t.shape != (len(batch),):
-            raise RuntimeError(f"estimator {cfg.name!r} returned {name} of shape {tuple(t.shape)}, want ({len(batch)},)")
+            raise RuntimeError(f"estimator {cfg.name!r} returned {name} of shape {tuple(t.shape)}, "
+                               f"want ({len(batch)},)")
         if not torch.isfinite(t).all():
             bad = torch.nonzero(~torch.isfinite(t)).flatten()[:5].tolist()
             raise FloatingPointError(f"estimator {cfg.name!r} produced NaN/Inf in {name} at rows {bad}")

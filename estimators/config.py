@@ -13,7 +13,8 @@ from common.config_checks import check_choices, check_number, fail
 
 from .registry import ESTIMATORS
 
-__all__ = ["EstimatorConfig", "NORM_MODES", "CENTROIDS", "CLUSTER_BACKENDS", "PACE_KEYS", "PACE_FALLBACKS", "PACE_NORMS", "EPSILON_CRITERIA"]
+__all__ = ["EstimatorConfig", "NORM_MODES", "CENTROIDS", "CLUSTER_BACKENDS", "PACE_KEYS", "PACE_FALLBACKS",
+           "PACE_NORMS", "EPSILON_CRITERIA"]
 
 NormMode = Literal["mean_std_norm", "mean_norm"]
 Centroid = Literal["mean", "seed"]

@@ -104,7 +104,8 @@ def batch_diagnostics(batch: StepBatch, cfg, result) -> dict[str, float]:
             ids_ok = batch.response_ids is not None or cfg.pace_key == "action_tag"
             key_name = cfg.pace_key if ids_ok else "action_tag"
             keys, parsed = action_keys(
-                batch.response_text, batch.response_ids, batch.response_mask, key_name, cfg.pace_key_tokens, batch.device
+                batch.response_text, batch.response_ids, batch.response_mask, key_name, cfg.pace_key_tokens,
+                batch.device
             )
             pace = pace_step_advantages(step_returns(batch, cfg), clusters, keys, "q", cfg.pace_fallback, "none")
             m.update(pace_metrics(pace, clusters, parsed))

@@ -70,7 +70,8 @@ def discounted_returns(
     r[traj, step] = reward.double()
     k = torch.arange(horizon, device=reward.device)
     expo = (k[:, None] - k[None, :]).double()  # (T, T): k - t
-    disc = torch.where(expo >= 0, gamma ** expo.clamp_min(0), torch.zeros((), dtype=torch.float64, device=reward.device))
+    disc = torch.where(expo >= 0, gamma ** expo.clamp_min(0),
+                       torch.zeros((), dtype=torch.float64, device=reward.device))
     ret = r @ disc  # (n_traj, T): R[tau, t] = sum_k r[tau, k] gamma^(k-t), k >= t
     return ret[traj, step] - penalty * (~valid).double()
 

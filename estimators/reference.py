@@ -194,7 +194,8 @@ def reference_advantages(batch: StepBatch, cfg: EstimatorConfig) -> tuple[list[f
         num, den = [0.0] * n, [0.0] * n
         for k in range(cfg.hgpo_levels + 1):
             keys = [
-                (g[i],) + tuple(obs_at.get((g[i], t[i], s[i] - j), None) if s[i] - j >= 0 else None for j in range(k + 1))
+                (g[i],)
+                + tuple(obs_at.get((g[i], t[i], s[i] - j), None) if s[i] - j >= 0 else None for j in range(k + 1))
                 for i in range(n)
             ]
             counts = defaultdict(int)

@@ -37,7 +37,8 @@ def pin_numerics(environ=os.environ) -> dict[str, str]:
 
 #: what the comparison's verdicts mean, said once in the summary and on the terminal
 MEANING = ("`equal`: every number compared is the reference run's of the same seed (what the CPU model the "
-           "reference was recorded on gives: its runs are deterministic). `within spread`: the numbers differ but each lies within the range "
+           "reference was recorded on gives: its runs are deterministic). `within spread`: the numbers differ but each "
+           "lies within the range "
            "the reference's seeds span for that method (another CPU's rounding builds another warm start, so runs "
            "differ; this range covers RL sampling seeds from one warm start, so it is a lower bound on the spread to "
            "expect). `outside spread`: at least one number lies outside that range; one goal of the 12 evaluated "

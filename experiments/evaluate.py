@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
            "history_length": history, "max_response_tokens": cap, "seed": args.seed, "splits": {}}
     print(f"{env_id} {json.dumps(env_kwargs)}, T={args.temperature:g}, history {history}, cap {cap} tokens, "
           f"{args.repeats} repeat(s)")
-    print("| split | tasks | success (mean) | per repeat | steps/episode | invalid | seconds |\n|---|---|---|---|---|---|---|")
+    print("| split | tasks | success (mean) | per repeat | steps/episode | invalid | seconds "
+          "|\n|---|---|---|---|---|---|---|")
     sampling = sft.play_sampling(args.temperature, cap)
     for split in splits:
         reps = []

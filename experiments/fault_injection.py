@@ -91,7 +91,8 @@ def _short(msg: str, n: int = 170) -> str:
 def two_processes(tmp: Path, ref: Path) -> tuple[str, str]:
     out = tmp / "two"
     cmd = [sys.executable, "-m", "experiments.train", *ARGS, f"output_dir={out}"]
-    first = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
@@ -109,7 +110,8 @@ def two_processes(tmp: Path, ref: Path) -> tuple[str, str]:
     _check(running and second.returncode == 2 and f"PID {first.pid}" in second.stderr, second.stderr[-500:])
     _check(first.returncode == 0, err1[-500:])
     _check(_comparable(_lines(out / "metrics.jsonl")) == _comparable(_lines(ref / "metrics.jsonl")), "metrics differ")
-    return (f"second: exit 2 in {took:.0f} s (interpreter start included): \"{_short(_first_line(second.stderr), 120)}\"; "
+    return (f"second: exit 2 in {took:.0f} s (interpreter start included): "
+            f"\"{_short(_first_line(second.stderr), 120)}\"; "
             "first: exit 0, logs equal to an undisturbed run", "none")
 
 

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "forward afterwards (the trainer's capture)")
     col.add_argument("--capture-batch", type=int, default=8, help="rows per forward of the actor-style capture")
     col.add_argument("--env-kwargs", default=None, metavar="JSON",
-                     help='extra env options, e.g. \'{"show_inventory": true}\' (TextCraft, as the warm starts play it)')
+                     help='extra env options, e.g. \'{"show_inventory": true}\' '
+                          '(TextCraft, as the warm starts play it)')
     col.add_argument("--env-workers", type=int, default=0, help="env worker processes (0 = inline)")
     col.add_argument("--seed", type=int, default=0, help="fixes tasks, env seeds and sampling")
     col.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
@@ -190,7 +191,8 @@ def collect_rollouts(args, layers: list[int]):
         pool.close()
     steps = batch.to_step_batch(hidden=hidden[layers[0]])
     meta = {
-        "source": "collected", "model": args.model, "model_folder": portable_path(folder), "env": args.env, "split": split,
+        "source": "collected", "model": args.model, "model_folder": portable_path(folder), "env": args.env,
+        "split": split,
         "groups": p, "group_size": g, "max_steps": horizon, "seed": args.seed,
         "tasks": [list(t.task_id) + [t.seed] for t in tasks],
         "sampling": {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
@@ -333,7 +335,8 @@ def write_report(out: Path, report, meta: dict, steps, extras: dict, paper: dict
         lines.append(f"- success rate {100 * rm.get('rollout/success_rate', 0):.1f}%, responses cut at max tokens "
                      f"{100 * rm.get('rollout/response_truncated_frac', 0):.1f}%, prompt tokens (mean) "
                      f"{rm.get('rollout/prompt_tokens_mean', 0):.0f}, response tokens (mean) "
-                     f"{rm.get('rollout/response_tokens_mean', 0):.1f}, generation {rm.get('perf/rollout_generate_s', 0):.0f}"
+                     f"{rm.get('rollout/response_tokens_mean', 0):.1f}, generation "
+                     f"{rm.get('perf/rollout_generate_s', 0):.0f}"
                      f" s ({rm.get('perf/gen_tokens_per_s', 0):.1f} tok/s)")
     lines.append("")
     lines.append("## Exact anchors vs hidden-state clusters, per layer")
@@ -358,7 +361,8 @@ def write_report(out: Path, report, meta: dict, steps, extras: dict, paper: dict
         lines.append("")
     lines.append("## Epsilon at which the hidden-state singleton rate meets a target")
     lines.append("")
-    lines.append(f"Bisection on epsilon (tolerance {report.meta.get('match_tol', 1e-3):g}); `paper hidden` = the paper's hidden-state singleton rate, "
+    lines.append(f"Bisection on epsilon (tolerance {report.meta.get('match_tol', 1e-3):g}); `paper hidden` = the "
+                 "paper's hidden-state singleton rate, "
                  "`paper ratio` = this batch's anchor rate times the paper's hidden/anchor ratio.")
     lines.append("")
     lines.append(report.markdown_matches())
@@ -445,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 extra_targets[name.strip() or "target"] = float(val)
             except ValueError:
-                raise ValueError(f"--target {t!r} must look like NAME=RATE with RATE a fraction, e.g. mine=0.2") from None
+                raise ValueError(f"--target {t!r} must look like NAME=RATE with RATE a fraction, "
+                                 "e.g. mine=0.2") from None
     except ValueError as e:
         return _fail(str(e))
     if args.threads:
@@ -467,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     env = meta.get("env") or args.env or ""
     model = meta.get("model") or args.model or ""
-    out = Path(args.out) if args.out else Path("results/geometry") / _slug(f"{_env_name(env) or 'batch'}_{model or 'saved'}")
+    default_out = Path("results/geometry") / _slug(f"{_env_name(env) or 'batch'}_{model or 'saved'}")
+    out = Path(args.out) if args.out else default_out
     out.mkdir(parents=True, exist_ok=True)
     if collecting:
         meta["collect_command"] = command

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         names[k] = str(info.get("task", ""))
     lines = [f"# Wins per {args.split} task at T = {args.temperature:g}",
              "",
-             f"Command: `python -m experiments.goal_difficulty --model {portable_path(model_dir.resolve())} --tasks {args.tasks} "
+             f"Command: `python -m experiments.goal_difficulty --model {portable_path(model_dir.resolve())} --tasks "
+             f"{args.tasks} "
              f"--episodes {args.episodes}`; prompt history {history}, env options {env_kwargs}, "
              f"{time.perf_counter() - t0:.0f} s. Overall {res.success:.3f}.",
              "", "| task | goal | wins |", "|---|---|---|"]

@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden-layer", type=int, default=None,
                     help="hidden-state index (default: the paper's -12 for 1.5B; quick -2)")
     ap.add_argument("--no-deepspeed", action="store_true",
-                    help="skip the DeepSpeed ZeRO-3 phases and the trainer loop (default: run them if deepspeed imports)")
+                    help="skip the DeepSpeed ZeRO-3 phases and the trainer loop (default: run them if deepspeed "
+                    "imports)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="also write the table (Markdown) here")
     return ap
@@ -237,7 +238,8 @@ def run(args) -> dict:
         opt.step()
         rec["grad_norm"] = gn
     if not all(abs(x) < float("inf") for x in losses) or gn != gn:
-        raise FloatingPointError(f"the PPO step produced a non-finite loss or gradient norm (losses {losses}, norm {gn})")
+        raise FloatingPointError(f"the PPO step produced a non-finite loss or gradient norm (losses {losses}, norm "
+                                 f"{gn})")
     out["loss"] = sum(losses)
     out["grad_norm"] = gn
     import importlib.util
@@ -292,7 +294,8 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
 
     plain = plain_logprobs(list(range(n)))  # the model as the engine got it (after the plain update above)
     lp_diff = float((old.logprobs - plain).abs()[old.mask].max())
-    checks["ZeRO-3 log-probs = plain forward"] = (lp_diff < (0.5 if dev == "cuda" else 1e-4), f"max |diff| {lp_diff:.2e}")
+    checks["ZeRO-3 log-probs = plain forward"] = (lp_diff < (0.5 if dev == "cuda" else 1e-4),
+                                                  f"max |diff| {lp_diff:.2e}")
     a = adv.detach().float().cpu()
     with ph.phase("ZeRO-3: PPO update (offloaded CPU Adam)", tokens=all_tokens) as rec:
         m = eng.update(prompts, responses, a, old.logprobs, ref.logprobs, pad_id=pad)
@@ -366,11 +369,13 @@ def table(res: dict) -> str:
     est = next(e["ms"] for e in res["estimators"] if e["name"] == "bipace_q") / 1000
     total = sum(r["seconds"] for r in iteration) + est
     lines = [f"# GPU check: one training iteration of the {res['shape']} architecture",
-             "", "Made by `python -m experiments.gpu_check" + (" --device cpu --quick" if res["device"] == "cpu" else "")
+             "",
+             "Made by `python -m experiments.gpu_check" + (" --device cpu --quick" if res["device"] == "cpu" else "")
              + "`.", "",
              f"Machine: {res['machine']}. Model: {res['params'] / 1e6:,.1f} M parameters, random weights "
              f"({'bf16' if res['device'] == 'cuda' else 'float32'}). Batch: P = {res['P']} x G = {res['G']} TextCraft "
-             f"episodes, horizon {res['max_steps']}, responses capped at {res['max_tokens']} tokens: {res['rows']} rows.",
+             f"episodes, horizon {res['max_steps']}, responses capped at {res['max_tokens']} tokens: {res['rows']} "
+             "rows.",
              "", "| phase | seconds | tokens | tokens/s | peak GPU MiB |", "|---|---|---|---|---|"]
     for r in res["phases"]:
         tok = r.get("tokens")

@@ -265,7 +265,8 @@ def plan_memory(s: ModelShape, st: Setup) -> Plan:
     opt_bytes = opt_bytes_per_param * T / o_shard
     place("fp32 master + AdamW m, v" if opt_bytes_per_param == 12 else "AdamW m, v (fp32)", opt_bytes,
           st.offload_optimizer, "always",
-          f"{opt_bytes_per_param} B x P{' / W' if o_shard > 1 else ''}" + (", offloaded" if st.offload_optimizer else ""))
+          f"{opt_bytes_per_param} B x P{' / W' if o_shard > 1 else ''}"
+          + (", offloaded" if st.offload_optimizer else ""))
     # buffers
     buf = REDUCE_BUCKET * pb
     how = "reduce bucket 5e8 x 2 B"
@@ -403,7 +404,8 @@ def render(plan: Plan, title: str = "") -> str:
     rows = [("component", "GPU GB / rank", "host GB / rank", "held", "how")]
     for c in plan.components:
         rows.append((c.name, _gb(c.gpu) if c.gpu else "-", _gb(c.host) if c.host else "-", c.when, c.how))
-    rows.append(("**GPU resident (all phases)**", _gb(t["gpu_resident"]), "", "", "weights, gradients, optimizer on GPU"))
+    rows.append(("**GPU resident (all phases)**", _gb(t["gpu_resident"]), "", "",
+                 "weights, gradients, optimizer on GPU"))
     for ph in ("rollout", "log-prob", "update"):
         rows.append((f"**GPU, {ph} phase**", _gb(t[f"gpu_{ph}"]), "", "", "resident + that phase"))
     rows.append(("**GPU peak per rank**", _gb(t["gpu_peak"]), "", t["gpu_peak_phase"],
@@ -420,12 +422,14 @@ def render(plan: Plan, title: str = "") -> str:
             f"{plan.model}: P = {plan.params:,} parameters" + (f", {plan.trainable:,} trainable (LoRA)"
                                                                if plan.trainable != plan.params else "")
             + f"; W = {st.world} rank(s), {rpn} per node ({t['nodes']} node(s)); ZeRO-{st.zero_stage}, "
-            f"offload params {'on' if st.offload_params else 'off'}, optimizer {'on' if st.offload_optimizer else 'off'}; "
+            f"offload params {'on' if st.offload_params else 'off'}, optimizer "
+            f"{'on' if st.offload_optimizer else 'off'}; "
             f"{'bf16' if st.bf16 else 'fp32'}; KL reference {'on' if st.use_kl_loss else 'off'}; "
             f"rollout {'vLLM ' + format(st.vllm_util, 'g') if st.vllm else 'HF'}; T = {st.tokens} tokens.", ""]
     tail = ["",
             f"Host per node ({rpn} ranks): steady {_gb(t['host_steady_node'])} GB; at a checkpoint "
-            f"{_gb(t['host_checkpoint_node'])} GB (every rank's optimizer-state copy, or rank 0's export shard while the "
+            f"{_gb(t['host_checkpoint_node'])} GB (every rank's optimizer-state copy, or rank 0's export shard while "
+            "the "
             "others hold theirs, whichever is larger).",
             f"The HF export is streamed on rank 0 (PPOActor.export_hf); an export that built the whole bf16 state "
             f"dict on every rank would peak at {_gb(t['host_checkpoint_node_export_every_rank'])} GB per node.",

@@ -88,7 +88,8 @@ def scale_overrides(cfg, stage: int, engine: str = "hf") -> list[str]:
         "env.groups=2", "env.group_size=2", "env.max_steps=3", f"env.num_workers={min(1, cfg.env.num_workers)}",
         f"rollout.engine={engine}", "rollout.max_response_tokens=16",
         "trainer.iterations=2", "trainer.save_every=1", "trainer.logprob_chunk_tokens=16",
-        f"trainer.micro_batch_rows={min(t.micro_batch_rows, 4)}", f"trainer.logprob_batch_rows={min(t.logprob_batch_rows, 4)}",
+        f"trainer.micro_batch_rows={min(t.micro_batch_rows, 4)}",
+        f"trainer.logprob_batch_rows={min(t.logprob_batch_rows, 4)}",
         "eval.every=2", "eval.max_tasks_per_split=2",
         "logging.progress_bar=false", "logging.tensorboard=false", "logging.wandb=false",
         f"trainer.zero_stage={stage}",
@@ -198,7 +199,8 @@ def _compare_resumed(two: Path, resumed: Path) -> list[Check]:
     wa, wb = _final_weights(two, 2), _final_weights(resumed, 2)
     same_w = wa.keys() == wb.keys() and all(bool((wa[k] == wb[k]).all()) for k in wa)
     differing = sorted({k for r1, r2 in zip(keep, got) for k in r1 if r1.get(k) != r2.get(k)})
-    return [Check("kill -9 after checkpoint 1, resume", info.get("status") == "finished" and 1 in info.get("resumed_from", []),
+    return [Check("kill -9 after checkpoint 1, resume",
+                  info.get("status") == "finished" and 1 in info.get("resumed_from", []),
                   f"status {info.get('status')}, resumed from {info.get('resumed_from')}"),
             Check("resumed = uninterrupted (metrics)", keep == got, "every metric equal" if keep == got
                   else f"{len(differing)} differ, e.g. {differing[:3]}"),
@@ -255,7 +257,8 @@ def rehearse(preset: str, stage: int, work: Path, engine: str = "hf", timeout: f
     rc, wall = _launch(ds, log, timeout, token, kill_when=runs["resumed"] / "checkpoints" / "iter_00000001")
     res.walls["killed"] = wall
     if rc != -9:
-        res.checks.append(Check("deepspeed launcher, killed after checkpoint 1", False, f"exit {rc} after {wall:.0f} s"))
+        res.checks.append(Check("deepspeed launcher, killed after checkpoint 1", False,
+                                f"exit {rc} after {wall:.0f} s"))
         return res
     rc, wall = _launch(ds, log, timeout, token)
     res.walls["resumed"] = wall
@@ -306,18 +309,22 @@ def report(preset: str, engine: str, results: list[StageResult], over: list[str]
            f"Machine: {describe()}; 2-thread 1024^3 fp32 matmul {matmul_rate():.0f} GFLOP/s", "",
            "Scale overrides (the only changes to the preset, besides the ZeRO stage and offload of each row): `"
            + " ".join(o for o in over if not o.startswith(PER_STAGE)) + "`", "",
-           "ZeRO column: the stage, then what is offloaded to the host (params, optimizer) where the preset asks for it.",
+           "ZeRO column: the stage, then what is offloaded to the host (params, optimizer) where the preset asks for "
+           "it.",
            "", "| ZeRO | check | result | detail |", "|---|---|---|---|"]
     for r in results:
         for c in r.checks:
             out.append(f"| {r.stage}{r.offload} | {c.name} | {'pass' if c.ok else '**FAIL**'} | {c.detail} |")
     out += ["", "Seconds per phase, 2-rank run (mean of iterations 1-2; tiny model on CPU: shows each phase ran)", "",
-            "| ZeRO | " + " | ".join(p.replace("time_", "") for p in PHASES) + " | wall: 1 proc / 2 ranks / killed + resumed |",
+            "| ZeRO | " + " | ".join(p.replace("time_", "") for p in PHASES)
+            + " | wall: 1 proc / 2 ranks / killed + resumed |",
             "|---|" + "---:|" * (len(PHASES) + 1)]
     for r in results:
         w = r.walls
-        walls = f"{w.get('one', 0):.0f} / {w.get('two', 0):.0f} / {w.get('killed', 0):.0f} + {w.get('resumed', 0):.0f} s"
-        out.append(f"| {r.stage}{r.offload} | " + " | ".join(f"{r.phases[p]:.2f}" if p in r.phases else "-" for p in PHASES)
+        walls = (f"{w.get('one', 0):.0f} / {w.get('two', 0):.0f} / {w.get('killed', 0):.0f} "
+                 f"+ {w.get('resumed', 0):.0f} s")
+        out.append(f"| {r.stage}{r.offload} | "
+                   + " | ".join(f"{r.phases[p]:.2f}" if p in r.phases else "-" for p in PHASES)
                    + f" | {walls} |")
     return "\n".join(out) + "\n"
 

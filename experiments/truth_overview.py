@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.folder)
     found = sorted({p.parent.name for p in root.glob("*/runs") if p.is_dir()}
                    | {p.parent.name for p in root.glob(f"*/{PACKED_NAME}") if p.is_file()})
-    order = [s for s in args.scenarios.split(",") if s in found] + [s for s in found if s not in args.scenarios.split(",")]
+    order = [s for s in args.scenarios.split(",") if s in found] + [s for s in found
+                                                                    if s not in args.scenarios.split(",")]
     if not order:
         print(f"error: no scenario folder with runs/ or {PACKED_NAME} under {root}: run `python -m experiments.study "
               "llm-gt-exact` (and -oversplit, -undersplit) first", file=sys.stderr)

@@ -11,7 +11,8 @@ with the same settings finds it and returns at once; an interrupted call resumes
     python -m experiments.warmstart --env textcraft --print-path    # only print where the result is / would be
 
 Every ``WarmStartConfig`` field is an option (``--help`` lists them with their defaults). The settings measured
-so far (the defaults are the best: 31.6% held-out at T = 0.4), with their exact commands: ``results/warmstart/README.md``.
+so far (the defaults are the best: 31.6% held-out at T = 0.4), with their exact commands:
+``results/warmstart/README.md``.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{split} {name} (T={e['temperature']:g}): success {e['success']:.3f} over {int(e['episodes'])} tasks, "
               f"{e['mean_steps']:.1f} steps/episode, invalid {e['invalid_rate']:.2f}")
     built = res["this_call"]
-    print(f"built in {built['wall_s'] / 60:.1f} min wall ({built['cpu_s'] / 60:.1f} CPU min, load {built['load_avg_1m']:.1f}); "
+    print(f"built in {built['wall_s'] / 60:.1f} min wall ({built['cpu_s'] / 60:.1f} CPU min, load "
+          f"{built['load_avg_1m']:.1f}); "
           f"this call {(time.time() - t0):.1f} s")
     return 0
 

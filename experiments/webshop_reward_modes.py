@@ -117,7 +117,8 @@ def _table(data_dir, args, nouns, timing: dict, num_goals: int) -> tuple[list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.webshop_reward_modes", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.webshop_reward_modes",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-products", type=int, default=1000, help="generated catalogue size (no WEBSHOP_DATA)")
     ap.add_argument("--seed", type=int, default=0, help="generated catalogue seed; also seeds the triples")
     ap.add_argument("--goals", type=int, default=2000, help="synthetic goals sampled (human goals: a quarter)")
@@ -149,12 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         records = Path(args.records).resolve()
         records = records.relative_to(ROOT) if records.is_relative_to(ROOT) else portable_text(str(records))
         lines += [f"Official-format records: those of `{records}`; {sampled}."]
-    lines += [f"Machine: {platform.machine()}, Python {platform.python_version()}; {time.perf_counter() - t0:.0f} s.", "",
+    lines += [f"Machine: {platform.machine()}, Python {platform.python_version()}; {time.perf_counter() - t0:.0f} s.",
+              "",
               "Triples whose score differs from `reward.mode: original` (the public code's rules, the default), on the "
               "catalogue:", ""] + body
     if body_records:
         lines += ["", "## Official-format records", "", "The same on the official-format records:", ""] + body_records
-    lines += ["", f"Time per score (the noun table read, not tagged): original {1e6 * timing['original'] / total:.0f} µs, "
+    lines += ["", f"Time per score (the noun table read, not tagged): original {1e6 * timing['original'] / total:.0f} "
+              "µs, "
                   f"corrected {1e6 * timing['corrected'] / total:.0f} µs (thefuzz 0.19 is pure Python over difflib)."]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -128,7 +128,8 @@ class BenchConfig:
         if not 1 <= self.lm_groups <= self.groups:
             raise ValueError(f"BenchConfig.lm_groups={self.lm_groups} must lie in [1, groups={self.groups}]")
         if not 2 <= self.lm_trajectories <= self.group_size:
-            raise ValueError(f"BenchConfig.lm_trajectories={self.lm_trajectories} must lie in [2, group_size={self.group_size}]")
+            raise ValueError(f"BenchConfig.lm_trajectories={self.lm_trajectories} must lie in [2, "
+                             f"group_size={self.group_size}]")
 
     @property
     def main_sigma(self) -> float:
@@ -211,7 +212,8 @@ def estimate(batch, name: str, epsilon: float = 0.0, norm_mode: str = "mean_std_
     if name.endswith("|state"):
         key = name.split("|")[0]
         if key in HIDDEN_ESTIMATORS:
-            batch = replace(batch, hidden=torch.as_tensor(state_vectors[np.asarray(batch.state_key)], dtype=torch.float32))
+            batch = replace(batch,
+                            hidden=torch.as_tensor(state_vectors[np.asarray(batch.state_key)], dtype=torch.float32))
             epsilon = 0.0
         else:
             batch = replace(batch, anchor_obs=[f"state {s}" for s in batch.state_key])
@@ -271,7 +273,8 @@ def make_mdp(family: str, scenario: Scenario, horizon: int, **kwargs) -> Tabular
     base = _dynamics(family, horizon, tuple(sorted(kwargs.items())))
     fam = make_family(family, surface_preset(scenario.surface), alias=scenario.alias,
                       **{k: v for k, v in kwargs.items() if k != "alias"})
-    if fam.actions() != base.actions[: len(fam.actions())] or list(fam.start_states()) != [base.states[i] for i in base.start_states]:
+    if fam.actions() != base.actions[: len(fam.actions())] or list(fam.start_states()) != [base.states[i]
+                                                                                           for i in base.start_states]:
         raise RuntimeError(f"{family!r}: the observation function changed the dynamics (a bug in the family)")
     out = replace(base, family=fam)
     base.continuation  # noqa: B018 - build the sparse caches once and share them with every view
@@ -321,7 +324,8 @@ def _evaluate(cfg, su: _SeedSetup, batch, common: dict, sources: dict, rows: lis
     def run(b, name, eps, source):
         adv, step, cl, secs = estimate(b, name, eps, cfg.norm_mode, true_adv, su.state_vecs)
         m = batch_metrics(adv, step, cl, true_adv, group, state, action, su.pi, *grads)
-        rows.append({**common, "n_rows": len(b), "source": source, "method": name, "epsilon": eps, "seconds": secs, **m})
+        rows.append({**common, "n_rows": len(b), "source": source, "method": name, "epsilon": eps, "seconds": secs,
+                     **m})
 
     methods = _methods(cfg.epsilons)
     for name, eps in methods:

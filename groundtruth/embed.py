@@ -63,7 +63,8 @@ class ProxyConfig:
         if not 0.0 < self.spread <= 1.0:
             raise ValueError(f"ProxyConfig.spread={self.spread} must lie in (0, 1]")
         if self.obs_noise < 0 or self.row_noise < 0:
-            raise ValueError(f"ProxyConfig noise scales must be >= 0, got obs_noise={self.obs_noise}, row_noise={self.row_noise}")
+            raise ValueError(f"ProxyConfig noise scales must be >= 0, got obs_noise={self.obs_noise}, "
+                             f"row_noise={self.row_noise}")
 
 
 class ProxyEmbedder:
@@ -142,7 +143,8 @@ class LMEmbedder:
     def format(self, text: str) -> str:
         if not self.chat_template:
             return text
-        return self.tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+        return self.tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                            add_generation_prompt=True)
 
     @staticmethod
     def key(text: str) -> str:

@@ -72,14 +72,17 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
     methods = list(next(iter(learn["curves"].values())))
     scores = {}
     for kind in ("auc", "final"):
-        scores[kind] = {m: np.stack([(learn["curves"][f][m].mean(axis=1) if kind == "auc" else learn["curves"][f][m][:, -1])
+        scores[kind] = {m: np.stack([(learn["curves"][f][m].mean(axis=1) if kind == "auc"
+                                      else learn["curves"][f][m][:, -1])
                                      for f in fams], axis=1) for m in methods}  # (seeds, families)
     agg = []
     for m in methods:
         row = {"method": m}
         for kind in ("auc", "final"):
             x = scores[kind][m]
-            row[f"iqm_{kind}"], row[f"iqm_{kind}_lo"], row[f"iqm_{kind}_hi"] = stratified_bootstrap_ci(x, iqm, reps=reps, seed=1)
+            row[f"iqm_{kind}"], row[f"iqm_{kind}_lo"], row[f"iqm_{kind}_hi"] = stratified_bootstrap_ci(x, iqm,
+                                                                                                       reps=reps,
+                                                                                                       seed=1)
             row[f"mean_{kind}"] = float(x.mean())
         agg.append(row)
     poi = []
@@ -96,7 +99,8 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
         for m in methods:
             c = learn["curves"][f][m]
             for t in thresholds:
-                hits = np.array([np.inf if (k := steps_to_threshold(its, run, t)) is None else k for run in c], dtype=float)
+                hits = np.array([np.inf if (k := steps_to_threshold(its, run, t)) is None else k for run in c],
+                                dtype=float)
                 reached = np.isfinite(hits)
                 thr.append({"family": f, "method": m, "threshold": t, "reached": float(reached.mean()),
                             "median_iterations": float(np.median(hits)) if reached.mean() >= 0.5 else math.inf,
@@ -227,7 +231,8 @@ def _plot_poi(ls, path):
     for ax, x in zip(axes[0], xs):
         rs = sorted([r for r in rows if r["x"] == x], key=lambda r: _key_order(r["y"]))
         ys = np.arange(len(rs))
-        ax.errorbar([r["poi"] for r in rs], ys, xerr=[[r["poi"] - r["lo"] for r in rs], [r["hi"] - r["poi"] for r in rs]],
+        ax.errorbar([r["poi"] for r in rs], ys,
+                    xerr=[[r["poi"] - r["lo"] for r in rs], [r["hi"] - r["poi"] for r in rs]],
                     fmt="o", color=_COLORS.get(x, "k"), capsize=3)
         ax.axvline(0.5, color="k", lw=0.8, ls="--")
         ax.set_yticks(ys, [f"vs {r['y']}" for r in rs], fontsize=8)
@@ -252,7 +257,9 @@ def _headline(summary, family, scenario, source, eps) -> list[dict]:
     for r in summary:
         if r["family"] != family or r["scenario"] != scenario:
             continue
-        if r["source"] in ("text", "truth") or (r["source"] == source and r["epsilon"] != "" and abs(r["epsilon"] - eps) < 1e-12):
+        if r["source"] in ("text",
+                           "truth") or (r["source"] == source and r["epsilon"] != ""
+                                        and abs(r["epsilon"] - eps) < 1e-12):
             rows.append(r)
     return sorted(rows, key=lambda r: _key_order(r["method"]))
 
@@ -286,18 +293,22 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
         scens = list(dict.fromkeys(r["scenario"] for r in summary))
         if bench_cfg is not None:  # the configured order (plain, varied, aliased, varied+aliased)
             scens = [sc.name for sc in bench_cfg.scenarios if sc.name in scens]
-        proxy_sources = sorted({r["source"] for r in summary if r["source"].startswith("proxy") and "LM rows" not in r["source"]})
+        proxy_sources = sorted({r["source"] for r in summary if r["source"].startswith("proxy")
+                                and "LM rows" not in r["source"]})
         plain = [m for m in ("grpo", "rloo", "gigpo", "hgpo", "oracle", "gigpo|state", "bipace_q|state")]
         for f in fams:
-            for metric, label in (("pearson", "Pearson(Â, A)"), ("grad_cos", "cos(ĝ, g*)"), ("singleton", "singleton rate"),
+            for metric, label in (("pearson", "Pearson(Â, A)"), ("grad_cos", "cos(ĝ, g*)"),
+                                  ("singleton", "singleton rate"),
                                   ("pair_precision", "pair precision")):
                 _plot_eps(summary, f, metric, label, out / f"{metric}_vs_eps_{f}.png", proxy_sources, scens, plain)
             lm_src = sorted({r["source"] for r in summary if r["family"] == f and r["source"].startswith("LM")})
             if lm_src:
                 lm_scen = sorted({r["scenario"] for r in summary if r["family"] == f and r["source"] in lm_src})
                 lm_rows = [dict(r, source=r["source"].replace(" (LM rows)", "")) for r in summary
-                           if r["family"] == f and r["scenario"] in lm_scen and (r["source"] in lm_src or "LM rows" in r["source"])]
-                for metric, label in (("pearson", "Pearson(Â, A)"), ("grad_cos", "cos(ĝ, g*)"), ("singleton", "singleton rate")):
+                           if r["family"] == f and r["scenario"] in lm_scen
+                           and (r["source"] in lm_src or "LM rows" in r["source"])]
+                for metric, label in (("pearson", "Pearson(Â, A)"), ("grad_cos", "cos(ĝ, g*)"),
+                                      ("singleton", "singleton rate")):
                     _plot_eps(lm_rows, f, metric, label, out / f"lm_{metric}_vs_eps_{f}.png",
                               lm_src + [s for s in proxy_sources if s == headline_source], lm_scen, plain)
         md += ["## 1. Advantage quality against the exact A^π", "",
@@ -332,13 +343,16 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                       or (r["source"] == headline_source + " (LM rows)" and r["epsilon"] == headline_eps))]
                 if not lr:
                     continue
-                lr.sort(key=lambda r: (0 if r["source"].startswith(("truth", "text")) else 1 if r["source"].startswith("proxy") else 2,
+                lr.sort(key=lambda r: (0 if r["source"].startswith(("truth", "text")) else 1
+                                       if r["source"].startswith("proxy") else 2,
                                        _key_order(r["method"]), _eps_key(r["epsilon"] if r["epsilon"] != "" else None)))
                 md += [f"### {f} / {lr[0]['scenario']}: {src} hidden states ({lr[0]['rows_per_batch']:.0f} rows per "
                        f"sub-batch, {lr[0]['seeds']} seeds; every method recomputed on these rows)", ""]
                 md.append(_md_table(
-                    ["method", "source", "ε", "Pearson", "Pearson step term", "singleton", "pair precision", "grad cos g*"],
-                    [[r["method"], r["source"].replace(" (LM rows)", ""), _fmt(r["epsilon"], 2) if r["epsilon"] != "" else "–",
+                    ["method", "source", "ε", "Pearson", "Pearson step term", "singleton", "pair precision",
+                     "grad cos g*"],
+                    [[r["method"], r["source"].replace(" (LM rows)", ""),
+                      _fmt(r["epsilon"], 2) if r["epsilon"] != "" else "–",
                       _fmt_ci(r["pearson"], r["pearson_lo"], r["pearson_hi"]),
                       _fmt_ci(r["pearson_step"], r["pearson_step_lo"], r["pearson_step_hi"]),
                       _fmt(r["singleton"], 2), _fmt(r["pair_precision"], 2),
@@ -356,23 +370,30 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                         if not rs:
                             continue
                         b = max(rs, key=lambda r: r["pearson"])
-                        best_rows.append([f, sc, src, m, f"{b['epsilon']:g}", _fmt_ci(b["pearson"], b["pearson_lo"], b["pearson_hi"]),
-                                          _fmt_ci(b["grad_cos"], b["grad_cos_lo"], b["grad_cos_hi"]), _fmt(b["singleton"], 2)])
-        md.append(_md_table(["family", "scenario", "source", "method", "best ε", "Pearson", "grad cos g*", "singleton"], best_rows))
+                        best_rows.append([f, sc, src, m, f"{b['epsilon']:g}",
+                                          _fmt_ci(b["pearson"], b["pearson_lo"], b["pearson_hi"]),
+                                          _fmt_ci(b["grad_cos"], b["grad_cos_lo"], b["grad_cos_hi"]),
+                                          _fmt(b["singleton"], 2)])
+        md.append(_md_table(["family", "scenario", "source", "method", "best ε", "Pearson", "grad cos g*", "singleton"],
+                            best_rows))
         md += ["", "### Hidden-state geometry (cosine distances of row pairs inside a group, mean over seeds)", ""]
         eps_cols = [k for k in geo_rows[0] if k.startswith("diff_le_")] if geo_rows else []
         md.append(_md_table(
             ["family", "scenario", "source", "median same-state", "median diff-state"]
             + [f"diff ≤ {k[8:]}" for k in eps_cols] + [f"same ≤ {k[8:]}" for k in eps_cols],
             [[g["family"], g["scenario"], g["source"], _fmt(g["same_state_median"]), _fmt(g["diff_state_median"])]
-             + [_fmt(g[k], 2) for k in eps_cols] + [_fmt(g["same_le_" + k[8:]], 2) for k in eps_cols] for g in geo_rows]))
-        md += ["", "Plots: `pearson_vs_eps_<family>.png`, `grad_cos_vs_eps_<family>.png`, `singleton_vs_eps_<family>.png`, "
+             + [_fmt(g[k], 2) for k in eps_cols] + [_fmt(g["same_le_" + k[8:]], 2) for k in eps_cols]
+             for g in geo_rows]))
+        md += ["", "Plots: `pearson_vs_eps_<family>.png`, `grad_cos_vs_eps_<family>.png`, "
+               "`singleton_vs_eps_<family>.png`, "
                "`pair_precision_vs_eps_<family>.png`"
-               + (", `lm_*_vs_eps_<family>.png` (LM source)" if any(r["source"].startswith("LM") for r in summary) else "")
+               + (", `lm_*_vs_eps_<family>.png` (LM source)" if any(r["source"].startswith("LM") for r in summary)
+                  else "")
                + ". Tables: `bench_summary.csv` (all settings), `bench_rows.csv.gz` (per seed), `geometry.csv`.", ""]
         meta = bench.get("meta", {})
         md += ["Fixed policies: exact success of the calibrated policy per family (mean over seeds): "
-               + ", ".join(f"{f} {np.mean(v['successes']):.2f} ({v['states']} states, {v['actions']} actions, {v['tasks']} tasks)"
+               + ", ".join(f"{f} {np.mean(v['successes']):.2f} ({v['states']} states, {v['actions']} actions, "
+                           f"{v['tasks']} tasks)"
                            for f, v in meta.get("families", {}).items()), ""]
         if meta.get("lm"):
             md += [f"LM source: {meta['lm']['model']}, hidden_states[{meta['lm']['layer']}] at the last prompt token; "
@@ -400,7 +421,8 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                               _fmt_ci(r["iqm_final"], r["iqm_final_lo"], r["iqm_final_hi"], 3),
                               _fmt(r["mean_auc"]), _fmt(r["mean_final"])]
                              for r in sorted(ls["aggregate"], key=lambda r: _key_order(r["method"]))]))
-        md += ["", "Per task (family/scenario): mean auc over seeds [95% t-interval], and P(bipace_q > X) on auc [95% CI]:", ""]
+        md += ["", "Per task (family/scenario): mean auc over seeds [95% t-interval], and P(bipace_q > X) on auc [95% "
+               "CI]:", ""]
         pt_methods = [m for m in sorted(ls["methods"], key=_key_order)]
         pois = [k for k in ("gigpo", "bigpo", "grpo") if f"poi_bipace_q_vs_{k}" in ls["per_task"][0]]
         md.append(_md_table(["task"] + pt_methods + [f"P(bipace_q > {k})" for k in pois],
@@ -409,14 +431,16 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                                 f"{_fmt(r[f'poi_bipace_q_vs_{k}_hi'], 2)}]" for k in pois] for r in ls["per_task"]]))
         md += ["", "Probability of improvement over all tasks (score = auc; > 0.5 favours the first method):", ""]
         md.append(_md_table(["comparison", "P(X > Y)", "95% CI"],
-                            [[f"{r['x']} vs {r['y']}", _fmt(r["poi"]), f"[{_fmt(r['lo'])}, {_fmt(r['hi'])}]"] for r in ls["poi"]]))
+                            [[f"{r['x']} vs {r['y']}", _fmt(r["poi"]), f"[{_fmt(r['lo'])}, {_fmt(r['hi'])}]"]
+                             for r in ls["poi"]]))
         md += ["", "Iterations to reach a success threshold (median over seeds; ∞ when fewer than half reach it):", ""]
         thr_rows = []
         for f in ls["families"]:
             for m in sorted(ls["methods"], key=_key_order):
                 cells = [f, m]
                 for t in thresholds:
-                    r = next(r for r in ls["thresholds"] if r["family"] == f and r["method"] == m and r["threshold"] == t)
+                    r = next(r for r in ls["thresholds"] if r["family"] == f and r["method"] == m
+                             and r["threshold"] == t)
                     cells.append(f"{_fmt(r['median_iterations'], 0) if np.isfinite(r['median_iterations']) else '∞'} "
                                  f"({100 * r['reached']:.0f}% reach)")
                 thr_rows.append(cells)

@@ -85,7 +85,8 @@ def handles(args) -> bool:
 
 
 def slurm_parameters(args) -> dict:
-    """``SlurmExecutor.update_parameters`` keywords of the sweep's options (checked; ``SweepError`` names the bad one)."""
+    """``SlurmExecutor.update_parameters`` keywords of the sweep's options (checked; ``SweepError`` names the bad
+    one)."""
     if args.time is None:
         raise SweepError("--launcher slurm needs --time HOURS, the time limit of one job (a longer run is requeued "
                          "and resumes from its checkpoint)")

@@ -152,7 +152,8 @@ def load_study(path: Path) -> Study:
     if unknown:
         hint = (" (the warm start's settings are the preset's sft.warmstart section; a study changes them with "
                 "overrides such as sft.warmstart.epochs=20)" if "warmstart" in unknown else "")
-        raise StudyFileError(f"{where}: unknown key(s) {unknown}; a study file holds {sorted(known | {'variants'})}{hint}")
+        raise StudyFileError(f"{where}: unknown key(s) {unknown}; a study file holds "
+                             f"{sorted(known | {'variants'})}{hint}")
     missing = sorted({"title", "preset", "out", "estimators", "seeds"} - set(data))
     if missing:
         raise StudyFileError(f"{where}: missing key(s) {missing}")
@@ -238,7 +239,8 @@ def write_record(study: Study, out: Path, runs_root: Path, specs, extra: dict, a
                            **timings.get(s.label, {})} for s in specs})
     commands = list(old.get("commands") or ([old["command"]] if old.get("command") else []))
     # the call's own arguments (``experiments.demo`` calls ``main(["demo", ...])``: sys.argv lacks the study name)
-    command = portable_text(shlex.join(["python", "-m", "experiments.study", *(sys.argv[1:] if argv is None else argv)]))
+    command = portable_text(shlex.join(["python", "-m", "experiments.study",
+                                        *(sys.argv[1:] if argv is None else argv)]))
     rec = {
         "study": study.name, "title": study.title, "preset": study.preset,
         "estimators": sorted({s.estimator for s in specs} | set(old.get("estimators") or [])),
@@ -402,7 +404,8 @@ def main(argv: list[str] | None = None, compare=None) -> int:
                 print(f"{PROG}: error: {missing_warmstart_message(study.warmstart_env)}", file=sys.stderr)
                 return 1
             if cached is None:
-                print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds it "
+                print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds "
+                      "it "
                       f"once ({warmstart_estimate(study.warmstart_env, ws_extra)}), then the runs start. "
                       "Later runs reuse it.", flush=True)
             try:

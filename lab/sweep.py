@@ -402,7 +402,8 @@ def _run_locked(specs, todo, summary, record, *, launcher, jobs, nproc, gpus, te
                 log.flush()
                 n_started += 1
                 msg = (f"[sweep] {n_started}/{n_total} start {spec.label}"
-                       f"{' (' + spec.detail + ')' if spec.status == 'resume' else ''}; log {spec.run_dir / 'console.log'}")
+                       f"{' (' + spec.detail + ')' if spec.status == 'resume' else ''}; log "
+                       f"{spec.run_dir / 'console.log'}")
                 (bar.write(msg) if bar else say(msg))
                 env = _child_env(slot, jobs, nproc, gpus)
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if tee else log, stderr=subprocess.STDOUT,
@@ -487,7 +488,8 @@ def _run_locked(specs, todo, summary, record, *, launcher, jobs, nproc, gpus, te
 def build_parser(prog: str = PROG, extensions=()) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Run folders: <runs-root>/<env>/<model>/<method>/seed_<k>/ (trainer/README.md).")
+                                 epilog="Run folders: <runs-root>/<env>/<model>/<method>/seed_<k>/ "
+                                        "(trainer/README.md).")
     ap.add_argument("--config", nargs="+", required=True, metavar="PRESET",
                     help="one preset per environment/model (configs/...yaml); each is crossed with the rest")
     ap.add_argument("--estimators", default=None,

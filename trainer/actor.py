@@ -565,7 +565,8 @@ def _prefix_target_logprobs(pre_last: torch.Tensor, prefix_ids: torch.Tensor, pr
     y = torch.cat([prefix_ids[sel_k, sel_j + 1], first_suffix])
     logp, _, _ = _logprobs_chunked(h, y, lm_head, temperature, False, chunk_tokens)
     m = sel_k.shape[0]
-    pre_lp = torch.zeros((k, width), dtype=torch.float32, device=pre_last.device).index_put((sel_k, sel_j + 1), logp[:m])
+    pre_lp = torch.zeros((k, width), dtype=torch.float32, device=pre_last.device).index_put((sel_k, sel_j + 1),
+                                                                                            logp[:m])
     return pre_lp, logp[m:]
 
 

@@ -160,7 +160,8 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.exists():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and _iteration_of(p) is not None and (p / "manifest.json").exists()]
+    found = [p for p in root.iterdir() if p.is_dir() and _iteration_of(p) is not None
+             and (p / "manifest.json").exists()]
     return sorted(found, key=lambda p: _iteration_of(p))
 
 
@@ -334,7 +335,8 @@ def _candidates(root: Path) -> tuple[list[Path], Path | None]:
     return ([named] if named is not None else []) + others, named
 
 
-def load_checkpoint(root: str | Path, actor, *, sampler=None, generators: dict | None = None) -> LoadedCheckpoint | None:
+def load_checkpoint(root: str | Path, actor, *, sampler=None,
+                    generators: dict | None = None) -> LoadedCheckpoint | None:
     """Restore the newest usable checkpoint under ``root`` into ``actor``, ``sampler`` and ``generators`` (and the
     global RNGs). Returns None when there is none; warns and falls back when the latest is unusable."""
     root = Path(root)
@@ -363,7 +365,8 @@ def load_checkpoint(root: str | Path, actor, *, sampler=None, generators: dict |
                 problem = f"{cand} could not be loaded ({e})"
         warnings.warn(f"skipping checkpoint: {problem}; trying the previous one", stacklevel=2)
         first = False
-    raise CheckpointError(f"every checkpoint under {root} is unusable (see the warnings); delete the folder to start over")
+    raise CheckpointError(f"every checkpoint under {root} is unusable (see the warnings); delete the folder to start "
+                          "over")
 
 
 def _read_model_folder(folder: Path) -> dict[str, torch.Tensor]:

@@ -45,7 +45,8 @@ def check_metric_names(metrics: dict[str, Any]) -> None:
     """Raise ``ValueError`` for a name outside the namespace or a value that is not a number."""
     for k, v in metrics.items():
         if not isinstance(k, str) or not k.startswith(METRIC_NAMESPACES):
-            raise ValueError(f"metric {k!r} is outside the namespace {list(METRIC_NAMESPACES)} (see trainer/logging.py)")
+            raise ValueError(f"metric {k!r} is outside the namespace {list(METRIC_NAMESPACES)} "
+                             "(see trainer/logging.py)")
         if k.startswith("eval/") and not _EVAL_RE.match(k):
             raise ValueError(f"metric {k!r}: evaluation metrics are named eval/<env>/<split>/<metric>")
         if isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -422,7 +422,8 @@ class Trainer:
             layers = int(mc["num_hidden_layers"])
         except (OSError, ValueError, KeyError, TypeError):
             layers = None  # the model loader reports an unreadable folder
-        if layers is not None and cfg.model.hidden_layer is not None and not -(layers + 1) <= cfg.model.hidden_layer < 0:
+        if layers is not None and cfg.model.hidden_layer is not None and not -(layers
+                                                                               + 1) <= cfg.model.hidden_layer < 0:
             raise ConfigError(
                 f"model.hidden_layer={cfg.model.hidden_layer} is out of range for the {layers}-layer model "
                 f"{portable_path(self.model_dir)}: hidden_states has {layers + 1} entries, so use an index in "
@@ -547,7 +548,8 @@ class Trainer:
 
     @property
     def estimator_cfg(self):
-        """The estimator settings the run uses: ``cfg.estimator`` with ``epsilon: auto`` replaced by the frozen value."""
+        """The estimator settings the run uses: ``cfg.estimator`` with ``epsilon: auto`` replaced by the frozen
+        value."""
         if not self.cfg.estimator.epsilon_is_auto:
             return self.cfg.estimator
         if self.epsilon is None:

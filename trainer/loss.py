@@ -34,7 +34,8 @@ import torch
 
 from .config import KL_TYPES, LOSS_AGG_MODES
 
-__all__ = ["agg_loss", "policy_loss", "kl_penalty", "ppo_loss", "PPOLossSettings", "PPOLossOutput", "LOSS_AGG_MODES", "KL_TYPES"]
+__all__ = ["agg_loss", "policy_loss", "kl_penalty", "ppo_loss", "PPOLossSettings", "PPOLossOutput", "LOSS_AGG_MODES",
+           "KL_TYPES"]
 
 _LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: a bound against overflow only (a clipped ratio never gets near it)
 

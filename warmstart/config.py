@@ -28,7 +28,8 @@ ENV_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "textcraft": ("TextCraft-v0", {"show_inventory": True, "max_steps": 15}),
     "alfworld": ("ALFWorld-v0", {}),
     "webshop": ("WebShop-v0", {}),
-    # the finite worlds of envs/finite/ (exact advantages: groundtruth/); max_steps is also the MDP's horizon, so the warm
+    # the finite worlds of envs/finite/ (exact advantages: groundtruth/); max_steps is also the MDP's horizon, so the
+    # warm
     # start and RL must share it: the expert needs 8 steps in this rooms world, 7-12 in the default craft world
     "finiterooms": ("FiniteRooms-v0", {"surface": "high", "alias": 0.0, "n_locations": 4, "n_objects": 1,
                                        "n_tasks": 2, "max_steps": 10}),
@@ -153,10 +154,10 @@ class WarmStartConfig:
     """Progress bars (not part of the cache key)."""
     threads: int = 1
     """torch intra-op threads [choice: 1]. More threads change the order of floating-point sums and, over a warm
-    start's thousands of steps, the weights, and with them the warm start's success (results/warmstart/README.md). So the count is
-    fixed by default and part of the cache key when not 1 (entries built before keep their keys); one thread is
-    also immune to another busy process (results/benchmarks/threads.md). 0 = the cores free when the build starts
-    (``trainer/threads.py``): faster on an idle machine, but the result then depends on the load."""
+    start's thousands of steps, the weights, and with them the warm start's success (results/warmstart/README.md). So
+    the count is fixed by default and part of the cache key when not 1 (entries built before keep their keys); one
+    thread is also immune to another busy process (results/benchmarks/threads.md). 0 = the cores free when the build
+    starts (``trainer/threads.py``): faster on an idle machine, but the result then depends on the load."""
     cache_root: str | None = field(default=None, metadata={"key": False})
     """Parent folder of the cache entries; null = ``envs.paths.cache_dir("warmstart")``."""
 

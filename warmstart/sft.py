@@ -25,8 +25,8 @@ token. Pieces:
   hook for DAgger; ``acting`` builds their ``agents.rollout.Actor`` (the model behind the HF engine, a pool).
 * **DAgger** (``play`` with ``PlayOptions(label_style=...)``): roll the current model out with the Hugging Face
   engine, label every state it reaches with the expert (action + rationale for the model's own prompt),
-  aggregate, retrain [Ross et al. 2011]. ``expert_mix`` (beta) executes the expert's action instead of the model's with that
-  probability (0 = pure DAgger after the first round).
+  aggregate, retrain [Ross et al. 2011]. ``expert_mix`` (beta) executes the expert's action instead of the model's with
+  that probability (0 = pure DAgger after the first round).
 * **Evaluation** (``evaluate``): the fixed, seeded task list of a split (``envs.pool.eval_tasks``), sampled at
   the evaluation temperature (protocol: 0.4) with RL evaluation's per-sample seeds, or greedy.
 
@@ -390,8 +390,8 @@ class SFTLearner:
     extra forward or backward pass (only the LM head runs on more positions).
 
     ``share_prompt_loss`` (with ``prompt_weight`` > 0 and ``cfg.prefix_sharing``): rows of a micro-batch that share
-    a prompt prefix compute it once (``trainer.actor.pack_rows_shared(score_prompt=True)``); its tokens' log-probs, the same
-    for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows), so the loss and
+    a prompt prefix compute it once (``trainer.actor.pack_rows_shared(score_prompt=True)``); its tokens' log-probs, the
+    same for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows), so the loss and
     its gradient equal the unshared pass's to float tolerance (tests/warmstart/test_sft_sharing.py) [choice: off by
     default, because the float order, and so a warm start's weights, change]. Without a prompt loss, rows share
     prefixes whenever ``cfg.prefix_sharing`` is on, as in the RL update.

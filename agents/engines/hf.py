@@ -81,8 +81,8 @@ class HFEngine(RolloutEngine):
     max_batch_size : prompts per forward batch (None = all at once); bounds KV-cache memory
     decode         : auto | lean | hf. The prompt always runs through the model's own forward; each decode step
                      runs ``agents.engines.lean`` (the same arithmetic, preallocated KV cache: 1.0-1.3x the
-                     generation rate on one CPU thread, results/benchmarks/generation.md) or Hugging Face's forward. auto = lean where the model supports it
-                     (``lean_support``), else hf [choice]
+                     generation rate on one CPU thread, results/benchmarks/generation.md) or Hugging Face's forward.
+                     auto = lean where the model supports it (``lean_support``), else hf [choice]
     share_prefixes : prompts of one batch that share a prefix (a group's G copies, the task text) compute it once:
                      the prefixes run first, their KV cache is indexed out to the rows, then the rest of each
                      prompt runs (left-padded) at its true positions [choice; same tokens, log-probs within 1e-5]

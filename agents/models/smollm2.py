@@ -88,7 +88,8 @@ def convert_smollm2(out_dir: str | os.PathLike | None = None, force: bool = Fals
     missing, unexpected = fresh.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
-        raise RuntimeError(f"SmolLM2 state dict does not fit LlamaForCausalLM: missing={missing} unexpected={unexpected}")
+        raise RuntimeError(f"SmolLM2 state dict does not fit LlamaForCausalLM: missing={missing} "
+                           f"unexpected={unexpected}")
     if config.tie_word_embeddings:
         fresh.tie_weights()
     fresh = fresh.to(getattr(torch, dtype)).eval()

@@ -168,7 +168,8 @@ def load_room(scene: int) -> Room:
         for _ in range(4 if rtype == "StoveBurner" else 1):
             while True:
                 x, z = (float(v) for v in points[rng.randrange(len(points))])
-                rid = f"{rtype}|{x + rng.uniform(-0.3, 0.3):+06.2f}|{rng.uniform(0.0, 1.5):+06.2f}|{z + rng.uniform(-0.3, 0.3):+06.2f}"
+                rid = (f"{rtype}|{x + rng.uniform(-0.3, 0.3):+06.2f}|{rng.uniform(0.0, 1.5):+06.2f}"
+                       f"|{z + rng.uniform(-0.3, 0.3):+06.2f}")
                 if rid not in taken:
                     break
             taken.add(rid)
@@ -281,7 +282,8 @@ def sample_game(task_type: str, scenes: tuple[int, ...], rng: random.Random) -> 
             rid, _rt = rng.choice(hosts)
             x, y, z = (float(v) for v in rid.split("|")[1:4])
             while True:
-                oid = f"{otype}|{x + rng.uniform(-0.4, 0.4):+06.2f}|{y + rng.uniform(0.0, 0.3):+06.2f}|{z + rng.uniform(-0.4, 0.4):+06.2f}"
+                oid = (f"{otype}|{x + rng.uniform(-0.4, 0.4):+06.2f}|{y + rng.uniform(0.0, 0.3):+06.2f}"
+                       f"|{z + rng.uniform(-0.4, 0.4):+06.2f}")
                 if oid not in taken:
                     break
             taken.add(oid)

@@ -126,7 +126,8 @@ class CraftFamily:
                      for j in range(cfg.n_junk_recipes)]
         self._actions = (
             [f"get 1 {x}" for x in self.bases + self.distractors]
-            + [f"craft 1 {self.crafted[j]} using " + ", ".join(f"1 {self.bases[b]}" for b in self.recipe[j]) for j in range(k)]
+            + [f"craft 1 {self.crafted[j]} using " + ", ".join(f"1 {self.bases[b]}" for b in self.recipe[j])
+               for j in range(k)]
             + [f"craft 1 {self.goal} using " + ", ".join(f"1 {c}" for c in self.crafted)]
             + [f"craft 1 {name} using 1 {self.items[b]}, 1 {self.items[x]}" for name, b, x in self.junk]
             + ["inventory"]
@@ -244,7 +245,8 @@ class CraftFamily:
             show_all = True
         elif kind == "won":  # the final observation (seen by a TextEnv user, never by an estimator row)
             sp.say(("Crafted 1 {x}. Task complete.", "You made the {x}. Done.", "Goal reached: {x}.",
-                    "The {x} is ready. Task complete."), x=self.goal)  # the inventory command reveals everything whatever the aliasing
+                    "The {x} is ready. Task complete."),
+                    x=self.goal)  # the inventory command reveals everything whatever the aliasing
         elif kind == "malformed":
             sp.say(("Could not understand that command.", "Invalid command.", "That is not a command.",
                     "Nothing happens."))
@@ -426,7 +428,8 @@ class RoomsFamily:
 
     def feature_names(self) -> list[str]:
         return ([f"task:{k}" for k in range(len(self.tasks))] + ["agent:middle"] + [f"agent:{x}" for x in self.locs]
-                + [f"obj:{x}" for x in self.locs] + ["obj:hand", "clean"] + [f"open:{self.locs[i]}" for i in self.openable])
+                + [f"obj:{x}" for x in self.locs] + ["obj:hand", "clean"]
+                + [f"open:{self.locs[i]}" for i in self.openable])
 
     def features(self, s) -> np.ndarray:
         task, agent, obj_loc, clean, om = s

@@ -228,7 +228,8 @@ def build_mdp(family, horizon: int, malformed_action: bool = True, max_states: i
     for si, rows in table.items():
         for a, outs in enumerate(rows):
             for k, (p, ns, r, d, e) in enumerate(outs):
-                next_state[si, a, k], prob[si, a, k], env_reward[si, a, k], done[si, a, k], event[si, a, k] = ns, p, r, d, e
+                next_state[si, a, k], prob[si, a, k], env_reward[si, a, k], done[si, a, k], event[si, a,
+                                                                                                  k] = ns, p, r, d, e
     penalty = np.zeros(A)
     if malformed_action:
         penalty[-1] = INVALID_PENALTY

@@ -31,7 +31,8 @@ from .config import RewardConfig
 from .data import Goal, Product
 from .text import NounExtractor, fuzzy_token_set, normalize_color, original_token_set
 
-__all__ = ["ScoreBreakdown", "score_purchase", "scored_goal_options", "type_reward", "attribute_matches", "option_matches",
+__all__ = ["ScoreBreakdown", "score_purchase", "scored_goal_options", "type_reward", "attribute_matches",
+           "option_matches",
            "option_value_matches"]
 
 

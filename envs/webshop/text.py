@@ -85,10 +85,12 @@ def thefuzz_0_19():
             from thefuzz import fuzz as tf_fuzz
     except ImportError as exc:
         raise RuntimeError(f"reward.mode=original needs thefuzz=={THEFUZZ_VERSION} (pip install "
-                           f"thefuzz=={THEFUZZ_VERSION}; requirements.txt pins it), or set reward.mode=corrected") from exc
+                           f"thefuzz=={THEFUZZ_VERSION}; requirements.txt pins it), or set reward.mode=corrected"
+                           ) from exc
     version = getattr(thefuzz, "__version__", "?")
     if version != THEFUZZ_VERSION:
-        raise RuntimeError(f"reward.mode=original needs thefuzz=={THEFUZZ_VERSION}, the original's pin; found {version} "
+        raise RuntimeError(f"reward.mode=original needs thefuzz=={THEFUZZ_VERSION}, the original's pin; found "
+                           f"{version} "
                            f"(later versions wrap rapidfuzz and score some pairs differently). pip install "
                            f"thefuzz=={THEFUZZ_VERSION}, or set reward.mode=corrected")
     return tf_fuzz

@@ -35,7 +35,8 @@ class TestTinyModel:
 
     @pytest.fixture(scope="class")
     def prompts(self, hf_engine):
-        return _chat(hf_engine.tokenizer, ["Goal: craft stick.", "Crafting commands:\ncraft 4 oak planks using 1 oak log",
+        return _chat(hf_engine.tokenizer,
+                     ["Goal: craft stick.", "Crafting commands:\ncraft 4 oak planks using 1 oak log",
                                            "hi"])
 
     def test_same_tokenizer_ids_as_hf(self, vllm_engine, hf_engine, prompts):

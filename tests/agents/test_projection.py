@@ -43,7 +43,8 @@ def test_never_raises_and_is_consistent(response):
         assert action == NOOP_ACTION and reason
 
 
-@given(st.text(max_size=200).filter(lambda s: "<" not in s and ">" not in s), st.text(max_size=50).filter(lambda s: "<" not in s))
+@given(st.text(max_size=200).filter(lambda s: "<" not in s and ">" not in s),
+       st.text(max_size=50).filter(lambda s: "<" not in s))
 @settings(max_examples=200, deadline=None)
 def test_well_formed_round_trip(body, thought):
     action, valid, _ = project(f"<think>{thought}</think>\n<action>{body}</action>")

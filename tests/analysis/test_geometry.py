@@ -308,7 +308,8 @@ def test_command_end_to_end_and_rereading(tmp_path, capsys):
                "--out", str(tmp_path / "c")])
     assert rc == 0
     assert (tmp_path / "c" / "geometry.csv").read_text() == csv_a
-    assert "Rollouts collected by: `python -m experiments.geometry --model" in (tmp_path / "c" / "report.md").read_text()
+    report = (tmp_path / "c" / "report.md").read_text()
+    assert "Rollouts collected by: `python -m experiments.geometry --model" in report
     # a StepBatch file alone (its one layer) also works
     rc = main(["--batch", str(out / "rollouts" / "steps.pt"), "--env", "TextCraft-v0", "--eps", "0,0.05",
                "--out", str(tmp_path / "d")])

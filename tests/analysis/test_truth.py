@@ -125,7 +125,8 @@ def test_overview_sets_the_scenarios_side_by_side(tmp_path):
     md = (root / "overview.md").read_text()
     assert "| estimator | exact | undersplit |" in md  # the default order, not alphabetical by accident
     step = md.split("#### Step term: paired difference")[1].split("####")[0]
-    assert "| bipace_q | 0.200 (seeds > 0: 1/1) | -0.100 (seeds > 0: 0/1) |" in step  # (0.5 - 0.1) - (0.3 - 0.1), and ... - 0.2
+    # (0.5 - 0.1) - (0.3 - 0.1), and ... - 0.2
+    assert "| bipace_q | 0.200 (seeds > 0: 1/1) | -0.100 (seeds > 0: 0/1) |" in step
     # the whole advantage comes first (the primary view), its paired table before the step term's
     assert md.index("#### Primary: whole advantage") < md.index("#### Secondary: step term")
     whole = md.split("#### Whole advantage: paired difference")[1].split("####")[0]

@@ -16,7 +16,8 @@ def alfworld_data():
     from envs.alfworld.generate import GEN_VERSION, GeneratorConfig, generate_games
 
     c = FIXTURE_COUNTS
-    root = cache_dir("test-fixtures") / f"alfworld-v{GEN_VERSION}-seed7-{c['train']}-{c['valid_seen']}-{c['valid_unseen']}"
+    name = f"alfworld-v{GEN_VERSION}-seed7-{c['train']}-{c['valid_seen']}-{c['valid_unseen']}"
+    root = cache_dir("test-fixtures") / name
     manifest = root / "generation.json"
     if not manifest.exists():
         generate_games(GeneratorConfig(out=root, num_train=c["train"], num_valid_seen=c["valid_seen"],

@@ -137,7 +137,8 @@ def _tree_digest(root: Path) -> str:
 def test_generator_is_deterministic_and_worker_count_free(tmp_path):
     one = generate_games(GeneratorConfig(out=tmp_path / "a", num_train=2, num_valid_unseen=1, seed=3, workers=1,
                                          progress=False))
-    generate_games(GeneratorConfig(out=tmp_path / "b", num_train=2, num_valid_unseen=1, seed=3, workers=2, progress=False))
+    generate_games(GeneratorConfig(out=tmp_path / "b", num_train=2, num_valid_unseen=1, seed=3, workers=2,
+                                   progress=False))
     assert _tree_digest(tmp_path / "a") == _tree_digest(tmp_path / "b")
     other = generate_games(GeneratorConfig(out=tmp_path / "c", num_train=2, num_valid_unseen=1, seed=4, workers=1,
                                            progress=False))
@@ -156,7 +157,8 @@ def test_generated_games_are_valid(alfworld_data):
         scene = traj["scene"]["scene_num"]
         assert (scene in UNSEEN_SCENES) == (game["split"] == "valid_unseen")
         room = next(name for name, nums in (("Kitchen", range(1, 31)), ("LivingRoom", range(201, 231)),
-                                            ("Bedroom", range(301, 331)), ("Bathroom", range(401, 431))) if scene in nums)
+                                            ("Bedroom", range(301, 331)), ("Bathroom", range(401, 431)))
+                                            if scene in nums)
         assert room in C.GOALS_VALID[traj["task_type"]]
         gamefile = json.loads((trial / "game.tw-pddl").read_text())
         assert gamefile["solvable"] is True and len(gamefile["walkthrough"]) == game["expert_steps"] <= 50

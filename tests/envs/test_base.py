@@ -74,7 +74,8 @@ def test_reset_resolves_tasks_and_validates_options():
         env.reset(seed=0, options={"task_index": "1"})
 
 
-@pytest.mark.parametrize("action", ["", " ", "x" * 100_000, "\x00\x1b[31m", "go to 火", None, 3.5, b"\xff\xfe", ["inc"]])
+@pytest.mark.parametrize("action",
+                         ["", " ", "x" * 100_000, "\x00\x1b[31m", "go to 火", None, 3.5, b"\xff\xfe", ["inc"]])
 def test_any_action_is_a_normal_step(action):
     env = CounterEnv()
     env.reset(seed=0)

@@ -7,7 +7,8 @@ from envs.base import INFO_KEYS
 from envs.finite.textenv import FiniteMDPEnv
 
 
-@pytest.mark.parametrize("family,kw", [("craft", dict(n_intermediates=2, n_base_per=2)), ("rooms", dict(n_locations=5))])
+@pytest.mark.parametrize("family,kw",
+                         [("craft", dict(n_intermediates=2, n_base_per=2)), ("rooms", dict(n_locations=5))])
 def test_expert_wins_every_task(family, kw):
     env = FiniteMDPEnv(family, surface="high", alias=0.5, max_steps=50, **kw)
     for k in range(env.num_tasks("train")):

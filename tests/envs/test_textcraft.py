@@ -97,13 +97,15 @@ def test_observations_do_not_depend_on_the_hash_seed():
         "import hashlib; from envs.textcraft import TextCraftEnv; e = TextCraftEnv(); h = hashlib.sha256()\n"
         "for s in e.splits:\n"
         "    for k in range(0, e.num_tasks(s), 7):\n"
-        "        o, i = e.reset(seed=k, options={'split': s, 'task_index': k}); h.update(o.encode()); h.update(e.goal.encode())\n"
+        "        o, i = e.reset(seed=k, options={'split': s, 'task_index': k}); h.update(o.encode()); "
+        "h.update(e.goal.encode())\n"
         "print(h.hexdigest())"
     )
     digests = set()
     for seed in ("0", "1", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(REPO))
-        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
         assert out.returncode == 0, out.stderr
         digests.add(out.stdout.strip())
     assert len(digests) == 1

@@ -301,12 +301,14 @@ def test_clicks_select_values_with_two_spaces(tmp_path):
                                                       {"value": "Black / White", "image": None}]})]
     (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(products), encoding="utf-8")
     (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(
-        {"B000000009": {"attributes": ["soap"], "instruction": "i need dish soap", "instruction_attributes": ["soap"]}}),
+        {"B000000009": {"attributes": ["soap"], "instruction": "i need dish soap",
+                        "instruction_attributes": ["soap"]}}),
         encoding="utf-8")
     env = make_env(tmp_path, num_test_goals=1)
     cases = [("click[pack of  2]", ("size", "pack of  2")), ("click[Pack of 2]", ("size", "pack of  2")),
              ("click[ pack  of 2 ]", ("size", "pack of  2")), ("click[black | white]", ("color", "black | white")),
-             ("click[black  |  white]", ("color", "black  |  white")), ("click[black |  white]", ("color", "black | white"))]
+             ("click[black  |  white]", ("color", "black  |  white")),
+             ("click[black |  white]", ("color", "black | white"))]
     for action, selected in cases:
         env.reset(options={"split": "test", "task_index": 0})
         env.step("search[dish soap]")

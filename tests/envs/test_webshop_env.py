@@ -54,7 +54,8 @@ def test_results_pages_and_paging(env):
     obs, reward, term, trunc, info = env.step("search[shoes socks shirt dress tea chair]")
     total = len(env._results)
     assert total > 20 and env.page == "results" and reward == 0.0 and not term
-    assert obs.startswith(f"Instruction: [SEP] {info['task']} [SEP] Back to Search [SEP] Page 1 (Total results: {total})"
+    assert obs.startswith(f"Instruction: [SEP] {info['task']} [SEP] Back to Search [SEP] Page 1 (Total results: "
+                          f"{total})"
                           " [SEP] Next > [SEP] ")
     acts = info["admissible_actions"]
     assert acts[:2] == ["click[back to search]", "click[next >]"] and "click[< prev]" not in acts

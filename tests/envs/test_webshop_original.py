@@ -59,12 +59,16 @@ def test_original_type_reward_cases(spacy_nouns):
         pytest.skip(f"title scores measured with spaCy's small English model, not {spacy_nouns.backend}")
     titles = [
         ("Mens D.O.N. Issue 2 Gca Basketball Sneakers Shoes Casual - Off White",
-         "PEAK High Top Mens Basketball Shoes Lou Williams Streetball Master Breathable Non Slip Outdoor Sneakers", 0.4),
-        ("Saireed UL Listed 2 Prong Power Cord for JBL Bar 3.1 Bar 2.1 Channel 4K Ultra HD Soundbar Home Theater System "
-         "Subwoofer", "BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR Combo Home Theater "
+         "PEAK High Top Mens Basketball Shoes Lou Williams Streetball Master Breathable Non Slip Outdoor Sneakers",
+         0.4),
+        ("Saireed UL Listed 2 Prong Power Cord for JBL Bar 3.1 Bar 2.1 Channel 4K Ultra HD Soundbar Home Theater "
+         "System "
+         "Subwoofer",
+         "BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR Combo Home Theater "
          "System", 0.3125),
         ("Saireed UL Listed 2 Prong Power Cord for JBL Bar 3.1 Bar 2.1 Channel 4K Ultra HD Soundbar",
-         "BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR Combo Home Theater System", 1 / 6),
+         "BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR Combo Home Theater System",
+         1 / 6),
     ]
     for desired, bought, expected in titles:
         score = type_reward(product(title=bought), goal(name=desired), spacy_nouns)[3]

@@ -166,7 +166,8 @@ def test_centred_clusters_equal_the_reference():
         assert torch.equal(dense_ids(fast), dense_ids(ref))
     # a group of identical states: centred, every row sits at the mean and they still form one cluster
     same = dataclasses.replace(b, hidden=torch.ones(len(b), 16))
-    cl = greedy_cosine_clusters(center_by_group(same.hidden, same.group_id), same.group_id, same.traj_id, same.step, 0.0)
+    cl = greedy_cosine_clusters(center_by_group(same.hidden, same.group_id), same.group_id, same.traj_id, same.step,
+                                0.0)
     assert cl.sizes.numel() == 4
 
 

@@ -167,7 +167,8 @@ def test_rloo_by_hand():
     want = {0: 10.0 - 0.0, 1: 0.0 - 5.0, 2: 0.0 - 5.0}
     assert res.advantages.tolist() == pytest.approx([want[int(t)] for t in b.traj_id], abs=1e-6)
     # an invalid row pays the penalty on its own row only
-    rows = [(0, 0, 0, 0.0, False, "A", "junk"), (0, 0, 1, 10.0, True, "B", act("x")), (0, 1, 0, 0.0, True, "A", act("y"))]
+    rows = [(0, 0, 0, 0.0, False, "A", "junk"), (0, 0, 1, 10.0, True, "B", act("x")),
+            (0, 1, 0, 0.0, True, "A", act("y"))]
     res = compute_advantages(make_batch(rows), EstimatorConfig(name="rloo"))
     assert res.advantages.tolist() == pytest.approx([10 - 0.1, 10.0, -10.0], abs=1e-6)
 

@@ -35,7 +35,8 @@ def batches(draw):
     few prototypes so that clusters of every size occur, some invalid rows, shuffled row order."""
     groups = draw(st.integers(1, 3))
     dim = 4
-    protos = draw(st.lists(st.lists(st.floats(-1, 1, allow_nan=False), min_size=dim, max_size=dim), min_size=1, max_size=4))
+    protos = draw(st.lists(st.lists(st.floats(-1, 1, allow_nan=False), min_size=dim, max_size=dim), min_size=1,
+                           max_size=4))
     rows = []
     for g in range(groups):
         for t in range(draw(st.integers(1, 4))):
@@ -46,12 +47,15 @@ def batches(draw):
                 won = s == length - 1 and draw(st.booleans())
                 valid = draw(st.booleans()) or draw(st.booleans())
                 a = draw(st.sampled_from(ACTIONS))
-                resp = f"<think>..</think><action>{a}</action>" if valid else draw(st.sampled_from(["", "no tags", "<action>x"]))
-                rows.append((g, t, s, 10.0 if won else 0.0, valid, f"obs{p}", resp, [x + y for x, y in zip(protos[p], noise)]))
+                resp = f"<think>..</think><action>{a}</action>" if valid else draw(st.sampled_from(["", "no tags",
+                                                                                                    "<action>x"]))
+                rows.append((g, t, s, 10.0 if won else 0.0, valid, f"obs{p}", resp,
+                             [x + y for x, y in zip(protos[p], noise)]))
     perm = draw(st.permutations(range(len(rows))))
     rows = [rows[i] for i in perm]
     g, t, s, r, v, o, resp, h = zip(*rows)
-    ids = torch.tensor([[ACTIONS.index(x.split("<action>")[1].split("<")[0]) + 1 if "</action>" in x else 0, 7, 7] for x in resp])
+    ids = torch.tensor([[ACTIONS.index(x.split("<action>")[1].split("<")[0]) + 1 if "</action>" in x else 0, 7, 7]
+                        for x in resp])
     return StepBatch(
         group_id=torch.tensor(g), traj_id=torch.tensor(t), step=torch.tensor(s),
         reward=torch.tensor(r), valid=torch.tensor(v), anchor_obs=list(o), response_text=list(resp),
@@ -157,7 +161,8 @@ def test_singletons_get_zero_step_term(name):
 def test_q_style_sums_to_zero_without_fallback():
     b = synthetic_batch(groups=4, group_size=8, max_steps=10, noise=0.2, seed=5, invalid_rate=0.3)
     res = compute_advantages(b, EstimatorConfig(name="bipace_q", epsilon=0.1, pace_fallback="none"))
-    sums = torch.zeros(int(res.cluster_id.max()) + 1, dtype=torch.float64).index_add_(0, res.cluster_id, res.step.double())
+    sums = torch.zeros(int(res.cluster_id.max()) + 1, dtype=torch.float64).index_add_(0, res.cluster_id,
+                                                                                      res.step.double())
     assert sums.abs().max() < 1e-4
     assert (res.step != 0).any()
     # with the fallback, the clusters where it fires no longer sum to zero (a failing check would show it)
@@ -240,11 +245,13 @@ def test_hgpo_skips_a_history_level_whose_returns_are_all_equal():
                   step=torch.tensor([0, 1, 2, 3, 0, 0]), reward=torch.zeros(6),
                   valid=torch.tensor([True, False, False, False, False, False]), anchor_obs=["obs0"] * 6,
                   response_text=["<think>..</think><action>go north</action>"] + [""] * 5,
-                  response_ids=torch.tensor([[1, 7, 7]] + [[0, 7, 7]] * 5), response_mask=torch.ones(6, 3, dtype=torch.bool),
+                  response_ids=torch.tensor([[1, 7, 7]] + [[0, 7, 7]] * 5),
+                  response_mask=torch.ones(6, 3, dtype=torch.bool),
                   hidden=torch.zeros(6, 4))
     cfg = EstimatorConfig(name="hgpo", epsilon=0.0, norm_mode="mean_std_norm", gamma=0.0, hgpo_levels=1,
                           hgpo_alpha=0.0)
     fast = compute_advantages(b, cfg).advantages.tolist()
     ref, _, _ = reference_advantages(b, cfg)
-    expected = [3 ** 0.5, -(3 ** -0.5), -(3 ** -0.5), -(3 ** -0.5), 0.0, 0.0]  # level 0 alone: (0, -.1, -.1, -.1) normed
+    expected = [3 ** 0.5, -(3 ** -0.5), -(3 ** -0.5), -(3 ** -0.5), 0.0,
+                0.0]  # level 0 alone: (0, -.1, -.1, -.1) normed
     assert fast == pytest.approx(expected, abs=1e-4) and ref == pytest.approx(expected, abs=1e-4)  # std + 1e-6

@@ -107,7 +107,8 @@ def test_zero_stages_move_gpu_memory_as_expected():
 def test_checkpoint_peak_of_an_export_on_every_rank_exceeds_the_streamed_one_on_8_ranks():
     p = _plan(P7, 8)
     assert p.totals["host_checkpoint_node_export_every_rank"] > p.totals["host_checkpoint_node"]
-    assert p.totals["host_checkpoint_node_export_every_rank"] == pytest.approx(p.totals["host_steady_node"] + 8 * 2 * N7)
+    assert p.totals["host_checkpoint_node_export_every_rank"] == pytest.approx(p.totals["host_steady_node"]
+                                                                               + 8 * 2 * N7)
 
 
 def test_cli_table_and_json(capsys):

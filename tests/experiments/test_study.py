@@ -79,7 +79,8 @@ def test_a_missing_warm_start_stops_the_study_naming_the_command(tmp_path, monke
     assert study.main(["demo", "--out", str(tmp_path / "demo"), "--dry-run"]) == 0
     out = capfd.readouterr().out
     # recorded portably: the run folders read the same in any clone and under any $BIPACE_CACHE
-    assert f"warm start: cached: {final}" in out and "sft.init_from=$BIPACE_CACHE/warmstart/textcraft-tiny-abc/final" in out
+    assert f"warm start: cached: {final}" in out
+    assert "sft.init_from=$BIPACE_CACHE/warmstart/textcraft-tiny-abc/final" in out
     assert "env.kwargs.show_inventory=true" in out
     # --no-warmstart: RL from the preset's model, so the preset's sft.enabled is switched off
     assert study.main(["demo", "--out", str(tmp_path / "demo"), "--no-warmstart", "--dry-run"]) == 0
@@ -94,7 +95,8 @@ def test_dry_run_plans_without_running(tmp_path):
     out = res.stdout
     assert "# 4 runs: 0 finished (skipped), 0 to resume, 4 new" in out
     for est in ("grpo", "gigpo", "bipace_v", "bipace_q"):
-        assert f"{tmp_path / 'demo' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4' / est / 'seed_0'}" in out
+        run = tmp_path / "demo" / "runs" / "textcraft" / "tiny-layers-4-hidden-128-heads-4" / est / "seed_0"
+        assert str(run) in out
     assert "configs/cpu/textcraft_demo.yaml" in out and "env.kwargs.show_inventory=true" in out
     assert not (tmp_path / "demo" / "runs").exists()
     res = _study(["cpu", "--seeds", "0-1", "--estimators", "grpo,hgpo,rloo", "--dry-run", "--out", str(tmp_path / "c"),
@@ -107,8 +109,8 @@ def test_dry_run_plans_without_running(tmp_path):
     controls = [ln for ln in res.stdout.splitlines() if "variant=no-update" in ln]
     assert len(controls) == 2 and all("trainer.lr=0" in ln and "estimator.name=grpo" in ln for ln in controls)
     for seed in (0, 1):
-        assert f"{tmp_path / 'c' / 'runs' / 'textcraft' / 'tiny-layers-4-hidden-128-heads-4' / 'no-update'}/seed_{seed}" \
-            in res.stdout
+        control = tmp_path / "c" / "runs" / "textcraft" / "tiny-layers-4-hidden-128-heads-4" / "no-update"
+        assert f"{control}/seed_{seed}" in res.stdout
     # a study can ask for the control itself; its overrides reach every run but the control's lr stays 0
     res = _study(["cpu-lr3e-5", "--seeds", "0", "--dry-run", "--out", str(tmp_path / "l"),
                   "--init-from", str(tmp_path / "ws" / "final")])

@@ -45,7 +45,8 @@ def test_variant_names():
 def test_parse_grid_and_its_errors():
     assert sweep.parse_grid(["estimator.epsilon=0.05,0.1", "env.eval_splits=[a,b],[c]"]) == \
         [("estimator.epsilon", ["0.05", "0.1"]), ("env.eval_splits", ["[a,b]", "[c]"])]
-    for bad, needle in [("estimator.epsilon", "key=v1,v2"), ("seed=1,2", "--seeds"), ("estimator.name=grpo", "--estimators"),
+    for bad, needle in [("estimator.epsilon", "key=v1,v2"), ("seed=1,2", "--seeds"),
+                        ("estimator.name=grpo", "--estimators"),
                         ("x=", "at least one value")]:
         with pytest.raises(sweep.SweepError, match=needle):
             sweep.parse_grid([bad])

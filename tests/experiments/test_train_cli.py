@@ -306,7 +306,8 @@ def test_kill_9_at_a_random_point_then_resume_gives_identical_metrics(reference_
         # wait for iteration 1 to be logged (its checkpoint follows), then kill somewhere in the next iterations
         deadline = time.monotonic() + 500
         while time.monotonic() < deadline:
-            if (out / "metrics.jsonl").exists() and any(r["iteration"] >= 1 for r in _lines_safe(out / "metrics.jsonl")):
+            if (out / "metrics.jsonl").exists() and any(r["iteration"] >= 1
+                                                        for r in _lines_safe(out / "metrics.jsonl")):
                 break
             assert proc.poll() is None, "the run ended before it could be killed"
             time.sleep(0.05)

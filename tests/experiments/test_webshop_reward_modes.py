@@ -10,7 +10,8 @@ from tests.envs.webshop_helpers import small_catalogue
 def test_counts_each_correction_against_the_original(tmp_path_factory, tmp_path):
     folder = small_catalogue(tmp_path_factory)
     out = tmp_path / "modes.md"
-    assert wrm.main(["--data-dir", str(folder), "--goals", "60", "--noun-extractor", "heuristic", "--out", str(out)]) == 0
+    assert wrm.main(["--data-dir", str(folder), "--goals", "60", "--noun-extractor", "heuristic", "--out",
+                     str(out)]) == 0
     text, records = out.read_text().split("## Official-format records")
     rows = dict(re.findall(r"^\| (.+?) \| \d+ \| \d+ \| (\d+) \|", text, re.M))
     assert set(rows) >= {"`exact_size_options` alone", "`compare_values` alone", "`mode: corrected` (all)",

@@ -29,7 +29,8 @@ def test_same_seed_same_batch(small_rooms):
 
 
 def test_bench_seed_is_deterministic():
-    cfg = BenchConfig(seeds=1, scenarios=(Scenario("v", "high", 0.5),), epsilons=(0.0, 0.05), proxy_noise=(0.2,), **TINY)
+    cfg = BenchConfig(seeds=1, scenarios=(Scenario("v", "high", 0.5),), epsilons=(0.0, 0.05), proxy_noise=(0.2,),
+                      **TINY)
     a = bench_seed(cfg, "rooms", 0, 0)
     b = bench_seed(cfg, "rooms", 0, 0)
     strip = [{k: v for k, v in r.items() if k != "seconds"} for r in a["rows"]]

@@ -5,7 +5,8 @@
 
 VARIANTS: comma-separated STAGE:SHARING:CKPT, e.g. ``3:1:1,2:1:0``: ZeRO stage, 0/1 ``trainer.prefix_sharing``
 (with 4 suffix buckets), 0/1 ``trainer.gradient_checkpointing``; each writes ``OUT.<variant>`` (+ ``.json``), and
-its name is printed before it starts (a hang shows which variant). The model is a tiny Qwen2 with tied embeddings (as Qwen2.5-1.5B has).
+its name is printed before it starts (a hang shows which variant). The model is a tiny Qwen2 with tied embeddings (as
+Qwen2.5-1.5B has).
 
 16 rows, mini-batches of 8 (2 optimizer steps per iteration), 2 iterations. On 2 ranks, rank 0 takes rows 0-3 and
 8-11, rank 1 rows 4-7 and 12-15, so the global mini-batches are those of the single process. The rows are built so

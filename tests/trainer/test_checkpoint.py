@@ -43,7 +43,8 @@ class ToySampler:
 
 
 def make_actor(stage: int, precision: str = "fp32") -> PPOActor:
-    cfg = TrainerConfig(zero_stage=stage, precision=precision, lr=1e-3, mini_batch_rows=4, micro_batch_rows=2, logprob_batch_rows=4,
+    cfg = TrainerConfig(zero_stage=stage, precision=precision, lr=1e-3, mini_batch_rows=4, micro_batch_rows=2,
+                        logprob_batch_rows=4,
                         shuffle_minibatches=True, kl_coef=0.05, save_every=2, keep_last=3)
     return PPOActor(tiny_qwen2(layers=2), cfg, model_cfg=ModelConfig(path="tiny:test", hidden_layer=-1))
 
@@ -63,7 +64,8 @@ def toy_loop(eng, seeds, sampler, start, stop, root):
         m["rollout/hidden_sum"] = float(old.hidden.sum())
         out[it + 1] = m
         if (it + 1) % eng.cfg.save_every == 0:
-            save_checkpoint(root, it + 1, eng, sampler=sampler, generators={"task": seeds.task, "rollout": seeds.rollout},
+            save_checkpoint(root, it + 1, eng, sampler=sampler,
+                            generators={"task": seeds.task, "rollout": seeds.rollout},
                             extra={"last_metrics": m}, keep_last=eng.cfg.keep_last)
     return out
 
@@ -90,7 +92,8 @@ def test_resume_continues_exactly(stage, precision, tmp_path):
     seeds = seed_everything(999)
     eng = make_actor(stage, precision)
     sampler = ToySampler(seeds.task)
-    loaded = load_checkpoint(tmp_path / "b", eng, sampler=sampler, generators={"task": seeds.task, "rollout": seeds.rollout})
+    loaded = load_checkpoint(tmp_path / "b", eng, sampler=sampler,
+                             generators={"task": seeds.task, "rollout": seeds.rollout})
     assert loaded.iteration == 2 and not loaded.fell_back and sampler.draws == 2
     assert loaded.extra["last_metrics"]["rollout/noise"] == want[2]["rollout/noise"]
     got = toy_loop(eng, seeds, sampler, loaded.iteration, 5, tmp_path / "b")
@@ -204,7 +207,8 @@ def test_state_must_be_json(tmp_path, actor0):
 
 # ------------------------------------------------------------------- checksums, old manifests, a full disk
 def _load(root, eng):
-    return load_checkpoint(root, eng, sampler=ToySampler(np.random.default_rng()), generators={"rollout": torch.Generator()})
+    return load_checkpoint(root, eng, sampler=ToySampler(np.random.default_rng()),
+                           generators={"rollout": torch.Generator()})
 
 
 def test_a_same_size_edit_fails_the_checksum_and_falls_back_naming_the_file(tmp_path, actor0):

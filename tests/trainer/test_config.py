@@ -195,12 +195,15 @@ def test_vllm_tensor_parallel_is_refused_with_the_fix():
         with pytest.raises(ConfigError) as e:
             load_config(None, [f"rollout.engine={engine}", "rollout.vllm_tensor_parallel=4"])
         msg = str(e.value)
-        assert "rollout.vllm_tensor_parallel=4" in msg and "set rollout.vllm_tensor_parallel=1 (one engine per rank)" in msg
-    assert load_config(None, ["rollout.engine=vllm", "rollout.vllm_tensor_parallel=1"]).rollout.vllm_tensor_parallel == 1
+        assert "rollout.vllm_tensor_parallel=4" in msg
+        assert "set rollout.vllm_tensor_parallel=1 (one engine per rank)" in msg
+    cfg = load_config(None, ["rollout.engine=vllm", "rollout.vllm_tensor_parallel=1"])
+    assert cfg.rollout.vllm_tensor_parallel == 1
 
 
 def test_unknown_yaml_key_and_bad_file(tmp_path):
-    with pytest.raises(ConfigError, match="unknown config key 'rollout.temperatur'; did you mean 'rollout.temperature'"):
+    with pytest.raises(ConfigError,
+                       match="unknown config key 'rollout.temperatur'; did you mean 'rollout.temperature'"):
         load_config(write(tmp_path, {"rollout": {"temperatur": 0.5}}))
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
@@ -365,8 +368,9 @@ def test_sft_warmstart_section(tmp_path):
 
 def test_speed_switches_do_not_block_a_resume():
     """``trainer.prefix_sharing``, ``trainer.suffix_buckets``, ``trainer.old_logprobs``, ``rollout.hf_decode``,
-    ``rollout.hf_share_prefixes`` and ``rollout.hf_pack_weights`` change results only by float rounding: a folder made with one setting resumes with another, and a folder saved before they existed
-    resumes too; a real change (the learning rate) still blocks."""
+    ``rollout.hf_share_prefixes`` and ``rollout.hf_pack_weights`` change results only by float rounding: a folder made
+    with one setting resumes with another, and a folder saved before they existed resumes too; a real change (the
+    learning rate) still blocks."""
     from trainer.config import config_to_dict, load_config
     from trainer.run_folder import config_differences
 

@@ -56,7 +56,8 @@ MASK = torch.tensor([[True, True, True], [True, False, False]])
 
 @pytest.mark.parametrize(
     "mode,expected",
-    [("token-mean", (1 + 2 + 3 + 4) / 4), ("seq-mean-token-mean", (2.0 + 4.0) / 2), ("seq-mean-token-sum", (6 + 4) / 2)],
+    [("token-mean", (1 + 2 + 3 + 4) / 4), ("seq-mean-token-mean", (2.0 + 4.0) / 2),
+     ("seq-mean-token-sum", (6 + 4) / 2)],
 )
 def test_aggregation_modes(mode, expected):
     # the NaN on a padding position must not leak into the result

@@ -358,7 +358,8 @@ def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
     monkeypatch.delenv(_AUTO_EXT_FLAG, raising=False)
     mine = venv_extensions_dir()
     assert use_venv_extensions_dir() == mine and os.environ["TORCH_EXTENSIONS_DIR"] == str(mine)
-    assert mine.parent.name == "torch_extensions" and mine.name.startswith(Path(sys.prefix).resolve().name.lstrip(".") + "-")
+    assert mine.parent.name == "torch_extensions" and mine.name.startswith(Path(sys.prefix).resolve().name.lstrip(".")
+                                                                           + "-")
     assert venv_extensions_dir("/elsewhere/.venv-vllm") != mine  # another venv, another folder
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # the user's choice
     assert use_venv_extensions_dir() == tmp_path
@@ -396,7 +397,8 @@ def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
     import sys
 
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path), OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-c", "from trainer.ppo_actor import init_distributed; init_distributed('cpu')"],
+    res = subprocess.run([sys.executable, "-c",
+                          "from trainer.ppo_actor import init_distributed; init_distributed('cpu')"],
                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and f"Remove the folder {folder}" in res.stderr
 

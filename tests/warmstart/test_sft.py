@@ -112,7 +112,8 @@ def test_time_budget_stops_training_and_fits_the_decay(tiny, expert_rows):
                       pad_id=int(tok.pad_token_id))
     assert m["perf/steps"] == 1 and m["perf/planned_steps"] == 12
     eng = sft.SFTLearner(load_model(path, dtype="float32"), cfg, total_steps=1000)
-    m = sft.train_sft(eng, data, sft.SFTSchedule(epochs=3, batch_rows=1, time_budget_s=1e9), pad_id=int(tok.pad_token_id))
+    m = sft.train_sft(eng, data, sft.SFTSchedule(epochs=3, batch_rows=1, time_budget_s=1e9),
+                      pad_id=int(tok.pad_token_id))
     assert m["perf/steps"] == 12 and eng.total_steps == 12
     assert eng.lr_at(12) == pytest.approx(1e-3 * eng.min_lr_ratio)  # 1000 planned steps would give ~1e-3
     with pytest.raises(ValueError, match="budget_clock"):
@@ -357,7 +358,8 @@ def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
     n_resp = data.num_response_tokens
     losses = {}
     for w in (0.0, 0.5):
-        eng = sft.SFTLearner(load_model(path, dtype="float32"), sft.sft_trainer_config(batch_rows=3, micro_batch_rows=2),
+        eng = sft.SFTLearner(load_model(path, dtype="float32"),
+                             sft.sft_trainer_config(batch_rows=3, micro_batch_rows=2),
                              prompt_weight=w)
         parts = list(eng._micro_losses(data.prompt_ids, data.response_ids, 0, float(n_resp)))
         losses[w] = sum(float(loss.detach()) for _r, _b, loss, _n in parts)
@@ -415,7 +417,8 @@ def test_rename_copies_off_keeps_the_cache_keys_of_older_entries():
     # the defaults are the measured setting of results/warmstart/README.md row 15 (its cache key); row 13, the
     # previous defaults and the start of the committed CPU study, stays reachable by three options
     assert cache_key(WarmStartConfig(env="textcraft")) == "ee351835b46a"
-    assert cache_key(WarmStartConfig(env="textcraft", epochs=20, train_budget_s=1500, dagger_rounds=0)) == "fd697b49a966"
+    assert cache_key(WarmStartConfig(env="textcraft", epochs=20, train_budget_s=1500,
+                                     dagger_rounds=0)) == "fd697b49a966"
     assert cache_key(WarmStartConfig(rename_copies=2)) != cache_key(WarmStartConfig())
 
 

@@ -275,7 +275,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not p.exists():
             raise ConfigError(f"config file {str(p)!r} does not exist: pass a file under configs/ (or none)")
         if p.is_dir():
-            raise ConfigError(f"--config {str(p)!r} is a folder: pass a YAML file, e.g. configs/cpu/textcraft_tiny.yaml")
+            raise ConfigError(f"--config {str(p)!r} is a folder: pass a YAML file, "
+                              "e.g. configs/cpu/textcraft_tiny.yaml")
         try:
             data = load_yaml(p.read_bytes().decode("utf-8")) or {}
         except UnicodeDecodeError as e:

@@ -1,6 +1,7 @@
 """The configuration reference: a Markdown table per section, generated from the field docstrings
 (``python -m trainer.config --write trainer/README.md`` writes it between the README's markers), and the command
-line of ``experiments.train`` (``config_from_argv``: ``--config``, overrides, ``--help-config`` prints the reference)."""
+line of ``experiments.train`` (``config_from_argv``: ``--config``, overrides, ``--help-config`` prints the
+reference)."""
 from __future__ import annotations
 
 import dataclasses

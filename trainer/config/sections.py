@@ -272,7 +272,8 @@ class TrainerConfig:
     forward over the batch, as verl) | rollout (the HF engine's sampler log-probs and its prompt forward's hidden
     state, so that pass is skipped: the same values up to float rounding where the rollout and the trainer compute
     in the same dtype, as on CPU in fp32; tests/agents/test_old_from_rollout.py; results/benchmarks/old_logprobs.md)
-    [choice: recompute, the paper's stack; in bf16 the sampler's log-probs differ from the trainer's by far more than rounding]."""
+    [choice: recompute, the paper's stack; in bf16 the sampler's log-probs differ from the trainer's by far more than
+    rounding]."""
     clip_ratio: float = 0.2
     """PPO clip epsilon: ratio clipped to [1 - eps, 1 + eps] [GiGPO: 0.2]."""
     dual_clip: float | None = 3.0
