@@ -166,7 +166,9 @@ def test_two_by_two_local_executor_sweep_is_preempted_requeued_and_finishes(tmp_
     from analysis.runs import find_runs
 
     root = tmp_path / "runs"
-    fast = [*FAST[:4], "trainer.iterations=5", *FAST[5:]]  # iterations left after the first checkpoint
+    # 8 iterations: the preemption signal, sent once the first checkpoint exists, must reach the run before it ends
+    # (with 5, one whole-suite run saw no resume in the preempted run's log: most likely it had already finished)
+    fast = [*FAST[:4], "trainer.iterations=8", *FAST[5:]]
     args = ["--config", SMOKE, "--estimators", "grpo,bipace_q", "--seeds", "0,1", "--runs-root", str(root),
             "--launcher", "submitit-local", "--time", "1", "--no-progress", *fast]
     t0 = time.perf_counter()
@@ -195,7 +197,7 @@ def test_two_by_two_local_executor_sweep_is_preempted_requeued_and_finishes(tmp_
     assert sorted((r.method, r.seed, r.info["status"]) for r in runs) == \
         [("bipace_q", 0, "finished"), ("bipace_q", 1, "finished"), ("grpo", 0, "finished"), ("grpo", 1, "finished")]
     for r in runs:  # each iteration logged once, resumed or not
-        assert [m["iteration"] for m in r.metrics] == [0, 1, 2, 3, 4, 5], r.path
+        assert [m["iteration"] for m in r.metrics] == list(range(9)), r.path
     assert "resumed from iter_" in (target / "train.log").read_text()
     events = _events(root)
     mine = [e for e in events if e["run"] == label]
