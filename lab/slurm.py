@@ -149,13 +149,17 @@ def _job_id() -> str | None:
 
 
 def _wait(pid: int, timeout: float | None):
-    """``(exit status, rusage)`` of child ``pid``, or None if it is still running after ``timeout`` seconds."""
+    """``(exit status, rusage)`` of child ``pid``, or None if it is still running after ``timeout`` seconds.
+
+    Polls (every 0.2 s) rather than blocking in ``wait4``, also without a timeout: a signal the kernel delivers to
+    another thread of this process (submitit's preemption signal, with torch's threads about) does not interrupt a
+    blocking ``wait4`` of the main thread, so Python would run the handler only once the run had ended."""
     end = None if timeout is None else time.time() + timeout
     while True:
-        got, status, ru = os.wait4(pid, 0 if end is None else os.WNOHANG)
+        got, status, ru = os.wait4(pid, os.WNOHANG)
         if got:
             return os.waitstatus_to_exitcode(status), ru
-        if time.time() >= end:
+        if end is not None and time.time() >= end:
             return None
         time.sleep(0.2)
 
