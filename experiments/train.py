@@ -25,6 +25,7 @@ checkpoint once fixed), 4 the disk is full (``run.json`` says ``interrupted``; f
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -167,5 +168,14 @@ def _disk_full(folder, trainer, err: OSError) -> int:
     return 4
 
 
+def honour_sigint() -> None:
+    """SIGINT is how a sweep, a Slurm preemption or a user stops a run at its last checkpoint (exit 130). A process
+    started in the background by a non-interactive shell (``cmd &`` in a script) inherits SIGINT ignored, and Python
+    then installs no KeyboardInterrupt handler, so the run would go on to its end: restore the handler."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 if __name__ == "__main__":
+    honour_sigint()
     sys.exit(main())

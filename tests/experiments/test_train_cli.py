@@ -463,3 +463,30 @@ def test_an_epsilon_rule_that_cannot_decide_stops_the_run_with_its_name(tmp_path
     err = capsys.readouterr()
     assert "epsilon_criterion=state_f1" in err.out + err.err and "true states" in err.out + err.err
     assert not (out / "epsilon.json").exists()
+
+
+@pytest.mark.slow
+def test_sigint_stops_a_run_started_with_sigint_ignored(tmp_path):
+    """A run started in the background by a script (``cmd &``) inherits SIGINT ignored; the sweep's Ctrl-C and a
+    Slurm preemption stop runs with SIGINT, so the run restores the handler and exits 130 at its checkpoint."""
+    out = tmp_path / "run"
+    args = [a if a != "trainer.iterations=2" else "trainer.iterations=200" for a in FAST]
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.train", *args, f"output_dir={out}"], cwd=REPO,
+                            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "metrics.jsonl").exists() and any(r["iteration"] >= 1
+                                                        for r in _lines_safe(out / "metrics.jsonl")):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before iteration 1 was logged"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["iterations_done"] < 200, info
