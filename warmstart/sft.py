@@ -45,11 +45,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from warmstart.config import BATCH_BY
+from common.config_checks import check_choices
+from warmstart.config import BATCH_BY as BATCH_BY  # re-exported: sft.BATCH_BY is the settings' tuple
+from warmstart.config import BatchBy
 
 __all__ = [
     "SFTRow",
@@ -591,15 +593,12 @@ class SFTSchedule:
     epochs: float = 1.0
     batch_rows: int = 32
     seed: int = 0
-    batch_by: str = "row"
+    batch_by: BatchBy = "row"
     time_budget_s: float | None = None
-    budget_clock: str = "wall"
+    budget_clock: Literal["wall", "cpu"] = "wall"
 
     def __post_init__(self) -> None:
-        if self.budget_clock not in ("wall", "cpu"):
-            raise ValueError(f"SFTSchedule: budget_clock={self.budget_clock!r} must be 'wall' or 'cpu'")
-        if self.batch_by not in BATCH_BY:
-            raise ValueError(f"SFTSchedule: batch_by={self.batch_by!r} must be one of {BATCH_BY}")
+        check_choices(self, "SFTSchedule")  # a ConfigError (a ValueError) naming the field and the allowed values
 
 
 def train_sft(learner: SFTLearner, data: EncodedRows, schedule: SFTSchedule = SFTSchedule(), *, pad_id: int = 0,
