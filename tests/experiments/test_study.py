@@ -51,7 +51,7 @@ def test_the_cpu_study_is_pinned_to_its_row13_warm_start_and_the_demo_to_its_fas
     assert cache_key(cache._config_for("textcraft", cpu.warmstart_args)) == "fd697b49a966"  # results/cpu-study
     assert sorted(demo.warmstart_args) == sorted(["--threads", "2", "--epochs", "2", "--tiny-layers", "2"])
     demo_cfg = cache._config_for("textcraft", demo.warmstart_args)
-    assert cache_key(demo_cfg) == "6c0ca8f35c2f"  # row 23 of results/warmstart/README.md, results/demo's start
+    assert cache_key(demo_cfg) == "6c0ca8f35c2f"  # row 24 of results/warmstart/README.md, results/demo's start
     assert demo_cfg == WarmStartConfig(env="textcraft", threads=2, epochs=2, tiny_layers=2)  # defaults but these
 
 

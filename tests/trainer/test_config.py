@@ -344,7 +344,7 @@ def test_sft_warmstart_section(tmp_path):
     cfg = load_config("configs/cpu/textcraft_tiny_sft.yaml")
     assert cfg.sft.warmstart == {"epochs": 20, "train_budget_s": 1500, "dagger_rounds": 0}
     assert cache_key(from_run_config(cfg)) == "fd697b49a966"  # results/cpu-study's warm start (row 13)
-    # the demo's: row 23 (2 layers, 2 passes, 2 threads), results/demo's warm start
+    # the demo's: row 24 (2 layers, 2 passes, 2 threads), results/demo's warm start
     assert cache_key(from_run_config(load_config("configs/cpu/textcraft_demo.yaml"))) == "6c0ca8f35c2f"
     with pytest.raises(ConfigError, match=r"sft.warmstart.epoch is not a warm-start setting; did you mean 'epochs'"):
         from_run_config(load_config(None, ["sft.warmstart.epoch=3"]))
