@@ -172,12 +172,17 @@ class TruthProbe:
     the finite ``groundtruth/...`` metrics. The scoring forward goes through the trainer's engine (its sharding and
     chunking), once per rank."""
 
-    def __init__(self, env_id: str, env_kwargs: dict):
+    def __init__(self, env_id: str, env_kwargs: dict, gamma: float | None = None,
+                 invalid_penalty: float | None = None):
         import gymnasium as gym
 
         import envs  # noqa: F401  (registers the ids)
 
-        self.mdp = gym.make(env_id, **env_kwargs).unwrapped.mdp  # the pool's world, enumerated once for DP
+        mdp = gym.make(env_id, **env_kwargs).unwrapped.mdp  # the pool's world, enumerated once for DP
+        # the run's γ and λ (``estimator.gamma``, ``estimator.invalid_penalty``), so the truth is of the return the
+        # estimators estimate; a value the MDP cannot honour is a ConfigError here, before any training
+        self.mdp = mdp.with_returns(mdp.gamma if gamma is None else gamma,
+                                    mdp.invalid_penalty if invalid_penalty is None else invalid_penalty)
 
     def __call__(self, trainer, batch, hidden: torch.Tensor | None) -> dict[str, float]:
         def scorer(prompts, responses):
@@ -215,11 +220,11 @@ def oracle_epsilon(step_batch, cfg) -> float | None:
 
 
 def probe_for(cfg) -> TruthProbe | None:
-    """The probe for a run config: a ``TruthProbe`` on a finite world (same kwargs and horizon as the run's pool),
-    else None."""
+    """The probe for a run config: a ``TruthProbe`` on a finite world (same kwargs and horizon as the run's pool, and
+    the run's ``estimator.gamma`` and ``estimator.invalid_penalty``), else None."""
     if cfg.env.id not in WORLD_IDS:
         return None
     kwargs = dict(cfg.env.kwargs)
     if cfg.env.max_steps is not None:
         kwargs["max_steps"] = cfg.env.max_steps
-    return TruthProbe(cfg.env.id, kwargs)
+    return TruthProbe(cfg.env.id, kwargs, gamma=cfg.estimator.gamma, invalid_penalty=cfg.estimator.invalid_penalty)
