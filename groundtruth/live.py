@@ -9,9 +9,10 @@ estimator's step term alone, ``*_step``, since the episode term is common to eve
 estimator trains; all are scored on identical data, which costs one scoring forward and the estimators' own
 (vectorised) work.
 
-Row → MDP action [choice]: the projected action when it is one of the MDP's action strings, else the malformed
-action (the env plays an unknown or untagged response as the "not understood" no-op, which is the malformed
-event of the MDP).
+Row → MDP action: the env's own parser, ``TabularMDP.action_of`` (whitespace collapsed, lower case), on the
+projected action of a valid row; a valid row naming no action of the world and every invalid row take the malformed
+action, the "not understood" no-op the env plays for both. Only invalid rows are charged λ, as the estimators charge
+them (``onpolicy``, "Responses that name no action").
 
 Each row's context for the scoring forward [choice]: its prompt, then its own response up to the first
 ``<action>`` (the thought it produced); for a response without ``<action>``, up to the end of ``</think>`` when
@@ -55,12 +56,11 @@ class BatchTruth:
 
 def row_actions(mdp: TabularMDP, actions, valid) -> np.ndarray:
     """(N,) MDP action index of each row: its projected action, or the malformed one (module docstring)."""
-    index = {a: i for i, a in enumerate(mdp.actions)}
     m = mdp.malformed_action
     out = np.empty(len(actions), dtype=np.int64)
     for i, (a, v) in enumerate(zip(actions, valid)):
-        j = index.get(str(a).strip().lower()) if bool(v) else None
-        if j is None or j == m:
+        j = mdp.action_of(a) if bool(v) else None
+        if j is None:
             if m is None:
                 raise ValueError(f"row {i}: action {a!r} is not one of the MDP's actions and the MDP has no "
                                  "malformed action to stand for it")
@@ -118,7 +118,7 @@ def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float 
     contexts = row_contexts(tokenizer, batch.prompt_ids, batch.response_text)
     acts = action_token_ids(tokenizer, mdp)
     lp = score_actions(model, contexts, acts, pad_id=pad_id, temperature=temperature, max_rows=max_rows)
-    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback)
+    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback, invalid=~batch.valid.numpy())
     return BatchTruth(step=step, state=state, action=action, truth=truth)
 
 

@@ -28,6 +28,12 @@ charge. The estimators subtract λ from the row's own return only (docs/method.m
 discounts future penalties into earlier steps; with λ = 0.1 against a success reward of 10 the difference
 is small and is named in the README.
 
+Parsing [one parser]: ``TabularMDP.action_of(text)`` is the only map from a response's action text to an MDP action,
+used both by the env (``FiniteMDPEnv`` plays its result) and by the ground truth (``groundtruth.live.row_actions``):
+the env contract's ``envs.base.clean_action`` (NFKC, control characters to spaces, runs of whitespace collapsed,
+stripped), then lower case, then the world's action strings; anything else (including the malformed action's own
+placeholder text) is None, which the env plays as the "not understood" no-op, the malformed action's dynamics.
+
 γ and λ default to ``GAMMA`` and ``INVALID_PENALTY``; a run whose estimator uses others takes the MDP through
 ``TabularMDP.with_returns(gamma, invalid_penalty)`` (``groundtruth.live.probe_for`` passes ``estimator.gamma`` and
 ``estimator.invalid_penalty``), so that the truth is that of the return the estimators estimate.
@@ -103,6 +109,18 @@ class TabularMDP:
         """λ: the penalty of the malformed action (0 when the MDP has none)."""
         m = self.malformed_action
         return float(self.penalty[m]) if m is not None else 0.0
+
+    def action_of(self, text) -> int | None:
+        """The index of the world action that ``text`` names, or None when it names none (module docstring,
+        "Parsing"). Never raises: any object ``clean_action`` refuses names no action."""
+        from envs.base import clean_action
+
+        index = getattr(self, "_parse_index", None)
+        if index is None:
+            index = {a: i for i, a in enumerate(self.actions) if a != MALFORMED_ACTION}
+            self._parse_index = index
+        cleaned = clean_action(text)
+        return None if cleaned is None else index.get(cleaned.lower())
 
     def with_returns(self, gamma: float, invalid_penalty: float) -> TabularMDP:
         """This MDP with discount ``gamma`` and malformed-action penalty ``invalid_penalty`` (a copy sharing the

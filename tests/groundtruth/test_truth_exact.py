@@ -57,3 +57,70 @@ def test_a_setting_the_mdp_cannot_honour_is_a_config_error(chain_mdp, small_room
     other = small_rooms.with_returns(0.5, 0.2)
     assert small_rooms.gamma != 0.5 and small_rooms.invalid_penalty == 0.1  # the original is untouched
     assert other.penalty[other.malformed_action] == 0.2 and other.penalty.sum() == 0.2
+
+
+
+def _variants(a: str) -> list[str]:
+    return [a, f"  {a}  ", a.upper(), a.replace(" ", "  "), a.replace(" ", "\t"), a.replace(" ", "\u00a0")]
+
+
+def test_the_env_and_the_truth_parse_every_response_alike():
+    """Whitespace runs, tabs, non-breaking spaces, case: what the env plays is what the truth's row takes."""
+    import gymnasium as gym
+
+    import envs  # noqa: F401
+    from agents.projection import project
+    from groundtruth.live import row_actions
+
+    kw = {"surface": "none", "alias": 0.0, "n_locations": 4, "n_objects": 1, "n_tasks": 2, "max_steps": 4}
+    env = gym.make("FiniteRooms-v0", **kw).unwrapped
+    mdp = env.mdp
+    texts = [v for a in mdp.actions if a != "<malformed>" for v in _variants(a)]
+    texts += ["", "jump", "<malformed>", "go to", "go to fridge 1 now", "\x00"]
+    responses = [f"<think>x</think><action>{t}</action>" for t in texts]
+    projected = [project(r) for r in responses]
+    rows = row_actions(mdp, [p.action for p in projected], [p.valid for p in projected])
+    m = mdp.malformed_action
+    named = 0
+    for text, p, row in zip(texts, projected, rows):
+        env.reset(seed=0, options={"task_index": 0})
+        s0 = env._s
+        _, _, _, _, info = env.step(p.action)
+        j = mdp.action_of(p.action)
+        assert (row == m) == (j is None)
+        if j is None:  # the no-op: state unchanged, the "not understood" event
+            assert info["noop"] and info["state_key"] == s0, text
+        else:
+            named += 1
+            assert mdp.actions[row] == mdp.actions[j]
+            outs = mdp.outcomes(s0, j)
+            assert info["state_key"] in {o[1] for o in outs}, text
+    assert named == 6 * (mdp.num_actions - 1)
+
+
+def test_a_well_formed_response_naming_no_action_is_charged_as_the_estimators_charge_it(small_rooms):
+    """Invalid rows are charged λ, well-formed rows naming nothing are not; the DP charges the no-action mass λ·q."""
+    from groundtruth.onpolicy import exact_row_advantages
+
+    mdp = small_rooms
+    m, lam = mdp.malformed_action, mdp.invalid_penalty
+    rng = np.random.default_rng(1)
+    H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
+    pi = rng.dirichlet(np.ones(A), size=(H, S))
+    s0 = int(mdp.start_states[0])
+    lp = np.log(pi[0, s0])[None].repeat(4, 0)
+    step, state = np.zeros(4, int), np.full(4, s0)
+    action = np.array([m, m, m, 0])
+    invalid = np.array([True, False, False, False])  # q = 1/3
+    t = exact_row_advantages(mdp, step, state, action, lp, fallback=pi, invalid=invalid)
+    assert t.A[0] - t.A[1] == pytest.approx(-lam, abs=1e-12)
+    assert t.A[1] == t.A[2]
+    V, Q = _independent_values(mdp, pi, mdp.gamma, lam / 3)
+    np.testing.assert_allclose(t.values.V[:H], V[:H], atol=1e-10)
+    assert t.Q[1] == pytest.approx(mdp.gamma * V[1, s0], abs=1e-10)  # the no-op keeps the state, no charge
+    assert t.Q[0] == pytest.approx(-lam + mdp.gamma * V[1, s0], abs=1e-10)
+    np.testing.assert_allclose(t.A, t.Q - V[0, s0], atol=1e-10)
+    old = exact_row_advantages(mdp, step, state, action, lp, fallback=pi)  # without flags: every no-op pays λ
+    assert old.A[0] == old.A[1]
+    with pytest.raises(ValueError, match="row 3 is invalid"):
+        exact_row_advantages(mdp, step, state, action, lp, fallback=pi, invalid=np.array([0, 0, 0, 1], bool))
