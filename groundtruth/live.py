@@ -33,11 +33,17 @@ from envs.finite.mdp import TabularMDP
 from .metrics import advantage_metrics
 from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
 
+#: how ``TruthProbe`` fills the cells the batch did not visit: ``reachable`` scores the canonical prompt of every
+#: reachable cell (``groundtruth.cells``); ``visited`` leaves them uniform (the probe before that; cheap, not the
+#: sampling policy's truth)
+CELL_FILLS = ("reachable", "visited")
+
 #: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
 WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 
 __all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
-           "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS"]
+           "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS", "CELL_FILLS",
+           "fill_residuals"]
 
 
 @dataclass
@@ -48,6 +54,10 @@ class BatchTruth:
     state: np.ndarray
     action: np.ndarray
     truth: OnPolicyTruth
+    logprobs: np.ndarray | None = None
+    """(N, A) the rows' scored action log-probs, to recompute the truth under another fill without rescoring"""
+    invalid: np.ndarray | None = None
+    """(N,) bool: the rows the estimators charge λ"""
 
     @property
     def advantages(self) -> np.ndarray:
@@ -118,12 +128,31 @@ def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float 
     contexts = row_contexts(tokenizer, batch.prompt_ids, batch.response_text)
     acts = action_token_ids(tokenizer, mdp)
     lp = score_actions(model, contexts, acts, pad_id=pad_id, temperature=temperature, max_rows=max_rows)
-    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback, invalid=~batch.valid.numpy())
-    return BatchTruth(step=step, state=state, action=action, truth=truth)
+    invalid = ~batch.valid.numpy().astype(bool)
+    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback, invalid=invalid)
+    return BatchTruth(step=step, state=state, action=action, truth=truth, logprobs=lp, invalid=invalid)
+
+
+def fill_residuals(mdp: TabularMDP, truth: BatchTruth, fill: np.ndarray) -> dict[str, float]:
+    """How much the canonical-prompt fill differs from what the batch's own rows say (``groundtruth.cells``):
+    ``groundtruth/canonical_tv`` the mean total-variation distance between the fill and the rows' mean policy
+    over the visited cells; ``groundtruth/canonical_pearson`` the Pearson of the truth with the truth under the
+    fill in every cell (visited ones included); ``groundtruth/visited_only_pearson`` the Pearson of the truth
+    with the one whose unvisited cells are uniform (the probe before every reachable cell was scored)."""
+    vis = truth.truth.visited
+    tv = 0.5 * np.abs(truth.truth.pi[vis] - fill[vis]).sum(-1)
+    canon = exact_row_advantages(mdp, truth.step, truth.state, truth.action, truth.logprobs, invalid=truth.invalid)
+    canon_all = exact_row_advantages(mdp, truth.step, truth.state, truth.action, truth.logprobs,
+                                     invalid=truth.invalid, policy=fill).A
+    a = truth.advantages
+    return {"groundtruth/canonical_tv": float(tv.mean()) if tv.size else math.nan,
+            "groundtruth/canonical_pearson": advantage_metrics(canon_all, a, a, a, None)["pearson"],
+            "groundtruth/visited_only_pearson": advantage_metrics(canon.A, a, a, a, None)["pearson"]}
 
 
 def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
-                     extra_epsilons: dict[str, float] | None = None) -> dict[str, float]:
+                     extra_epsilons: dict[str, float] | None = None,
+                     references: dict[str, np.ndarray] | None = None) -> dict[str, float]:
     """``groundtruth/<estimator>/<metric>`` for every registered estimator (or ``names``) on ``step_batch``.
 
     ``base_cfg`` is the run's ``EstimatorConfig`` (its ε, weights and backend); each estimator takes it with its
@@ -132,6 +161,8 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
     hidden-state estimators are also scored at each of these ε, as ``groundtruth/<estimator>@<label>/<metric>``.
     Also ``groundtruth/true_abs_mean``, ``groundtruth/true_zero`` (rows whose true advantage is 0) and
     ``groundtruth/visited_cells`` (the (step, state) cells whose policy came from the batch's own rows).
+    ``references`` ``{label: (N,) advantages}``: other truths of the same rows; each estimator at the run's ε is also
+    scored against them, as ``groundtruth/<label>/<estimator>/pearson`` and ``.../pearson_step``.
     """
     import dataclasses
 
@@ -157,6 +188,12 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
             m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster,
                                   step=res.step.double().numpy())
             out.update({f"groundtruth/{key}/{k}": v for k, v in m.items()})
+            if key == name:
+                for label, ref in (references or {}).items():
+                    r = advantage_metrics(res.advantages.double().numpy(), ref, group, truth.state, None,
+                                          step=res.step.double().numpy())
+                    out[f"groundtruth/{label}/{name}/pearson"] = r["pearson"]
+                    out[f"groundtruth/{label}/{name}/pearson_step"] = r["pearson_step"]
     return out
 
 
@@ -173,7 +210,10 @@ class TruthProbe:
     chunking), once per rank."""
 
     def __init__(self, env_id: str, env_kwargs: dict, gamma: float | None = None,
-                 invalid_penalty: float | None = None):
+                 invalid_penalty: float | None = None, cells: str = "reachable"):
+        if cells not in CELL_FILLS:
+            raise ValueError(f"TruthProbe cells={cells!r} must be one of {CELL_FILLS}")
+        self.cells = cells
         import gymnasium as gym
 
         import envs  # noqa: F401  (registers the ids)
@@ -188,19 +228,47 @@ class TruthProbe:
         def scorer(prompts, responses):
             return trainer.ppo_actor.compute_logprobs(prompts, responses, hidden_layer=None, pad_id=trainer.pad_id)
 
-        bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch))
+        head: dict[str, float] = {}
+        fill = None
+        if self.cells == "reachable":
+            fill, head = self.canonical_policy(trainer, batch, scorer)
+        bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch),
+                         fallback=fill)
         if hidden is not None and not bool(torch.isfinite(hidden).all()):
             hidden = None  # the hidden-state estimators are skipped on this batch
         step_batch = batch.to_step_batch(hidden=hidden)
         base = trainer.estimator_cfg
-        extra, head = dict(PROBE_EPSILONS), {}
+        references = {}
+        if fill is not None:
+            head.update(fill_residuals(self.mdp, bt, fill))
+            references["visited_only"] = exact_row_advantages(self.mdp, bt.step, bt.state, bt.action, bt.logprobs,
+                                                              invalid=bt.invalid).A
+        extra = dict(PROBE_EPSILONS)
         if hidden is not None:
             oracle = oracle_epsilon(step_batch, base)
             if oracle is not None:
                 extra["oracle"] = oracle
                 head["groundtruth/oracle_epsilon"] = oracle
-        metrics = {**head, **score_estimators(step_batch, bt, base, extra_epsilons=extra)}
+        metrics = {**head, **score_estimators(step_batch, bt, base, extra_epsilons=extra, references=references)}
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+    def canonical_policy(self, trainer, batch, scorer) -> tuple[np.ndarray, dict[str, float]]:
+        """(π (H, S, A) at the canonical prompt of every reachable cell, its cost metrics) (``groundtruth.cells``)."""
+        import time
+
+        from .cells import canonical_thought, cell_policy
+
+        t0 = time.perf_counter()
+        step0 = batch.step.numpy() == 0
+        starts = [int(s) for s, first in zip(batch.state_key, step0) if first]
+        weights = np.array([starts.count(int(s)) for s in self.mdp.start_states], dtype=np.float64)
+        cp = cell_policy(self.mdp, scorer, trainer.tokenizer, env_name=trainer.actor.env,
+                         prompt_config=trainer.prompt_config, max_prompt_tokens=trainer.cfg.rollout.max_prompt_tokens,
+                         thought=canonical_thought(batch.response_text), pad_id=trainer.pad_id,
+                         start_weights=weights if weights.sum() > 0 else None, max_rows=64)
+        return cp.pi, {"groundtruth/reachable_cells": float(cp.reachable.sum()),
+                       "groundtruth/cell_prompts": float(cp.prompts),
+                       "groundtruth/cell_seconds": time.perf_counter() - t0}
 
 
 def oracle_epsilon(step_batch, cfg) -> float | None:

@@ -142,11 +142,12 @@ def invalid_share(mdp: TabularMDP, action: np.ndarray, invalid: np.ndarray | Non
 
 def exact_row_advantages(mdp: TabularMDP, step: np.ndarray, state: np.ndarray, action: np.ndarray,
                          action_logprobs: np.ndarray, fallback: np.ndarray | None = None,
-                         invalid: np.ndarray | None = None) -> OnPolicyTruth:
+                         invalid: np.ndarray | None = None, policy: np.ndarray | None = None) -> OnPolicyTruth:
     """The true A^π_{t_i}(s_i, a_i) of every row under the policy its own action log-probs define (module
     docstring). action : (N,) the index of the action each row took (the malformed index for invalid responses and
     for well-formed ones naming no action); invalid : (N,) bool, the rows the estimators charge λ (module docstring,
-    "Responses that name no action")."""
+    "Responses that name no action"); policy : (H, S, A), if given, the policy of every cell instead of the rows' mean
+    (the rows still give ``visited``)."""
     action = np.asarray(action, dtype=np.int64).reshape(-1)
     if action.size and (action.min() < 0 or action.max() >= mdp.num_actions):
         raise ValueError(f"actions must lie in [0, {mdp.num_actions}); got {action.min()}..{action.max()}")
@@ -161,6 +162,11 @@ def exact_row_advantages(mdp: TabularMDP, step: np.ndarray, state: np.ndarray, a
                              "plays the malformed action")
     dist = row_distributions(mdp, action_logprobs)
     pi, visited = policy_from_rows(mdp, step, state, dist, fallback)
+    if policy is not None:
+        policy = np.asarray(policy, dtype=np.float64)
+        if policy.shape != pi.shape:
+            raise ValueError(f"policy has shape {policy.shape}, needs {pi.shape}")
+        pi = policy
     lam = mdp.invalid_penalty
     q = invalid_share(mdp, action, invalid)
     values = evaluate_policy(mdp.with_returns(mdp.gamma, lam * q), pi)

@@ -172,3 +172,8 @@ def test_a_run_on_a_finite_world_logs_every_estimator_against_the_truth(tmp_path
         assert names == {"grpo", "gigpo", "hgpo", "rloo", *hidden, *(f"{e}@{lb}" for e in hidden for lb in labels)}
         assert 0 <= r["groundtruth/true_zero"] <= 1 and r["groundtruth/visited_cells"] >= 1
         assert r["perf/time_probe"] > 0
+        # every reachable cell scored, the fill's residual, and the estimators against the old truth
+        assert r["groundtruth/cell_prompts"] == r["groundtruth/reachable_cells"] > r[
+            "groundtruth/visited_cells"]
+        assert 0 <= r["groundtruth/canonical_tv"] <= 1
+        assert {f"groundtruth/visited_only/{e}/pearson_step" for e in ("grpo", "gigpo", "bipace_q")} <= set(r)

@@ -124,3 +124,118 @@ def test_a_well_formed_response_naming_no_action_is_charged_as_the_estimators_ch
     assert old.A[0] == old.A[1]
     with pytest.raises(ValueError, match="row 3 is invalid"):
         exact_row_advantages(mdp, step, state, action, lp, fallback=pi, invalid=np.array([0, 0, 0, 1], bool))
+
+
+# ---------------------------------------------------------------------------------------------- every reachable cell
+PLAIN = {"surface": "none", "alias": 0.0, "n_locations": 4, "n_objects": 1, "n_tasks": 2, "max_steps": 6}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import torch
+
+    from agents.models.loading import load_model_and_tokenizer
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+
+    torch.manual_seed(0)
+    d = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", TinyModelConfig(layers=2, hidden=64, heads=2))
+    model, tok = load_model_and_tokenizer(d, dtype="float32")
+    return model.eval(), tok
+
+
+@pytest.fixture(scope="module")
+def plain_rollout(tiny):
+    """The expert plays every slot of a deterministic-surface world (equal states, equal observations)."""
+    import gymnasium as gym
+
+    from agents.engines import SamplingConfig
+    from agents.rollout import Actor, collect, prompt_config_for
+    from envs.pool import EnvPool, Task
+    from tests.agents.rollout_helpers import ExpertEngine
+
+    _, tok = tiny
+    mdp = gym.make("FiniteRooms-v0", **PLAIN).unwrapped.mdp
+    pc = prompt_config_for(tok, 2048, 2)
+    with EnvPool("FiniteRooms-v0", num_envs=4, mode="inline", env_kwargs=PLAIN) as pool:
+        batch, _ = collect(Actor(pool=pool, engine=ExpertEngine(tok, pool), tokenizer=tok, prompt_config=pc,
+                                 max_prompt_tokens=2048), [Task("train", 0, 1), Task("train", 1, 2)], group_size=2,
+                           sampling=SamplingConfig(temperature=1.0, max_tokens=12), seed=0)
+    return mdp, batch, pc
+
+
+def test_reachable_cells_are_those_some_action_sequence_reaches(small_rooms):
+    from groundtruth.cells import history_nodes, reachable_cells
+
+    reach = reachable_cells(small_rooms)
+    frontier = {int(s) for s in small_rooms.start_states}
+    for t in range(small_rooms.horizon):  # plain set-based breadth-first search
+        assert set(np.flatnonzero(reach[t]).tolist()) == frontier
+        frontier = {ns for s in frontier for a in range(small_rooms.num_actions)
+                    for _p, ns, _r, done, _e in small_rooms.outcomes(s, a) if not done}
+    nodes = history_nodes(small_rooms, 0)
+    np.testing.assert_array_equal(nodes, reach.sum(1))  # without history a node is a cell
+    assert (history_nodes(small_rooms, 2) >= nodes).all()
+
+
+def test_every_reachable_cell_is_scored_at_the_prompt_the_rollout_shows(tiny, plain_rollout):
+    """On a deterministic surface the canonical prompt of a start cell, and of a cell whose arrival is unique, is
+    the very prompt the rollout encoded; its distribution is the scored one of that prompt and the thought."""
+    from groundtruth.cells import canonical_thought, cell_policy, reachable_cells
+    from groundtruth.live import action_token_ids, row_contexts
+    from groundtruth.onpolicy import row_distributions, score_actions
+
+    model, tok = tiny
+    mdp, batch, pc = plain_rollout
+    thought = canonical_thought(batch.response_text)
+    assert thought == "<think>I follow the plan.</think>"
+    cp = cell_policy(mdp, model, tok, env_name="FiniteRooms-v0", prompt_config=pc, max_prompt_tokens=2048,
+                     thought=thought, pad_id=tok.pad_token_id or 0)
+    np.testing.assert_array_equal(cp.reachable, reachable_cells(mdp))
+    assert cp.prompts == cp.reachable.sum() == len(cp.prompt_ids)
+    np.testing.assert_allclose(cp.pi.sum(-1), 1.0)
+    step, state = batch.step.numpy(), np.asarray(batch.state_key, dtype=np.int64)
+    # arrivals at step 1: (state, action) pairs of step 0 leading to each state
+    arrivals: dict[int, set] = {}
+    for s in mdp.start_states:
+        for a in range(mdp.num_actions):
+            for _p, ns, _r, done, _e in mdp.outcomes(int(s), a):
+                if not done:
+                    arrivals.setdefault(ns, set()).add((int(s), a))
+    checked = 0
+    for i in range(len(batch)):
+        t, s = int(step[i]), int(state[i])
+        if t == 0 or (t == 1 and len(arrivals[s]) == 1):
+            assert cp.prompt_ids[(t, s)] == batch.prompt_ids[i].tolist()
+            ctx = row_contexts(tok, [batch.prompt_ids[i]], [batch.response_text[i]])
+            lp = score_actions(model, ctx, action_token_ids(tok, mdp), pad_id=tok.pad_token_id or 0)
+            np.testing.assert_allclose(cp.pi[t, s], row_distributions(mdp, lp)[0], atol=1e-6)
+            checked += 1
+    assert checked >= 4
+
+
+def test_the_truth_against_an_independent_solve_on_an_lm_like_table(small_rooms):
+    """A step-dependent, nearly deterministic table with mass on the malformed action (what a warm-started LM
+    gives): the probe's truth (rows in visited cells, the table elsewhere) equals plain backward induction."""
+    from groundtruth.onpolicy import exact_row_advantages
+
+    mdp = small_rooms.with_returns(0.9, 0.2)
+    H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
+    rng = np.random.default_rng(3)
+    best = mdp.optimal_actions()
+    logits = rng.normal(0, 1, (H, S, A))
+    logits[np.arange(H)[:, None], np.arange(S)[None], best] += 4.0
+    logits[..., mdp.malformed_action] += 1.0
+    table = np.exp(logits - logits.max(-1, keepdims=True))
+    table /= table.sum(-1, keepdims=True)
+    n = 40
+    step, state = rng.integers(0, H, n), rng.integers(0, S, n)
+    action = np.array([rng.choice(A, p=table[t, s]) for t, s in zip(step, state)])
+    lp = np.log(table[step, state])  # the rows score the table itself
+    invalid = (action == mdp.malformed_action) & (rng.random(n) < 0.5)
+    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=table, invalid=invalid)
+    q = float(invalid[action == mdp.malformed_action].mean())
+    V, Q = _independent_values(mdp, table, 0.9, 0.2 * q)
+    row_q = Q[step, state, action] - (action == mdp.malformed_action) * 0.2 * (invalid - q)
+    np.testing.assert_allclose(truth.Q, row_q, atol=1e-10)
+    np.testing.assert_allclose(truth.A, row_q - V[step, state], atol=1e-10)
+
