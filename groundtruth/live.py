@@ -43,7 +43,7 @@ WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 
 __all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
            "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS", "CELL_FILLS",
-           "fill_residuals"]
+           "ceiling_metrics", "fill_residuals"]
 
 
 @dataclass
@@ -131,6 +131,28 @@ def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float 
     invalid = ~batch.valid.numpy().astype(bool)
     truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback, invalid=invalid)
     return BatchTruth(step=step, state=state, action=action, truth=truth, logprobs=lp, invalid=invalid)
+
+
+def ceiling_metrics(group: np.ndarray, truth: BatchTruth, norm_mode: str) -> dict[str, float]:
+    """The ceiling of a return-based step term: the rows' *exact* expected returns Q^π_{t_i}(s_i, a_i) seen as an
+    estimator sees its returns, normalised inside (prompt group, true state) groups as GiGPO's step term
+    (``norm_mode``, one-row groups 0), scored against A^π like every estimator's step term: a GiGPO with exact state
+    groups and noise-free returns. What keeps it below 1 is the baseline (the group's mean of Q over the sampled
+    actions, not V^π), the per-group scaling and the one-row groups. group : (N,) the rows' prompt groups.
+    Returns ``groundtruth/ceiling/pearson_step`` (and ``spearman_step``, ``sign_agree_step``) and
+    ``groundtruth/ceiling/pearson_q`` (Q itself, no baseline)."""
+    from estimators.ops import dense_ids, group_normalize
+
+    q = truth.truth.Q
+    if q is None:
+        raise ValueError("ceiling_metrics needs the rows' exact Q (an OnPolicyTruth from exact_row_advantages)")
+    group = np.asarray(group, dtype=np.int64)
+    gid = dense_ids(torch.as_tensor(group, dtype=torch.long), torch.as_tensor(truth.state, dtype=torch.long))
+    step_term = group_normalize(torch.as_tensor(q), gid, norm_mode, unbiased=True, singleton="zero").numpy()
+    m = advantage_metrics(step_term, truth.advantages, group, truth.state, None, step=step_term)
+    out = {f"groundtruth/ceiling/{k}": m[k] for k in ("pearson_step", "spearman_step", "sign_agree_step")}
+    out["groundtruth/ceiling/pearson_q"] = advantage_metrics(q, truth.advantages, group, truth.state, None)["pearson"]
+    return out
 
 
 def fill_residuals(mdp: TabularMDP, truth: BatchTruth, fill: np.ndarray) -> dict[str, float]:
@@ -243,6 +265,7 @@ class TruthProbe:
             head.update(fill_residuals(self.mdp, bt, fill))
             references["visited_only"] = exact_row_advantages(self.mdp, bt.step, bt.state, bt.action, bt.logprobs,
                                                               invalid=bt.invalid).A
+        head.update(ceiling_metrics(step_batch.group_id.numpy(), bt, base.norm_mode))
         extra = dict(PROBE_EPSILONS)
         if hidden is not None:
             oracle = oracle_epsilon(step_batch, base)

@@ -239,3 +239,45 @@ def test_the_truth_against_an_independent_solve_on_an_lm_like_table(small_rooms)
     np.testing.assert_allclose(truth.Q, row_q, atol=1e-10)
     np.testing.assert_allclose(truth.A, row_q - V[step, state], atol=1e-10)
 
+
+def test_the_ceiling_is_exact_returns_normalised_in_true_state_groups(small_rooms):
+    """``ceiling_metrics`` = the Pearson of the exact Q, normalised per (prompt group, state) as GiGPO's step term,
+    with A (recomputed here with plain loops); with the policy's own action mix and mean_norm it reaches 1."""
+    from groundtruth.live import BatchTruth, ceiling_metrics
+    from groundtruth.onpolicy import exact_row_advantages
+
+    mdp = small_rooms
+    H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
+    rng = np.random.default_rng(5)
+    pi = rng.dirichlet(np.ones(A) * 0.5, size=(H, S))
+    n = 60
+    step, state = rng.integers(0, 3, n), rng.integers(0, 4, n)
+    group = rng.integers(0, 2, n)
+    action = rng.integers(0, A - 1, n)
+    truth = exact_row_advantages(mdp, step, state, action, np.log(pi[step, state]), fallback=pi)
+    bt = BatchTruth(step=step, state=state, action=action, truth=truth)
+    got = ceiling_metrics(group, bt, "mean_std_norm")
+    term = np.zeros(n)
+    for key in set(zip(group.tolist(), state.tolist())):
+        idx = [i for i in range(n) if (group[i], state[i]) == key]
+        if len(idx) > 1:
+            x = truth.Q[idx]
+            term[idx] = (x - x.mean()) / (x.std(ddof=1) + 1e-6) if np.ptp(x) > 0 else 0.0
+    assert got["groundtruth/ceiling/pearson_step"] == pytest.approx(np.corrcoef(term, truth.A)[0, 1], abs=1e-9)
+    assert got["groundtruth/ceiling/pearson_q"] == pytest.approx(np.corrcoef(truth.Q, truth.A)[0, 1], abs=1e-9)
+    assert got["groundtruth/ceiling/pearson_step"] < 0.99
+    # every action of a two-action state taken in the policy's proportions: the group mean is V, the term is A
+    s0 = int(mdp.start_states[0])
+    best = mdp.optimal_actions()
+    two = np.zeros((H, S, A))
+    hh, ss_ = np.meshgrid(np.arange(H), np.arange(S), indexing="ij")
+    two[hh, ss_, best] += 0.5
+    two[hh, ss_, (best + 1) % (A - 1)] += 0.5
+    b0 = int(best[0, s0])
+    st, ss, sa = np.zeros(4, int), np.full(4, s0), np.array([b0, (b0 + 1) % (A - 1)] * 2)
+    with np.errstate(divide="ignore"):
+        t2 = exact_row_advantages(mdp, st, ss, sa, np.log(two[st, ss]), fallback=two)
+    c2 = ceiling_metrics(np.zeros(4, int), BatchTruth(step=st, state=ss, action=sa, truth=t2), "mean_norm")
+    assert np.ptp(t2.A) > 0
+    assert c2["groundtruth/ceiling/pearson_step"] == pytest.approx(1.0, abs=1e-9)
+
