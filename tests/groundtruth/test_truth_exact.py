@@ -281,3 +281,128 @@ def test_the_ceiling_is_exact_returns_normalised_in_true_state_groups(small_room
     assert np.ptp(t2.A) > 0
     assert c2["groundtruth/ceiling/pearson_step"] == pytest.approx(1.0, abs=1e-9)
 
+
+
+def _warm(model, contexts, targets, pad: int, steps: int, lr: float):
+    """Full-batch Adam SFT on (context, target) token lists, the loss on the targets only: a quick warm start."""
+    import torch
+
+    seqs = [c + y for c, y in zip(contexts, targets)]
+    width = max(map(len, seqs))
+    ids = torch.tensor([x + [pad] * (width - len(x)) for x in seqs])
+    mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in seqs])
+    labels = torch.full_like(ids, -100)
+    for i, (c, y) in enumerate(zip(contexts, targets)):
+        labels[i, len(c):len(c) + len(y)] = torch.tensor(y)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = model(ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+@pytest.mark.slow
+def test_the_truth_matches_monte_carlo_returns_of_the_lm(tmp_path):
+    """A tiny LM, warm-started for 100 Adam steps on the expert's answers along the expert's paths (so that it acts
+    neither randomly nor deterministically), plays the real env: each response is *generated* from the canonical
+    prompt of its cell (``cell_policy``'s ``prompt_ids`` + the thought), projected and parsed as in training. Its
+    mean discounted return from each start state must match V^π_0 of the truth within 4 standard errors + 0.05
+    (seeded; 300 episodes per start; ~1 min on one core). This checks the scoring (scored action distribution =
+    generation distribution, malformed mass included), the DP, and the env's dynamics and parser together; the
+    canonical prompt itself is the truth's definition (``groundtruth.cells``), and λ = 0 (the charges are tested
+    on their own above)."""
+    import copy
+    import random
+
+    import gymnasium as gym
+    import torch
+
+    import envs  # noqa: F401
+    from agents.models.corpus import default_corpus
+    from agents.models.loading import load_model_and_tokenizer
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+    from agents.projection import project
+    from agents.rollout import prompt_config_for
+    from groundtruth.cells import cell_policy
+    from groundtruth.policy import evaluate_policy
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    kw = dict(PLAIN, max_steps=5)
+    env = gym.make("FiniteRooms-v0", **kw).unwrapped
+    mdp = env.mdp.with_returns(0.95, 0.0)
+    rng = random.Random(0)  # a tokenizer that knows the world's words: short prompts, few tokens per action
+    world = [f"<think></think><action>{a}</action>" for a in mdp.actions]
+    world += [mdp.family.render(e, s, 0, rng) for e in mdp.events for s in mdp.states[:50]]
+    world += [mdp.family.task_text(s) for s in mdp.states[:5]]
+    d = build_tiny_model(tmp_path / "tiny", TinyModelConfig(layers=2, hidden=64, heads=2),
+                         corpus=list(default_corpus(0)) + world * 20)
+    model, tok = load_model_and_tokenizer(d, dtype="float32")
+    pc = prompt_config_for(tok, 2048, 2)
+    thought = "<think></think>"
+    th = tok(thought, add_special_tokens=False)["input_ids"]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+    def policy():
+        return cell_policy(mdp, model, tok, env_name="FiniteRooms-v0", prompt_config=pc, max_prompt_tokens=2048,
+                           thought=thought, pad_id=pad)
+
+    cp = policy()
+    best = mdp.optimal_actions()
+    path = set()  # the expert's cells
+    for s0 in mdp.start_states:
+        s = int(s0)
+        for t in range(mdp.horizon):
+            path.add((t, s))
+            _p, ns, _r, done, _e = mdp.outcomes(s, int(best[t, s]))[0]  # its first outcome
+            if done:
+                break
+            s = ns
+    ctx = [cp.prompt_ids[c] + th for c in sorted(path) if c in cp.prompt_ids]
+    tgt = [tok(f"<action>{mdp.actions[best[c]]}</action>", add_special_tokens=False)["input_ids"]
+           + [tok.eos_token_id] for c in sorted(path) if c in cp.prompt_ids]
+    _warm(model, ctx, tgt, pad, steps=100, lr=3e-3)
+    cp = policy()
+    V = evaluate_policy(mdp, cp.pi).V
+    assert V[0, mdp.start_states].max() > 0.5  # some start state is won within the horizon
+    named = cp.pi.copy()
+    named[..., mdp.malformed_action] = 0
+    V_named = evaluate_policy(mdp, named / named.sum(-1, keepdims=True)).V
+    torch.manual_seed(1)
+    n_ep = 300
+    for k, s0 in enumerate(mdp.start_states):
+        p_best = cp.pi[0, int(s0), best[0, int(s0)]]
+        assert 0.2 < p_best < 0.99, p_best  # neither random nor deterministic
+        returns = np.zeros(n_ep)
+        envs_ = [copy.copy(env) for _ in range(n_ep)]  # one world, built once; each copy resets its own state
+        state = [int(e.reset(seed=10_000 * k + i, options={"task_index": k})[1]["state_key"])
+                 for i, e in enumerate(envs_)]
+        live = list(range(n_ep))
+        for t in range(mdp.horizon):
+            if not live:
+                break
+            ids = [cp.prompt_ids[(t, state[i])] + th for i in live]
+            width = max(map(len, ids))
+            batch = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
+            mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+            with torch.no_grad():
+                out = model.generate(batch, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                                     top_p=1.0, max_new_tokens=24, pad_token_id=pad, eos_token_id=tok.eos_token_id)
+            still = []
+            for i, row in zip(live, out[:, width:]):
+                text = thought + tok.decode(row, skip_special_tokens=True)
+                _, r, term, trunc, info = envs_[i].step(project(text).action)
+                state[i] = int(info["state_key"])
+                returns[i] += mdp.gamma ** t * r
+                if not (term or trunc):
+                    still.append(i)
+            live = still
+        se = returns.std(ddof=1) / np.sqrt(n_ep)
+        print(f"start {k}: Monte Carlo {returns.mean():.3f} ± {se:.3f}, truth {V[0, int(s0)]:.3f}, "
+              f"without the malformed mass {V_named[0, int(s0)]:.3f}")
+        assert abs(returns.mean() - V[0, int(s0)]) < 4 * se + 0.05, (k, returns.mean(), V[0, int(s0)], se)
+        if V[0, int(s0)] > 0.5:  # the test has power: dropping the no-action mass (renormalising) is caught
+            assert abs(returns.mean() - V_named[0, int(s0)]) > 4 * se + 0.05
