@@ -134,13 +134,14 @@ def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float 
 
 
 def ceiling_metrics(group: np.ndarray, truth: BatchTruth, norm_mode: str) -> dict[str, float]:
-    """The ceiling of a return-based step term: the rows' *exact* expected returns Q^π_{t_i}(s_i, a_i) seen as an
-    estimator sees its returns, normalised inside (prompt group, true state) groups as GiGPO's step term
-    (``norm_mode``, one-row groups 0), scored against A^π like every estimator's step term: a GiGPO with exact state
-    groups and noise-free returns. What keeps it below 1 is the baseline (the group's mean of Q over the sampled
-    actions, not V^π), the per-group scaling and the one-row groups. group : (N,) the rows' prompt groups.
-    Returns ``groundtruth/ceiling/pearson_step`` (and ``spearman_step``, ``sign_agree_step``) and
-    ``groundtruth/ceiling/pearson_q`` (Q itself, no baseline)."""
+    """Two readings of the rows' *exact* expected returns Q^π_{t_i}(s_i, a_i) against A^π, logged beside every
+    estimator's figure: ``groundtruth/ceiling/pearson_q``, Q itself (the "exact expected returns" of the issue that
+    asked for it); and ``groundtruth/ceiling/pearson_step`` (with ``spearman_step``, ``sign_agree_step``), Q seen as
+    GiGPO sees its returns: normalised inside (prompt group, true state) groups (``norm_mode``, one-row groups 0),
+    i.e. GiGPO's step term with exact state groups and noise-free returns. What keeps that below 1 is the baseline
+    (the group's mean of Q over the sampled actions, not V^π), the per-group scaling and the one-row groups. It is
+    the ceiling of a return-normalising, state-grouped step term, not a bound on every estimator: an
+    action-conditioned baseline (PACE) can exceed it. group : (N,) the rows' prompt groups."""
     from estimators.ops import dense_ids, group_normalize
 
     q = truth.truth.Q
