@@ -17,7 +17,8 @@ nodes would average over renderings and thoughts. So the truth is exact for the 
   policy already scored (built forward step by step: at step t + 1 a state's predecessor is the (state, action,
   outcome) of step t that maximises d_t(s) π_t(a|s) p(s'|s, a), d_t the occupancy from the start states), the chat
   template and length bound of the rollout (``agents.rollout.encode_transcript``), then the *canonical thought*:
-  the most frequent thought among the batch's rows (``live._thought``; the tiny warm start writes empty think tags).
+  the most frequent thought among the batch's rows (``onpolicy.row_thought``; the tiny warm start writes empty think
+  tags).
 
 The residual of that choice is measured on every batch and logged (``TruthProbe``): the mean total-variation
 distance between the canonical-prompt policy and the rows' mean in the visited cells
@@ -37,7 +38,7 @@ import torch
 
 from envs.finite.mdp import TabularMDP
 
-from .onpolicy import row_distributions, score_actions
+from .onpolicy import action_token_ids, row_distributions, row_thought, score_actions
 
 __all__ = ["reachable_cells", "history_nodes", "CellPolicy", "cell_policy", "canonical_thought"]
 
@@ -87,12 +88,10 @@ class CellPolicy:
     prompt_ids: dict
 
 
-def canonical_thought(response_text, actions=None) -> str:
-    """The most frequent thought (the response up to ``<action>``, ``live._thought``) among responses that hold an
+def canonical_thought(response_text) -> str:
+    """The most frequent thought (``onpolicy.row_thought``) among responses that hold an
     ``<action>`` tag; ``<think></think>`` when none does (the protocol's empty thought)."""
-    from .live import _thought
-
-    thoughts = [_thought(t or "") for t in response_text if t and "<action>" in t.lower()]
+    thoughts = [row_thought(t or "") for t in response_text if t and "<action>" in t.lower()]
     if not thoughts:
         return "<think></think>"
     return Counter(thoughts).most_common(1)[0][0]
@@ -120,8 +119,6 @@ def cell_policy(mdp: TabularMDP, model, tokenizer, *, env_name: str, prompt_conf
     from agents.prompts import Transcript, get_prompt_builder
     from agents.rollout import INVALID_ACTION_TEXT, encode_transcript
     from envs.base import clean_observation
-
-    from .live import action_token_ids
 
     H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
     builder = get_prompt_builder(env_name)

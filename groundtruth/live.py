@@ -31,7 +31,7 @@ import torch
 from envs.finite.mdp import TabularMDP
 
 from .metrics import advantage_metrics
-from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
+from .onpolicy import OnPolicyTruth, action_token_ids, exact_row_advantages, row_thought, score_actions
 
 #: how ``TruthProbe`` fills the cells the batch did not visit: ``reachable`` scores the canonical prompt of every
 #: reachable cell (``groundtruth.cells``); ``visited`` leaves them uniform (the probe before that; cheap, not the
@@ -79,38 +79,13 @@ def row_actions(mdp: TabularMDP, actions, valid) -> np.ndarray:
     return out
 
 
-def _thought(text: str) -> str:
-    low = text.lower()
-    if len(low) != len(text):  # a character whose lower case has another length: cut the lowered text
-        text = low
-    k = low.find("<action>")
-    if k >= 0:
-        return text[:k]
-    k = low.find("</think>")
-    return text[: k + len("</think>")] if k >= 0 else ""
-
-
 def row_contexts(tokenizer, prompt_ids, response_text) -> list[torch.Tensor]:
     """Each row's prompt tokens followed by the tokens of its thought (module docstring)."""
     out = []
     for p, text in zip(prompt_ids, response_text):
-        t = _thought(text or "")
+        t = row_thought(text or "")
         ids = tokenizer(t, add_special_tokens=False)["input_ids"] if t else []
         out.append(torch.cat([p.to(torch.long), torch.tensor(ids, dtype=torch.long)]))
-    return out
-
-
-def action_token_ids(tokenizer, mdp: TabularMDP) -> list[torch.Tensor]:
-    """Token ids of ``<action>{a}</action>`` + EOS for each named action of ``mdp`` (the malformed one gets the
-    EOS alone, a placeholder: ``row_distributions`` ignores its score)."""
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    out = []
-    for i, a in enumerate(mdp.actions):
-        if i == mdp.malformed_action:
-            out.append(torch.tensor(eos or [0], dtype=torch.long))
-            continue
-        ids = tokenizer(f"<action>{a}</action>", add_special_tokens=False)["input_ids"] + eos
-        out.append(torch.tensor(ids, dtype=torch.long))
     return out
 
 

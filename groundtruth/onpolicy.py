@@ -43,7 +43,7 @@ from envs.finite.mdp import TabularMDP
 from .policy import Values, evaluate_policy
 
 __all__ = ["OnPolicyTruth", "row_distributions", "policy_from_rows", "exact_row_advantages", "score_actions",
-           "invalid_share"]
+           "invalid_share", "row_thought", "action_token_ids"]
 
 #: slack on Σ_a P(response = a) ≤ 1 for the rounding of summed log-probs
 MASS_TOLERANCE = 1e-4
@@ -213,4 +213,33 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
                 raise ValueError(f"score_actions: non-finite log-probs in rows "
                                  f"{(res.nonfinite_rows // n_act + lo).unique().tolist()[:5]}")
             out[lo: lo + len(ctx)] = lp.view(len(ctx), n_act).cpu().numpy()
+    return out
+
+
+def row_thought(text: str) -> str:
+    """A response's thought: the text up to the first ``<action>``; without one, up to the end of ``</think>``, else
+    "" (``groundtruth.live``, "Each row's context")."""
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case has another length: cut the lowered text
+        text = low
+    k = low.find("<action>")
+    if k >= 0:
+        return text[:k]
+    k = low.find("</think>")
+    return text[: k + len("</think>")] if k >= 0 else ""
+
+
+def action_token_ids(tokenizer, mdp: TabularMDP) -> list:
+    """Token ids of ``<action>{a}</action>`` + EOS for each named action of ``mdp`` (the malformed one gets the
+    EOS alone, a placeholder: ``row_distributions`` ignores its score)."""
+    import torch
+
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for i, a in enumerate(mdp.actions):
+        if i == mdp.malformed_action:
+            out.append(torch.tensor(eos or [0], dtype=torch.long))
+            continue
+        ids = tokenizer(f"<action>{a}</action>", add_special_tokens=False)["input_ids"] + eos
+        out.append(torch.tensor(ids, dtype=torch.long))
     return out

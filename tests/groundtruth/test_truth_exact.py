@@ -181,8 +181,8 @@ def test_every_reachable_cell_is_scored_at_the_prompt_the_rollout_shows(tiny, pl
     """On a deterministic surface the canonical prompt of a start cell, and of a cell whose arrival is unique, is
     the very prompt the rollout encoded; its distribution is the scored one of that prompt and the thought."""
     from groundtruth.cells import canonical_thought, cell_policy, reachable_cells
-    from groundtruth.live import action_token_ids, row_contexts
-    from groundtruth.onpolicy import row_distributions, score_actions
+    from groundtruth.live import row_contexts
+    from groundtruth.onpolicy import action_token_ids, row_distributions, score_actions
 
     model, tok = tiny
     mdp, batch, pc = plain_rollout
