@@ -11,7 +11,7 @@ what the model spends on responses that name no action, i.e. the malformed actio
 State policy [choice]: π_t(·|s) = the mean of p_i over the batch's rows with (t_i, s_i) = (t, s). A language
 model's distribution depends on the rendered text (paraphrases, distractors, the history in its prompt), not only
 on s, so this is the policy averaged over the renderings the batch saw; cells (t, s) the batch did not visit take
-``fallback`` (uniform over the actions unless given, e.g. a probe that scored canonical renderings). The step
+``fallback`` (uniform over the actions unless given; the live probe gives ``groundtruth.cells.cell_policy``). The step
 index is part of the cell because the prompt shows the step.
 
 Responses that name no action [choice, as the env and the estimators see them]: the env plays an invalid response

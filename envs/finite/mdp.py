@@ -26,7 +26,9 @@ action (a response without ``<action>`` tags, ``valid = False`` in the ``StepBat
 penalty λ = 0.1 at its own step [GiGPO], so that its true value includes the penalty the estimators
 charge. The estimators subtract λ from the row's own return only (docs/method.md) while the MDP's value also
 discounts future penalties into earlier steps; with λ = 0.1 against a success reward of 10 the difference
-is small and is named in the README.
+is small and is named in the README. On a language model's batch the no-op also stands for well-formed responses
+that name no action of the world, which the estimators do not charge; ``groundtruth.onpolicy`` charges those rows 0
+and the policy's no-action mass the share of λ its invalid rows carry ("Responses that name no action").
 
 Parsing [one parser]: ``TabularMDP.action_of(text)`` is the only map from a response's action text to an MDP action,
 used both by the env (``FiniteMDPEnv`` plays its result) and by the ground truth (``groundtruth.live.row_actions``):

@@ -27,7 +27,7 @@ def _independent_values(mdp, pi, gamma, lam):
     return V, Q
 
 
-def test_gamma_and_penalty_come_from_the_run_config(small_rooms):
+def test_gamma_and_penalty_come_from_the_run_config():
     from trainer.config.io import load_config
 
     cfg = load_config("configs/cpu/finite_rooms_gt.yaml", ["estimator.gamma=0.8", "estimator.invalid_penalty=0.5",
