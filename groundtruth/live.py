@@ -7,7 +7,9 @@ reports how close each comes (Pearson, Spearman, sign agreement, rows with zero 
 precision/recall of its state groups against ``state_key``; the same correlations and sign agreement for the
 estimator's step term alone, ``*_step``, since the episode term is common to every group-based estimator). One
 estimator trains; all are scored on identical data, which costs one scoring forward and the estimators' own
-(vectorised) work.
+(vectorised) work. ``TruthProbe`` fills the cells the batch did not visit with the policy at the canonical prompt of
+every reachable cell (``groundtruth.cells``; a second scoring forward, over those prompts), and logs that fill's
+residual, the ceiling (``ceiling_metrics``) and every estimator against the earlier, uniform-fill truth too.
 
 Row → MDP action: the env's own parser, ``TabularMDP.action_of`` (whitespace collapsed, lower case), on the
 projected action of a valid row; a valid row naming no action of the world and every invalid row take the malformed
