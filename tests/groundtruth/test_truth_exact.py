@@ -213,6 +213,19 @@ def test_every_reachable_cell_is_scored_at_the_prompt_the_rollout_shows(tiny, pl
     assert checked >= 4
 
 
+def test_bad_fill_settings_are_refused_before_any_scoring(tiny, plain_rollout):
+    from groundtruth.cells import cell_policy
+    from groundtruth.live import TruthProbe
+
+    model, tok = tiny
+    mdp, _, pc = plain_rollout
+    with pytest.raises(ValueError, match=r"start_weights must be 2 non-negative weights"):
+        cell_policy(mdp, model, tok, env_name="FiniteRooms-v0", prompt_config=pc, max_prompt_tokens=2048,
+                    start_weights=[1.0, -1.0])
+    with pytest.raises(ValueError, match=r"cells='all' must be one of \('reachable', 'visited'\)"):
+        TruthProbe("FiniteRooms-v0", PLAIN, cells="all")
+
+
 def test_the_truth_against_an_independent_solve_on_an_lm_like_table(small_rooms):
     """A step-dependent, nearly deterministic table with mass on the malformed action (what a warm-started LM
     gives): the probe's truth (rows in visited cells, the table elsewhere) equals plain backward induction."""
