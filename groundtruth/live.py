@@ -7,11 +7,14 @@ reports how close each comes (Pearson, Spearman, sign agreement, rows with zero 
 precision/recall of its state groups against ``state_key``; the same correlations and sign agreement for the
 estimator's step term alone, ``*_step``, since the episode term is common to every group-based estimator). One
 estimator trains; all are scored on identical data, which costs one scoring forward and the estimators' own
-(vectorised) work.
+(vectorised) work. ``TruthProbe`` fills the cells the batch did not visit with the policy at the canonical prompt of
+every reachable cell (``groundtruth.cells``; a second scoring forward, over those prompts), and logs that fill's
+residual, the ceiling (``ceiling_metrics``) and every estimator against the earlier, uniform-fill truth too.
 
-Row → MDP action [choice]: the projected action when it is one of the MDP's action strings, else the malformed
-action (the env plays an unknown or untagged response as the "not understood" no-op, which is the malformed
-event of the MDP).
+Row → MDP action: the env's own parser, ``TabularMDP.action_of`` (whitespace collapsed, lower case), on the
+projected action of a valid row; a valid row naming no action of the world and every invalid row take the malformed
+action, the "not understood" no-op the env plays for both. Only invalid rows are charged λ, as the estimators charge
+them (``onpolicy``, "Responses that name no action").
 
 Each row's context for the scoring forward [choice]: its prompt, then its own response up to the first
 ``<action>`` (the thought it produced); for a response without ``<action>``, up to the end of ``</think>`` when
@@ -30,13 +33,19 @@ import torch
 from envs.finite.mdp import TabularMDP
 
 from .metrics import advantage_metrics
-from .onpolicy import OnPolicyTruth, exact_row_advantages, score_actions
+from .onpolicy import OnPolicyTruth, action_token_ids, exact_row_advantages, row_thought, score_actions
+
+#: how ``TruthProbe`` fills the cells the batch did not visit: ``reachable`` scores the canonical prompt of every
+#: reachable cell (``groundtruth.cells``); ``visited`` leaves them uniform (the probe before that; cheap, not the
+#: sampling policy's truth)
+CELL_FILLS = ("reachable", "visited")
 
 #: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
 WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 
 __all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
-           "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS"]
+           "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS", "CELL_FILLS",
+           "ceiling_metrics", "fill_residuals"]
 
 
 @dataclass
@@ -47,6 +56,10 @@ class BatchTruth:
     state: np.ndarray
     action: np.ndarray
     truth: OnPolicyTruth
+    logprobs: np.ndarray | None = None
+    """(N, A) the rows' scored action log-probs, to recompute the truth under another fill without rescoring"""
+    invalid: np.ndarray | None = None
+    """(N,) bool: the rows the estimators charge λ"""
 
     @property
     def advantages(self) -> np.ndarray:
@@ -55,12 +68,11 @@ class BatchTruth:
 
 def row_actions(mdp: TabularMDP, actions, valid) -> np.ndarray:
     """(N,) MDP action index of each row: its projected action, or the malformed one (module docstring)."""
-    index = {a: i for i, a in enumerate(mdp.actions)}
     m = mdp.malformed_action
     out = np.empty(len(actions), dtype=np.int64)
     for i, (a, v) in enumerate(zip(actions, valid)):
-        j = index.get(str(a).strip().lower()) if bool(v) else None
-        if j is None or j == m:
+        j = mdp.action_of(a) if bool(v) else None
+        if j is None:
             if m is None:
                 raise ValueError(f"row {i}: action {a!r} is not one of the MDP's actions and the MDP has no "
                                  "malformed action to stand for it")
@@ -69,38 +81,13 @@ def row_actions(mdp: TabularMDP, actions, valid) -> np.ndarray:
     return out
 
 
-def _thought(text: str) -> str:
-    low = text.lower()
-    if len(low) != len(text):  # a character whose lower case has another length: cut the lowered text
-        text = low
-    k = low.find("<action>")
-    if k >= 0:
-        return text[:k]
-    k = low.find("</think>")
-    return text[: k + len("</think>")] if k >= 0 else ""
-
-
 def row_contexts(tokenizer, prompt_ids, response_text) -> list[torch.Tensor]:
     """Each row's prompt tokens followed by the tokens of its thought (module docstring)."""
     out = []
     for p, text in zip(prompt_ids, response_text):
-        t = _thought(text or "")
+        t = row_thought(text or "")
         ids = tokenizer(t, add_special_tokens=False)["input_ids"] if t else []
         out.append(torch.cat([p.to(torch.long), torch.tensor(ids, dtype=torch.long)]))
-    return out
-
-
-def action_token_ids(tokenizer, mdp: TabularMDP) -> list[torch.Tensor]:
-    """Token ids of ``<action>{a}</action>`` + EOS for each named action of ``mdp`` (the malformed one gets the
-    EOS alone, a placeholder: ``row_distributions`` ignores its score)."""
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    out = []
-    for i, a in enumerate(mdp.actions):
-        if i == mdp.malformed_action:
-            out.append(torch.tensor(eos or [0], dtype=torch.long))
-            continue
-        ids = tokenizer(f"<action>{a}</action>", add_special_tokens=False)["input_ids"] + eos
-        out.append(torch.tensor(ids, dtype=torch.long))
     return out
 
 
@@ -118,12 +105,54 @@ def batch_truth(mdp: TabularMDP, batch, model, tokenizer, *, temperature: float 
     contexts = row_contexts(tokenizer, batch.prompt_ids, batch.response_text)
     acts = action_token_ids(tokenizer, mdp)
     lp = score_actions(model, contexts, acts, pad_id=pad_id, temperature=temperature, max_rows=max_rows)
-    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback)
-    return BatchTruth(step=step, state=state, action=action, truth=truth)
+    invalid = ~batch.valid.numpy().astype(bool)
+    truth = exact_row_advantages(mdp, step, state, action, lp, fallback=fallback, invalid=invalid)
+    return BatchTruth(step=step, state=state, action=action, truth=truth, logprobs=lp, invalid=invalid)
+
+
+def ceiling_metrics(group: np.ndarray, truth: BatchTruth, norm_mode: str) -> dict[str, float]:
+    """Two readings of the rows' *exact* expected returns Q^π_{t_i}(s_i, a_i) against A^π, logged beside every
+    estimator's figure: ``groundtruth/ceiling/pearson_q``, Q itself (the "exact expected returns" of the issue that
+    asked for it); and ``groundtruth/ceiling/pearson_step`` (with ``spearman_step``, ``sign_agree_step``), Q seen as
+    GiGPO sees its returns: normalised inside (prompt group, true state) groups (``norm_mode``, one-row groups 0),
+    i.e. GiGPO's step term with exact state groups and noise-free returns. What keeps that below 1 is the baseline
+    (the group's mean of Q over the sampled actions, not V^π), the per-group scaling and the one-row groups. It is
+    the ceiling of a return-normalising, state-grouped step term, not a bound on every estimator: an
+    action-conditioned baseline (PACE) can exceed it. group : (N,) the rows' prompt groups."""
+    from estimators.ops import dense_ids, group_normalize
+
+    q = truth.truth.Q
+    if q is None:
+        raise ValueError("ceiling_metrics needs the rows' exact Q (an OnPolicyTruth from exact_row_advantages)")
+    group = np.asarray(group, dtype=np.int64)
+    gid = dense_ids(torch.as_tensor(group, dtype=torch.long), torch.as_tensor(truth.state, dtype=torch.long))
+    step_term = group_normalize(torch.as_tensor(q), gid, norm_mode, unbiased=True, singleton="zero").numpy()
+    m = advantage_metrics(step_term, truth.advantages, group, truth.state, None, step=step_term)
+    out = {f"groundtruth/ceiling/{k}": m[k] for k in ("pearson_step", "spearman_step", "sign_agree_step")}
+    out["groundtruth/ceiling/pearson_q"] = advantage_metrics(q, truth.advantages, group, truth.state, None)["pearson"]
+    return out
+
+
+def fill_residuals(mdp: TabularMDP, truth: BatchTruth, fill: np.ndarray) -> dict[str, float]:
+    """How much the canonical-prompt fill differs from what the batch's own rows say (``groundtruth.cells``):
+    ``groundtruth/canonical_tv`` the mean total-variation distance between the fill and the rows' mean policy
+    over the visited cells; ``groundtruth/canonical_pearson`` the Pearson of the truth with the truth under the
+    fill in every cell (visited ones included); ``groundtruth/visited_only_pearson`` the Pearson of the truth
+    with the one whose unvisited cells are uniform (the probe before every reachable cell was scored)."""
+    vis = truth.truth.visited
+    tv = 0.5 * np.abs(truth.truth.pi[vis] - fill[vis]).sum(-1)
+    canon = exact_row_advantages(mdp, truth.step, truth.state, truth.action, truth.logprobs, invalid=truth.invalid)
+    canon_all = exact_row_advantages(mdp, truth.step, truth.state, truth.action, truth.logprobs,
+                                     invalid=truth.invalid, policy=fill).A
+    a = truth.advantages
+    return {"groundtruth/canonical_tv": float(tv.mean()) if tv.size else math.nan,
+            "groundtruth/canonical_pearson": advantage_metrics(canon_all, a, a, a, None)["pearson"],
+            "groundtruth/visited_only_pearson": advantage_metrics(canon.A, a, a, a, None)["pearson"]}
 
 
 def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
-                     extra_epsilons: dict[str, float] | None = None) -> dict[str, float]:
+                     extra_epsilons: dict[str, float] | None = None,
+                     references: dict[str, np.ndarray] | None = None) -> dict[str, float]:
     """``groundtruth/<estimator>/<metric>`` for every registered estimator (or ``names``) on ``step_batch``.
 
     ``base_cfg`` is the run's ``EstimatorConfig`` (its ε, weights and backend); each estimator takes it with its
@@ -132,6 +161,8 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
     hidden-state estimators are also scored at each of these ε, as ``groundtruth/<estimator>@<label>/<metric>``.
     Also ``groundtruth/true_abs_mean``, ``groundtruth/true_zero`` (rows whose true advantage is 0) and
     ``groundtruth/visited_cells`` (the (step, state) cells whose policy came from the batch's own rows).
+    ``references`` ``{label: (N,) advantages}``: other truths of the same rows; each estimator at the run's ε is also
+    scored against them, as ``groundtruth/<label>/<estimator>/pearson`` and ``.../pearson_step``.
     """
     import dataclasses
 
@@ -157,6 +188,12 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
             m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster,
                                   step=res.step.double().numpy())
             out.update({f"groundtruth/{key}/{k}": v for k, v in m.items()})
+            if key == name:
+                for label, ref in (references or {}).items():
+                    r = advantage_metrics(res.advantages.double().numpy(), ref, group, truth.state, None,
+                                          step=res.step.double().numpy())
+                    out[f"groundtruth/{label}/{name}/pearson"] = r["pearson"]
+                    out[f"groundtruth/{label}/{name}/pearson_step"] = r["pearson_step"]
     return out
 
 
@@ -172,30 +209,67 @@ class TruthProbe:
     the finite ``groundtruth/...`` metrics. The scoring forward goes through the trainer's engine (its sharding and
     chunking), once per rank."""
 
-    def __init__(self, env_id: str, env_kwargs: dict):
+    def __init__(self, env_id: str, env_kwargs: dict, gamma: float | None = None,
+                 invalid_penalty: float | None = None, cells: str = "reachable"):
+        if cells not in CELL_FILLS:
+            raise ValueError(f"TruthProbe cells={cells!r} must be one of {CELL_FILLS}")
+        self.cells = cells
         import gymnasium as gym
 
         import envs  # noqa: F401  (registers the ids)
 
-        self.mdp = gym.make(env_id, **env_kwargs).unwrapped.mdp  # the pool's world, enumerated once for DP
+        mdp = gym.make(env_id, **env_kwargs).unwrapped.mdp  # the pool's world, enumerated once for DP
+        # the run's γ and λ (``estimator.gamma``, ``estimator.invalid_penalty``), so the truth is of the return the
+        # estimators estimate; a value the MDP cannot honour is a ConfigError here, before any training
+        self.mdp = mdp.with_returns(mdp.gamma if gamma is None else gamma,
+                                    mdp.invalid_penalty if invalid_penalty is None else invalid_penalty)
 
     def __call__(self, trainer, batch, hidden: torch.Tensor | None) -> dict[str, float]:
         def scorer(prompts, responses):
             return trainer.ppo_actor.compute_logprobs(prompts, responses, hidden_layer=None, pad_id=trainer.pad_id)
 
-        bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch))
+        head: dict[str, float] = {}
+        fill = None
+        if self.cells == "reachable":
+            fill, head = self.canonical_policy(trainer, batch, scorer)
+        bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch),
+                         fallback=fill)
         if hidden is not None and not bool(torch.isfinite(hidden).all()):
             hidden = None  # the hidden-state estimators are skipped on this batch
         step_batch = batch.to_step_batch(hidden=hidden)
         base = trainer.estimator_cfg
-        extra, head = dict(PROBE_EPSILONS), {}
+        references = {}
+        if fill is not None:
+            head.update(fill_residuals(self.mdp, bt, fill))
+            references["visited_only"] = exact_row_advantages(self.mdp, bt.step, bt.state, bt.action, bt.logprobs,
+                                                              invalid=bt.invalid).A
+        head.update(ceiling_metrics(step_batch.group_id.numpy(), bt, base.norm_mode))
+        extra = dict(PROBE_EPSILONS)
         if hidden is not None:
             oracle = oracle_epsilon(step_batch, base)
             if oracle is not None:
                 extra["oracle"] = oracle
                 head["groundtruth/oracle_epsilon"] = oracle
-        metrics = {**head, **score_estimators(step_batch, bt, base, extra_epsilons=extra)}
+        metrics = {**head, **score_estimators(step_batch, bt, base, extra_epsilons=extra, references=references)}
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+    def canonical_policy(self, trainer, batch, scorer) -> tuple[np.ndarray, dict[str, float]]:
+        """(π (H, S, A) at the canonical prompt of every reachable cell, its cost metrics) (``groundtruth.cells``)."""
+        import time
+
+        from .cells import canonical_thought, cell_policy
+
+        t0 = time.perf_counter()
+        step0 = batch.step.numpy() == 0
+        starts = [int(s) for s, first in zip(batch.state_key, step0) if first]
+        weights = np.array([starts.count(int(s)) for s in self.mdp.start_states], dtype=np.float64)
+        cp = cell_policy(self.mdp, scorer, trainer.tokenizer, env_name=trainer.actor.env,
+                         prompt_config=trainer.prompt_config, max_prompt_tokens=trainer.cfg.rollout.max_prompt_tokens,
+                         thought=canonical_thought(batch.response_text), pad_id=trainer.pad_id,
+                         start_weights=weights if weights.sum() > 0 else None, max_rows=64)
+        return cp.pi, {"groundtruth/reachable_cells": float(cp.reachable.sum()),
+                       "groundtruth/cell_prompts": float(cp.prompts),
+                       "groundtruth/cell_seconds": time.perf_counter() - t0}
 
 
 def oracle_epsilon(step_batch, cfg) -> float | None:
@@ -215,11 +289,11 @@ def oracle_epsilon(step_batch, cfg) -> float | None:
 
 
 def probe_for(cfg) -> TruthProbe | None:
-    """The probe for a run config: a ``TruthProbe`` on a finite world (same kwargs and horizon as the run's pool),
-    else None."""
+    """The probe for a run config: a ``TruthProbe`` on a finite world (same kwargs and horizon as the run's pool, and
+    the run's ``estimator.gamma`` and ``estimator.invalid_penalty``), else None."""
     if cfg.env.id not in WORLD_IDS:
         return None
     kwargs = dict(cfg.env.kwargs)
     if cfg.env.max_steps is not None:
         kwargs["max_steps"] = cfg.env.max_steps
-    return TruthProbe(cfg.env.id, kwargs)
+    return TruthProbe(cfg.env.id, kwargs, gamma=cfg.estimator.gamma, invalid_penalty=cfg.estimator.invalid_penalty)

@@ -11,8 +11,16 @@ what the model spends on responses that name no action, i.e. the malformed actio
 State policy [choice]: π_t(·|s) = the mean of p_i over the batch's rows with (t_i, s_i) = (t, s). A language
 model's distribution depends on the rendered text (paraphrases, distractors, the history in its prompt), not only
 on s, so this is the policy averaged over the renderings the batch saw; cells (t, s) the batch did not visit take
-``fallback`` (uniform over the actions unless given, e.g. a probe that scored canonical renderings). The step
+``fallback`` (uniform over the actions unless given; the live probe gives ``groundtruth.cells.cell_policy``). The step
 index is part of the cell because the prompt shows the step.
+
+Responses that name no action [choice, as the env and the estimators see them]: the env plays an invalid response
+(no tags; ``valid = False``) and a well-formed one whose action text names nothing in the world alike, as the "not
+understood" no-op (the MDP's malformed action, parsed by ``TabularMDP.action_of``); the estimators charge λ to the
+invalid ones only. The truth does the same: with ``invalid`` (N,) given, a row on the malformed action is charged λ
+when it is invalid and 0 when it is well-formed, and the policy's no-action mass, whose split the scoring cannot see,
+is charged the expected λ·q in the DP, q = the share of invalid rows among the batch's rows that name no action (1
+when there are none). Without ``invalid`` every no-action row is charged λ (q = 1).
 
 Truth: ``evaluate_policy(mdp, π)`` with the (H, S, A) policy, and A_{t_i}(s_i, a_i) per row. It is exact for the
 Markov policy π; where the model's choices depend on more than (t, s), the residual is what the averaging hides,
@@ -34,7 +42,8 @@ from envs.finite.mdp import TabularMDP
 
 from .policy import Values, evaluate_policy
 
-__all__ = ["OnPolicyTruth", "row_distributions", "policy_from_rows", "exact_row_advantages", "score_actions"]
+__all__ = ["OnPolicyTruth", "row_distributions", "policy_from_rows", "exact_row_advantages", "score_actions",
+           "invalid_share", "row_thought", "action_token_ids"]
 
 #: slack on Σ_a P(response = a) ≤ 1 for the rounding of summed log-probs
 MASS_TOLERANCE = 1e-4
@@ -43,12 +52,14 @@ MASS_TOLERANCE = 1e-4
 @dataclass
 class OnPolicyTruth:
     """A (N,) true advantage per row; pi (H, S, A) the policy DP used; values its V/Q/A; visited (H, S) cells
-    whose π came from the batch's rows."""
+    whose π came from the batch's rows; Q (N,) the row's exact expected return Q^π_{t_i}(s_i, a_i) (its own λ charge
+    included), so A = Q − V_{t_i}(s_i)."""
 
     A: np.ndarray
     pi: np.ndarray
     values: Values
     visited: np.ndarray
+    Q: np.ndarray | None = None
 
 
 def row_distributions(mdp: TabularMDP, action_logprobs: np.ndarray) -> np.ndarray:
@@ -120,19 +131,51 @@ def policy_from_rows(mdp: TabularMDP, step: np.ndarray, state: np.ndarray, dist:
     return pi, visited
 
 
+def invalid_share(mdp: TabularMDP, action: np.ndarray, invalid: np.ndarray | None) -> float:
+    """q: the share of invalid rows among the rows on the malformed action (1 without ``invalid`` or such rows)."""
+    m = mdp.malformed_action
+    if invalid is None or m is None:
+        return 1.0
+    on_m = np.asarray(action).reshape(-1) == m
+    return float(np.asarray(invalid, dtype=bool).reshape(-1)[on_m].mean()) if on_m.any() else 1.0
+
+
 def exact_row_advantages(mdp: TabularMDP, step: np.ndarray, state: np.ndarray, action: np.ndarray,
-                         action_logprobs: np.ndarray, fallback: np.ndarray | None = None) -> OnPolicyTruth:
+                         action_logprobs: np.ndarray, fallback: np.ndarray | None = None,
+                         invalid: np.ndarray | None = None, policy: np.ndarray | None = None) -> OnPolicyTruth:
     """The true A^π_{t_i}(s_i, a_i) of every row under the policy its own action log-probs define (module
-    docstring). action : (N,) the index of the action each row took (the malformed index for invalid responses)."""
+    docstring). action : (N,) the index of the action each row took (the malformed index for invalid responses and
+    for well-formed ones naming no action); invalid : (N,) bool, the rows the estimators charge λ (module docstring,
+    "Responses that name no action"); policy : (H, S, A), if given, the policy of every cell instead of the rows' mean
+    (the rows still give ``visited``)."""
     action = np.asarray(action, dtype=np.int64).reshape(-1)
     if action.size and (action.min() < 0 or action.max() >= mdp.num_actions):
         raise ValueError(f"actions must lie in [0, {mdp.num_actions}); got {action.min()}..{action.max()}")
+    if invalid is not None:
+        invalid = np.asarray(invalid, dtype=bool).reshape(-1)
+        if invalid.shape != action.shape:
+            raise ValueError(f"invalid has {invalid.size} rows, action {action.size}: one flag per row")
+        m = mdp.malformed_action
+        if m is not None and invalid.any() and (action[invalid] != m).any():
+            i = int(np.flatnonzero(invalid & (action != m))[0])
+            raise ValueError(f"row {i} is invalid but took action {mdp.actions[action[i]]!r}: an invalid response "
+                             "plays the malformed action")
     dist = row_distributions(mdp, action_logprobs)
     pi, visited = policy_from_rows(mdp, step, state, dist, fallback)
-    values = evaluate_policy(mdp, pi)
+    if policy is not None:
+        policy = np.asarray(policy, dtype=np.float64)
+        if policy.shape != pi.shape:
+            raise ValueError(f"policy has shape {policy.shape}, needs {pi.shape}")
+        pi = policy
+    lam = mdp.invalid_penalty
+    q = invalid_share(mdp, action, invalid)
+    values = evaluate_policy(mdp.with_returns(mdp.gamma, lam * q), pi)
     step = np.asarray(step, dtype=np.int64).reshape(-1)
     state = np.asarray(state, dtype=np.int64).reshape(-1)
-    return OnPolicyTruth(A=values.A[step, state, action], pi=pi, values=values, visited=visited)
+    Q = values.Q[step, state, action]
+    if invalid is not None and mdp.malformed_action is not None:  # the row's own charge: λ if invalid, else 0
+        Q = Q - (action == mdp.malformed_action) * lam * (invalid.astype(np.float64) - q)
+    return OnPolicyTruth(A=Q - values.V[step, state], pi=pi, values=values, visited=visited, Q=Q)
 
 
 def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: float = 1.0,
@@ -170,4 +213,33 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
                 raise ValueError(f"score_actions: non-finite log-probs in rows "
                                  f"{(res.nonfinite_rows // n_act + lo).unique().tolist()[:5]}")
             out[lo: lo + len(ctx)] = lp.view(len(ctx), n_act).cpu().numpy()
+    return out
+
+
+def row_thought(text: str) -> str:
+    """A response's thought: the text up to the first ``<action>``; without one, up to the end of ``</think>``, else
+    "" (``groundtruth.live``, "Each row's context")."""
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case has another length: cut the lowered text
+        text = low
+    k = low.find("<action>")
+    if k >= 0:
+        return text[:k]
+    k = low.find("</think>")
+    return text[: k + len("</think>")] if k >= 0 else ""
+
+
+def action_token_ids(tokenizer, mdp: TabularMDP) -> list:
+    """Token ids of ``<action>{a}</action>`` + EOS for each named action of ``mdp`` (the malformed one gets the
+    EOS alone, a placeholder: ``row_distributions`` ignores its score)."""
+    import torch
+
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for i, a in enumerate(mdp.actions):
+        if i == mdp.malformed_action:
+            out.append(torch.tensor(eos or [0], dtype=torch.long))
+            continue
+        ids = tokenizer(f"<action>{a}</action>", add_special_tokens=False)["input_ids"] + eos
+        out.append(torch.tensor(ids, dtype=torch.long))
     return out

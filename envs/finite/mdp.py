@@ -26,10 +26,23 @@ action (a response without ``<action>`` tags, ``valid = False`` in the ``StepBat
 penalty λ = 0.1 at its own step [GiGPO], so that its true value includes the penalty the estimators
 charge. The estimators subtract λ from the row's own return only (docs/method.md) while the MDP's value also
 discounts future penalties into earlier steps; with λ = 0.1 against a success reward of 10 the difference
-is small and is named in the README.
+is small and is named in the README. On a language model's batch the no-op also stands for well-formed responses
+that name no action of the world, which the estimators do not charge; ``groundtruth.onpolicy`` charges those rows 0
+and the policy's no-action mass the share of λ its invalid rows carry ("Responses that name no action").
+
+Parsing [one parser]: ``TabularMDP.action_of(text)`` is the only map from a response's action text to an MDP action,
+used both by the env (``FiniteMDPEnv`` plays its result) and by the ground truth (``groundtruth.live.row_actions``):
+the env contract's ``envs.base.clean_action`` (NFKC, control characters to spaces, runs of whitespace collapsed,
+stripped), then lower case, then the world's action strings; anything else (including the malformed action's own
+placeholder text) is None, which the env plays as the "not understood" no-op, the malformed action's dynamics.
+
+γ and λ default to ``GAMMA`` and ``INVALID_PENALTY``; a run whose estimator uses others takes the MDP through
+``TabularMDP.with_returns(gamma, invalid_penalty)`` (``groundtruth.live.probe_for`` passes ``estimator.gamma`` and
+``estimator.invalid_penalty``), so that the truth is that of the return the estimators estimate.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -92,6 +105,46 @@ class TabularMDP:
     def reward(self) -> np.ndarray:
         """(S, A, K) reward used by dynamic programming: env reward minus the action's penalty."""
         return self.env_reward - self.penalty[None, :, None]
+
+    @property
+    def invalid_penalty(self) -> float:
+        """λ: the penalty of the malformed action (0 when the MDP has none)."""
+        m = self.malformed_action
+        return float(self.penalty[m]) if m is not None else 0.0
+
+    def action_of(self, text) -> int | None:
+        """The index of the world action that ``text`` names, or None when it names none (module docstring,
+        "Parsing"). Never raises: any object ``clean_action`` refuses names no action."""
+        from envs.base import clean_action
+
+        index = getattr(self, "_parse_index", None)
+        if index is None:
+            index = {a: i for i, a in enumerate(self.actions) if a != MALFORMED_ACTION}
+            self._parse_index = index
+        cleaned = clean_action(text)
+        return None if cleaned is None else index.get(cleaned.lower())
+
+    def with_returns(self, gamma: float, invalid_penalty: float) -> TabularMDP:
+        """This MDP with discount ``gamma`` and malformed-action penalty ``invalid_penalty`` (a copy sharing the
+        dynamics arrays; ``self`` when both already hold). The values are an estimator config's
+        (``estimator.gamma``, ``estimator.invalid_penalty``); one this MDP cannot honour raises ``ConfigError``
+        naming the field, the value and the fix, before any value is computed."""
+        from common.config_checks import check_number, fail
+
+        check_number("estimator", "gamma", gamma, lo=0, hi=1, fix="a discount in [0, 1] (GiGPO: 0.95)")
+        check_number("estimator", "invalid_penalty", invalid_penalty, lo=0, fix="a penalty >= 0 (GiGPO: 0.1)")
+        gamma, invalid_penalty = float(gamma), float(invalid_penalty)
+        m = self.malformed_action
+        if m is None and invalid_penalty != 0:
+            fail(f"estimator.invalid_penalty={invalid_penalty} cannot be charged by the ground truth of "
+                 f"{self.name!r}: its MDP has no malformed action; build it with malformed_action=True or set "
+                 "estimator.invalid_penalty: 0")
+        if gamma == self.gamma and invalid_penalty == self.invalid_penalty:
+            return self
+        penalty = self.penalty.copy()
+        if m is not None:
+            penalty[m] = invalid_penalty
+        return dataclasses.replace(self, gamma=gamma, penalty=penalty)
 
     def _build_sparse(self) -> None:
         from scipy import sparse

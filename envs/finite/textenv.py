@@ -17,7 +17,7 @@ import numpy as np
 from envs.base import TextEnv
 
 from .families import make_family
-from .mdp import MALFORMED_ACTION, TabularMDP, build_mdp
+from .mdp import TabularMDP, build_mdp
 from .text import surface_preset
 
 __all__ = ["FiniteMDPEnv", "CraftEnv", "RoomsEnv"]
@@ -41,7 +41,6 @@ class FiniteMDPEnv(TextEnv):
         self.mdp: TabularMDP = build_mdp(make_family(family, surface_preset(surface), alias=alias, **family_kwargs),
                                          horizon=self.max_steps)
         self.family_name = family
-        self._action_index = {a: i for i, a in enumerate(self.mdp.actions) if a != MALFORMED_ACTION}
         self._expert = None
         self._s = 0
         self._rng = random.Random(0)
@@ -79,7 +78,7 @@ class FiniteMDPEnv(TextEnv):
 
     def _step(self, action: str):
         mdp = self.mdp
-        a = self._action_index.get(action.lower())
+        a = mdp.action_of(action)  # the parser the ground truth uses too (envs.finite.mdp, "Parsing")
         if a is None:  # not an action of this world: state unchanged, the "not understood" message
             event, ns, r, done, noop = mdp.events.index(("malformed",)), self._s, 0.0, False, True
         else:

@@ -166,9 +166,15 @@ def test_a_run_on_a_finite_world_logs_every_estimator_against_the_truth(tmp_path
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2]
     for r in rows:
-        names = {k.split("/")[1] for k in r if k.startswith("groundtruth/") and k.count("/") == 2}
+        names = {k.split("/")[1] for k in r if k.startswith("groundtruth/") and k.count("/") == 2} - {"ceiling"}
         hidden = {"bigpo", "bipace_q", "bipace_v"}
         labels = ["eps0.05"] + (["oracle"] if "groundtruth/oracle_epsilon" in r else [])
         assert names == {"grpo", "gigpo", "hgpo", "rloo", *hidden, *(f"{e}@{lb}" for e in hidden for lb in labels)}
         assert 0 <= r["groundtruth/true_zero"] <= 1 and r["groundtruth/visited_cells"] >= 1
         assert r["perf/time_probe"] > 0
+        # every reachable cell scored, the fill's residual, the ceiling, and the estimators against the old truth
+        assert r["groundtruth/cell_prompts"] == r["groundtruth/reachable_cells"] > r[
+            "groundtruth/visited_cells"]
+        assert 0 <= r["groundtruth/canonical_tv"] <= 1
+        assert {"groundtruth/ceiling/pearson_step", "groundtruth/ceiling/pearson_q"} <= set(r)
+        assert {f"groundtruth/visited_only/{e}/pearson_step" for e in ("grpo", "gigpo", "bipace_q")} <= set(r)
