@@ -53,7 +53,7 @@ WARMSTART_MINUTES: dict[str, str] = {
     "ee351835b46a": "~24 minutes on one core; row 15 of results/warmstart/README.md, measured 2026-12-01 to 12-03",
     "fd697b49a966": "~26 minutes on one core; row 13 of results/warmstart/README.md",
     "ec49e7aed20f": "~13-14 minutes on 2 idle cores, 25 CPU minutes; row 17 of results/warmstart/README.md",
-    "6c0ca8f35c2f": "~8 minutes on 2 idle cores, 15 CPU minutes; row 24 of results/warmstart/README.md",
+    "6c0ca8f35c2f": "~9 minutes on 2 idle cores, 15-17 CPU minutes; row 24 of results/warmstart/README.md",
 }
 
 

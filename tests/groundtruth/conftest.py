@@ -59,3 +59,14 @@ def small_craft():
 def small_rooms():
     fam = make_family("rooms", surface_preset("high"), n_locations=4, n_objects=1, n_tasks=2, alias=0.5)
     return build_mdp(fam, horizon=12)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """A randomly initialised 2-layer tiny LM (eval mode) and its tokenizer, built once per test module."""
+    from agents.models.loading import load_model_and_tokenizer
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+
+    d = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", TinyModelConfig(layers=2, hidden=64, heads=2))
+    model, tok = load_model_and_tokenizer(d, dtype="float32")
+    return model.eval(), tok

@@ -19,19 +19,9 @@ ROOMS = {"surface": "high", "alias": 0.5, "n_locations": 4, "n_objects": 1, "n_t
 
 
 @pytest.fixture(scope="module")
-def model_and_tok(tmp_path_factory):
-    from agents.models.loading import load_model_and_tokenizer
-    from agents.models.tiny import TinyModelConfig, build_tiny_model
-
-    d = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", TinyModelConfig(layers=2, hidden=64, heads=2))
-    model, tok = load_model_and_tokenizer(d, dtype="float32")
-    return model.eval(), tok
-
-
-@pytest.fixture(scope="module")
-def rollout(model_and_tok):
+def rollout(tiny_lm):
     """2 tasks x 4 copies on FiniteRooms-v0; the expert plays even slots, the odd ones answer without tags."""
-    _, tok = model_and_tok
+    _, tok = tiny_lm
     import gymnasium as gym
 
     mdp = gym.make("FiniteRooms-v0", **ROOMS).unwrapped.mdp
@@ -44,9 +34,9 @@ def rollout(model_and_tok):
     return mdp, batch
 
 
-def test_rows_map_to_the_mdp(rollout, model_and_tok):
+def test_rows_map_to_the_mdp(rollout, tiny_lm):
     mdp, batch = rollout
-    _, tok = model_and_tok
+    _, tok = tiny_lm
     act = row_actions(mdp, batch.action, batch.valid.tolist())
     m = mdp.malformed_action
     valid = batch.valid.numpy()
@@ -60,13 +50,13 @@ def test_rows_map_to_the_mdp(rollout, model_and_tok):
             assert tok.decode(c[p.numel():]).strip() == text[: text.index("<action>")].strip()
 
 
-def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, model_and_tok):
+def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, tiny_lm):
     """The returned advantages are those of DP on the policy that the rows' scored distributions define, and the
     distribution of every row is a proper one over the MDP's actions."""
     from groundtruth.policy import evaluate_policy
 
     mdp, batch = rollout
-    model, tok = model_and_tok
+    model, tok = tiny_lm
     bt = batch_truth(mdp, batch, model, tok, pad_id=tok.pad_token_id or 0, max_rows=5)
     n = len(batch)
     assert bt.advantages.shape == (n,) and np.isfinite(bt.advantages).all()
@@ -133,9 +123,9 @@ def test_the_step_term_is_scored_on_its_own():
     assert m["pearson_step"] == 0.0 and m["zero_step"] == 1.0 and m["sign_agree_step"] == 0.0
 
 
-def test_a_batch_without_states_is_refused(rollout, model_and_tok):
+def test_a_batch_without_states_is_refused(rollout, tiny_lm):
     mdp, batch = rollout
-    model, tok = model_and_tok
+    model, tok = tiny_lm
     bad = dataclasses.replace(batch, state_key=[None] * len(batch))
     with pytest.raises(ValueError, match="no state_key"):
         batch_truth(mdp, bad, model, tok)

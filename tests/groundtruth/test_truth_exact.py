@@ -131,20 +131,7 @@ PLAIN = {"surface": "none", "alias": 0.0, "n_locations": 4, "n_objects": 1, "n_t
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    import torch
-
-    from agents.models.loading import load_model_and_tokenizer
-    from agents.models.tiny import TinyModelConfig, build_tiny_model
-
-    torch.manual_seed(0)
-    d = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", TinyModelConfig(layers=2, hidden=64, heads=2))
-    model, tok = load_model_and_tokenizer(d, dtype="float32")
-    return model.eval(), tok
-
-
-@pytest.fixture(scope="module")
-def plain_rollout(tiny):
+def plain_rollout(tiny_lm):
     """The expert plays every slot of a deterministic-surface world (equal states, equal observations)."""
     import gymnasium as gym
 
@@ -153,7 +140,7 @@ def plain_rollout(tiny):
     from envs.pool import EnvPool, Task
     from tests.agents.rollout_helpers import ExpertEngine
 
-    _, tok = tiny
+    _, tok = tiny_lm
     mdp = gym.make("FiniteRooms-v0", **PLAIN).unwrapped.mdp
     pc = prompt_config_for(tok, 2048, 2)
     with EnvPool("FiniteRooms-v0", num_envs=4, mode="inline", env_kwargs=PLAIN) as pool:
@@ -177,14 +164,14 @@ def test_reachable_cells_are_those_some_action_sequence_reaches(small_rooms):
     assert (history_nodes(small_rooms, 2) >= nodes).all()
 
 
-def test_every_reachable_cell_is_scored_at_the_prompt_the_rollout_shows(tiny, plain_rollout):
+def test_every_reachable_cell_is_scored_at_the_prompt_the_rollout_shows(tiny_lm, plain_rollout):
     """On a deterministic surface the canonical prompt of a start cell, and of a cell whose arrival is unique, is
     the very prompt the rollout encoded; its distribution is the scored one of that prompt and the thought."""
     from groundtruth.cells import canonical_thought, cell_policy, reachable_cells
     from groundtruth.live import row_contexts
     from groundtruth.onpolicy import action_token_ids, row_distributions, score_actions
 
-    model, tok = tiny
+    model, tok = tiny_lm
     mdp, batch, pc = plain_rollout
     thought = canonical_thought(batch.response_text)
     assert thought == "<think>I follow the plan.</think>"
@@ -213,11 +200,11 @@ def test_every_reachable_cell_is_scored_at_the_prompt_the_rollout_shows(tiny, pl
     assert checked >= 4
 
 
-def test_bad_fill_settings_are_refused_before_any_scoring(tiny, plain_rollout):
+def test_bad_fill_settings_are_refused_before_any_scoring(tiny_lm, plain_rollout):
     from groundtruth.cells import cell_policy
     from groundtruth.live import TruthProbe
 
-    model, tok = tiny
+    model, tok = tiny_lm
     mdp, _, pc = plain_rollout
     with pytest.raises(ValueError, match=r"start_weights must be 2 non-negative weights"):
         cell_policy(mdp, model, tok, env_name="FiniteRooms-v0", prompt_config=pc, max_prompt_tokens=2048,
