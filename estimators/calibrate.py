@@ -18,6 +18,15 @@ result for the run and saves the scan as ``epsilon.json`` in the run folder). Ru
   than the anchors' own pairs justify, so it stays precise where the observations are (ALFWorld's repeated
   "Nothing happens." makes them imprecise, and ``anchor_recall`` then merges too much).
 * ``singleton_match``: the smallest epsilon whose cluster singleton rate is at most the anchors'.
+* ``return_loo``: the epsilon whose clusters best predict the step returns of rows of *other* trajectories, by
+  leave-one-trajectory-out cross-validation (the ``return_loo`` column: the mean squared error of predicting each
+  row's step return R_i by the mean R of the rows of its cluster that belong to other trajectories, over the same
+  error with the prompt group's other trajectories as the prediction; a row whose cluster holds no other trajectory
+  is predicted by its prompt group). It reads neither the anchors nor the true state: it asks of a grouping what
+  the step baseline needs from it, a mean return that carries over to rows it was not computed from. Over-splitting
+  leaves rows to the coarse prediction, over-merging mixes states of different values; the trajectory is the unit
+  left out because the rows of one trajectory share their future rewards. Ties: the smallest epsilon. Why it was
+  added and how it scores: ``results/epsilon/README.md``.
 * ``state_f1`` (an oracle, for worlds that know their states): the smallest epsilon whose clusters agree best, by
   pair F1, with the true state (``state_key``: the finite worlds of ``envs/finite/``). It says what a calibration
   could reach; a batch without ``state_key`` is refused.
@@ -44,7 +53,7 @@ from .batch import StepBatch
 from .cluster import center_by_group, greedy_cosine_clusters
 from .diagnostics import grouping_stats, pair_count, pair_purity
 from .grouping import anchor_groups
-from .ops import dense_ids, factorize
+from .ops import dense_ids, discounted_returns, factorize
 
 __all__ = ["DEFAULT_GRID", "AUTO_GRID", "CRITERIA", "FALLBACK_SINGLETON_RATE", "Calibration", "scan_epsilon",
            "choose_epsilon",
@@ -54,12 +63,46 @@ DEFAULT_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)
 #: epsilon: auto scans 0 and 10 log-spaced values per decade from 1e-5 to 0.5 (1e-5, 1.26e-5, ..., 0.398, 0.5)
 AUTO_GRID = (0.0,) + tuple(float(f"{10 ** (-5 + k / 10):.3g}") for k in range(47)) + (0.5,)
 #: the rules of ``estimator.epsilon_criterion`` (the module docstring)
-CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match", "state_f1")
+CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match", "return_loo", "state_f1")
 #: the singleton rate the fallback rule aims at (the paper's clusters leave ~17-22% of rows alone)
 FALLBACK_SINGLETON_RATE = 0.2
 
 
-def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, anchors: torch.Tensor) -> dict:
+def return_loo(returns: torch.Tensor, gid: torch.Tensor, group: torch.Tensor, traj: torch.Tensor) -> float:
+    """Leave-one-trajectory-out error of a grouping as a return predictor (the ``return_loo`` rule).
+
+    returns: float (N,) step returns; gid: dense grouping ids (N,), each inside one prompt group; group: dense
+    prompt-group ids (N,); traj: dense trajectory ids (N,). Row i is predicted by the mean return of the rows of
+    its group from other trajectories, or, where its group holds none, by its prompt group's rows from other
+    trajectories. Returns MSE(grouping) / MSE(prompt group alone): below 1 when the grouping predicts returns better
+    than the prompt group's mean; NaN when no row has another trajectory in its prompt group."""
+    r = returns.double()
+
+    def loo(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k = int(ids.max()) + 1
+        n = torch.bincount(ids, minlength=k).double()
+        tot = torch.zeros(k, dtype=torch.float64, device=r.device).index_add(0, ids, r)
+        pair = dense_ids(ids, traj)  # (grouping, trajectory) cells
+        m = int(pair.max()) + 1
+        n_own = torch.bincount(pair, minlength=m).double()[pair]
+        s_own = torch.zeros(m, dtype=torch.float64, device=r.device).index_add(0, pair, r)[pair]
+        n_other = n[ids] - n_own
+        return (tot[ids] - s_own) / n_other.clamp_min(1), n_other > 0
+
+    pred_g, ok_g = loo(dense_ids(group))
+    pred_c, ok_c = loo(gid)
+    if not bool(ok_g.any()):
+        return float("nan")
+    pred = torch.where(ok_c, pred_c, pred_g)
+    err_c = ((r - pred)[ok_g] ** 2).mean()
+    err_g = ((r - pred_g)[ok_g] ** 2).mean()
+    if float(err_g) == 0.0:
+        return 1.0 if float(err_c) == 0.0 else float("inf")
+    return float(err_c / err_g)
+
+
+def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, anchors: torch.Tensor,
+         returns: tuple | None = None) -> dict:
     st = grouping_stats(gid, kind)
     prefix = "anchor" if kind == "anchor" else "cluster"
     row = {
@@ -75,6 +118,8 @@ def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, 
     row["anchor_precision"] = both / same_group if same_group else float("nan")
     ap, ar = row["anchor_precision"], row["anchor_recall"]
     row["anchor_f1"] = 2 * ap * ar / (ap + ar) if ap + ar > 0 else float("nan")  # NaN in, NaN out
+    if returns is not None:
+        row["return_loo"] = return_loo(returns[0], gid, *returns[1:])
     if states is not None:
         pur = pair_purity(gid, states)
         row["precision"], row["recall"] = pur if pur is not None else (float("nan"), float("nan"))
@@ -85,13 +130,15 @@ def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, 
 
 def scan_epsilon(
     batch: StepBatch, grid: Sequence[float] = DEFAULT_GRID, centroid: str = "mean", backend: str = "torch",
-    center: bool = False,
+    center: bool = False, gamma: float = 0.95, invalid_penalty: float = 0.1,
 ) -> list[dict]:
     """One dict per grouping: the exact anchors first (``epsilon`` None), then each epsilon of ``grid``.
 
     Keys: grouping, epsilon, singleton_rate, groups, size_mean, size_p90, anchor_recall (share of same-anchor
-    pairs in one group; NaN without such pairs) and, with ``state_key``, precision, recall, f1 against the true
-    state. ``center``: cluster the states minus their prompt group's mean (``center_states``)."""
+    pairs in one group; NaN without such pairs), anchor_precision, anchor_f1, return_loo (``return_loo``: the
+    grouping's leave-one-trajectory-out error as a predictor of the step return, with ``gamma`` and
+    ``invalid_penalty`` as the estimators compute it) and, with ``state_key``, precision, recall, f1 against the
+    true state. ``center``: cluster the states minus their prompt group's mean (``center_states``)."""
     batch.validate(need_hidden=True)
     if any(e < 0 for e in grid):
         raise ValueError(f"epsilon grid {list(grid)} holds a negative value")
@@ -99,11 +146,15 @@ def scan_epsilon(
     if batch.state_key is not None:
         states = dense_ids(batch.group_id, factorize([repr(s) for s in batch.state_key], device=batch.device))
     anchors = anchor_groups(batch.group_id, batch.anchor_obs)
-    rows = [{**_row("exact anchor obs", anchors, "anchor", states, anchors), "epsilon": None}]
+    traj = dense_ids(batch.group_id, batch.traj_id)
+    ret = (discounted_returns(batch.reward, traj, batch.step, batch.valid, gamma, invalid_penalty),
+           dense_ids(batch.group_id), traj)
+    rows = [{**_row("exact anchor obs", anchors, "anchor", states, anchors, ret), "epsilon": None}]
     hidden = center_by_group(batch.hidden, batch.group_id) if center else batch.hidden
     for eps in grid:
         cl = greedy_cosine_clusters(hidden, batch.group_id, batch.traj_id, batch.step, eps, centroid, backend)
-        rows.append({**_row(f"hidden eps={eps:g}", cl.cluster_id, "cluster", states, anchors), "epsilon": float(eps)})
+        rows.append({**_row(f"hidden eps={eps:g}", cl.cluster_id, "cluster", states, anchors, ret),
+                     "epsilon": float(eps)})
     return rows
 
 
@@ -132,12 +183,14 @@ def _smallest(rows: list[dict], ok) -> dict | None:
 
 def choose_epsilon(
     batch: StepBatch, criterion: str = "anchor_f1", target: float = 0.9, grid: Sequence[float] = AUTO_GRID,
-    centroid: str = "mean", backend: str = "torch", center: bool = False,
+    centroid: str = "mean", backend: str = "torch", center: bool = False, gamma: float = 0.95,
+    invalid_penalty: float = 0.1,
 ) -> Calibration:
-    """The epsilon ``estimator.epsilon: auto`` freezes for a run (rules: the module docstring)."""
+    """The epsilon ``estimator.epsilon: auto`` freezes for a run (rules: the module docstring); ``gamma`` and
+    ``invalid_penalty``: the run's, for the ``return_loo`` rule's step returns."""
     if criterion not in CRITERIA:
         raise ValueError(f"epsilon_criterion={criterion!r} is not one of {list(CRITERIA)}")
-    scan = scan_epsilon(batch, sorted(float(e) for e in grid), centroid, backend, center)
+    scan = scan_epsilon(batch, sorted(float(e) for e in grid), centroid, backend, center, gamma, invalid_penalty)
     return pick_from_scan(scan, criterion, target, center)
 
 
@@ -158,6 +211,20 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_f1", target: float
                            f"smallest epsilon whose clusters agree best with the true state (pair F1 {best:.3f}: "
                            f"precision {hit['precision']:.3f}, recall {hit['recall']:.3f}; the anchors' F1 "
                            f"{anchor.get('f1', float('nan')):.3f})", scan, center)
+    if criterion == "return_loo":
+        if any("return_loo" not in r for r in rows):
+            raise ValueError("this scan has no return_loo column (it was saved before the rule existed); scan the "
+                             "batch again with estimators.calibrate.scan_epsilon")
+        scored = [r for r in rows if r["return_loo"] == r["return_loo"]]
+        if scored:
+            best = min(r["return_loo"] for r in scored)
+            hit = _smallest(scored, lambda r: r["return_loo"] <= best + 1e-12)
+            return Calibration(hit["epsilon"], criterion, "return_loo",
+                               f"epsilon whose clusters best predict the step returns of other trajectories "
+                               f"(leave-one-trajectory-out error {best:.3f} of the prompt group's; the anchors' "
+                               f"{anchor.get('return_loo', float('nan')):.3f}; singleton rate "
+                               f"{hit['singleton_rate']:.3f} vs the anchors' {anchor['singleton_rate']:.3f})",
+                               scan, center)
     has_pairs = anchor["anchor_recall"] == anchor["anchor_recall"]  # not NaN: two rows share an observation
     if has_pairs and criterion == "anchor_recall":
         hit = _smallest(rows, lambda r: r["anchor_recall"] >= target - 1e-12)
@@ -191,7 +258,8 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_f1", target: float
                                f"smallest epsilon whose singleton rate ({hit['singleton_rate']:.3f}) is at most the "
                                f"anchors' ({anchor['singleton_rate']:.3f})", scan, center)
     hit = _smallest(rows, lambda r: r["singleton_rate"] <= FALLBACK_SINGLETON_RATE + 1e-12) or rows[-1]
-    why = "no two rows of a prompt group share an observation" if not has_pairs else "no epsilon matches the anchors"
+    why = ("no prompt group holds two trajectories" if criterion == "return_loo" else
+           "no two rows of a prompt group share an observation" if not has_pairs else "no epsilon matches the anchors")
     return Calibration(hit["epsilon"], criterion, "fallback_singleton_rate",
                        f"{why}: smallest epsilon whose singleton rate ({hit['singleton_rate']:.3f}) is at most "
                        f"{FALLBACK_SINGLETON_RATE:g}", scan, center)
@@ -199,7 +267,7 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_f1", target: float
 
 def format_scan(rows: list[dict]) -> str:
     cols = [c for c in ("grouping", "singleton_rate", "groups", "size_mean", "size_p90", "anchor_recall",
-                        "anchor_precision", "anchor_f1", "precision", "recall", "f1") if c in rows[0]]
+                        "anchor_precision", "anchor_f1", "return_loo", "precision", "recall", "f1") if c in rows[0]]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []

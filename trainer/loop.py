@@ -567,7 +567,8 @@ class Trainer:
         t = time.perf_counter()
         try:
             cal = choose_epsilon(step_batch, est.epsilon_criterion, est.epsilon_target, centroid=est.centroid,
-                                 backend=est.cluster_backend, center=est.center_states)
+                                 backend=est.cluster_backend, center=est.center_states, gamma=est.gamma,
+                                 invalid_penalty=est.invalid_penalty)
         except ValueError as e:  # e.g. state_f1 on a batch where no two rows share a true state
             raise TrainingFailed(f"estimator.epsilon=auto with epsilon_criterion={est.epsilon_criterion}: {e}") from e
         eps = cal.epsilon

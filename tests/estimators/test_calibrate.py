@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -209,3 +210,74 @@ def test_equal_values_normalise_to_exact_zeros():
     b = dataclasses.replace(b, reward=0.1 * first, valid=torch.ones_like(b.valid))
     res = compute_advantages(b, EstimatorConfig(name="grpo"))
     assert res.metrics["adv/total_zero_frac"] == 1.0
+
+
+def _valued(batch, noise: float = 0.0, seed: int = 5):
+    """``batch`` with every row valid and rewards r_t = V(s_t) - gamma V(s_t+1) (V of a random value per true state,
+    0 after the last step), so that each row's step return is V(s_t) (+ noise on the rewards)."""
+    gen = torch.Generator().manual_seed(seed)
+    st = true_states(batch)
+    value = torch.rand(int(st.max()) + 1, generator=gen, dtype=torch.float64)
+    traj = dense_ids(batch.group_id, batch.traj_id)
+    nxt = torch.zeros(len(batch), dtype=torch.float64)
+    for i in range(len(batch)):  # the row one step later in the same trajectory, if any
+        later = ((traj == traj[i]) & (batch.step == batch.step[i] + 1)).nonzero().flatten()
+        nxt[i] = value[st[later[0]]] if len(later) else 0.0
+    r = value[st] - 0.95 * nxt + noise * torch.randn(len(batch), generator=gen, dtype=torch.float64)
+    return dataclasses.replace(batch, reward=r.to(batch.reward.dtype), valid=torch.ones_like(batch.valid))
+
+
+def _loo_by_loops(returns, gid, group, traj) -> float:
+    """return_loo written as loops: each row predicted by the other trajectories of its group, else of its prompt
+    group; the ratio of the two squared errors over rows whose prompt group holds another trajectory."""
+    err_c = err_g = 0.0
+    n = 0
+    for i in range(len(returns)):
+        grp = [j for j in range(len(returns)) if group[j] == group[i] and traj[j] != traj[i]]
+        if not grp:
+            continue
+        cl = [j for j in grp if gid[j] == gid[i]]
+        pg = sum(float(returns[j]) for j in grp) / len(grp)
+        pc = sum(float(returns[j]) for j in cl) / len(cl) if cl else pg
+        err_c += (float(returns[i]) - pc) ** 2
+        err_g += (float(returns[i]) - pg) ** 2
+        n += 1
+    return err_c / err_g
+
+
+def test_return_loo_equals_a_loop_reference_and_is_scale_free():
+    from estimators.calibrate import return_loo
+
+    b = synthetic_batch(groups=3, group_size=4, max_steps=5, seed=11)
+    gen = torch.Generator().manual_seed(0)
+    group = dense_ids(b.group_id)
+    traj = dense_ids(b.group_id, b.traj_id)
+    returns = torch.randn(len(b), generator=gen, dtype=torch.float64)
+    gid = dense_ids(b.group_id, torch.randint(0, 3, (len(b),), generator=gen))  # a random grouping
+    got = return_loo(returns, gid, group, traj)
+    assert got == pytest.approx(_loo_by_loops(returns, gid, group, traj), rel=1e-12)
+    assert return_loo(7.5 * returns + 2.0, gid, group, traj) == pytest.approx(got, rel=1e-9)
+    assert return_loo(returns, group.clone(), group, traj) == pytest.approx(1.0)  # the prompt group itself
+    one_traj = torch.zeros_like(traj)  # every row of one trajectory: nothing to predict from
+    assert math.isnan(return_loo(returns, gid, torch.zeros_like(group), one_traj))
+
+
+def test_return_loo_recovers_states_whose_values_differ_without_reading_the_anchors(known):
+    b = _valued(known, noise=0.01)
+    within, between = pairwise_distances(b)
+    cal = choose_epsilon(b, "return_loo")
+    assert cal.rule == "return_loo" and within / 2 <= cal.epsilon < between, cal.reason
+    assert cal.scan[0]["return_loo"] < 1  # the anchors (here: the true states) predict returns too
+    # the anchors do not enter: the same epsilon with every observation made unique, or all made equal
+    for obs in ([f"o{i}" for i in range(len(b))], ["same"] * len(b)):
+        assert choose_epsilon(dataclasses.replace(b, anchor_obs=obs), "return_loo").epsilon == cal.epsilon
+    # returns that do not depend on the state leave nothing to predict: no clustering beats the prompt group by much
+    flat = dataclasses.replace(b, reward=torch.zeros_like(b.reward))
+    assert all(r["return_loo"] != r["return_loo"] or r["return_loo"] == pytest.approx(1.0)
+               for r in scan_epsilon(flat, AUTO_GRID)[1:])
+
+
+def test_return_loo_falls_back_without_two_trajectories_in_a_prompt_group():
+    b = synthetic_batch(groups=4, group_size=1, max_steps=6, seed=2)
+    cal = choose_epsilon(b, "return_loo")
+    assert cal.rule == "fallback_singleton_rate" and "two trajectories" in cal.reason
