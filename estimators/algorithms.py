@@ -133,6 +133,25 @@ def bipace_v(batch: StepBatch, cfg: EstimatorConfig) -> EstimatorResult:
     return _bipace(batch, cfg, "diff_peer")
 
 
+@register_estimator("pace_anchor", uses_action_keys=True)
+def pace_anchor(batch: StepBatch, cfg: EstimatorConfig) -> EstimatorResult:
+    """PACE inside GiGPO's exact anchors: BiPACE's action half without its state half [ablation, our addition].
+
+    BiPACE_Q with the hidden-state clusters replaced by GiGPO's anchor groups (rows of one prompt group with equal
+    anchor observation): inside anchor group C, A^S_i = Q(k_i) - V, with the same leave-one-out fallback,
+    singleton rule and ``pace_norm`` as ``bipace_q``; A = A^ep + w A^S. It isolates what the action key adds to
+    GiGPO's grouping (no hidden states needed). cluster_id = the anchor group.
+    """
+    ep = grpo_episode(batch, cfg)
+    anchors = anchor_groups(batch.group_id, batch.anchor_obs)
+    keys, parsed = action_keys(
+        batch.response_text, batch.response_ids, batch.response_mask, cfg.pace_key, cfg.pace_key_tokens, batch.device
+    )
+    pace = pace_step_advantages(step_returns(batch, cfg), anchors, keys, "q", cfg.pace_fallback, cfg.pace_norm)
+    return _result(ep, pace.step, cfg, cluster=anchors, metrics=pace_metrics(pace, anchors, parsed),
+                   dtype=batch.reward.dtype)
+
+
 @register_estimator("hgpo")
 def hgpo(batch: StepBatch, cfg: EstimatorConfig) -> EstimatorResult:
     """HGPO, hierarchical history groups (arXiv 2602.22817; "HiGPO" in the BiPACE tables).

@@ -173,8 +173,11 @@ def reference_advantages(batch: StepBatch, cfg: EstimatorConfig) -> tuple[list[f
         step = zeros
     elif name == "gigpo":
         step = _normalise_groups(ret, [(g[i], batch.anchor_obs[i]) for i in range(n)], cfg.norm_mode, False)
-    elif name in ("bigpo", "bipace_q", "bipace_v"):
-        cl = reference_clusters(batch, cfg)
+    elif name in ("bigpo", "bipace_q", "bipace_v", "pace_anchor"):
+        if name == "pace_anchor":  # the exact anchors as the clusters
+            cl = [(g[i], batch.anchor_obs[i]) for i in range(n)]
+        else:
+            cl = reference_clusters(batch, cfg)
         if name == "bigpo":
             step = _normalise_groups(ret, cl, cfg.norm_mode, False)
         else:
@@ -186,7 +189,7 @@ def reference_advantages(batch: StepBatch, cfg: EstimatorConfig) -> tuple[list[f
                     tuple(ids[i][j] if j < len(ids[i]) and mask[i][j] else -1 for j in range(cfg.pace_key_tokens))
                     for i in range(n)
                 ]
-            variant = "q" if name == "bipace_q" else "diff_peer"
+            variant = "diff_peer" if name == "bipace_v" else "q"
             step = _pace(ret, cl, key, variant, cfg.pace_fallback, cfg.pace_norm)
     elif name == "hgpo":
         episode = zeros

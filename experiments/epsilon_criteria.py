@@ -43,7 +43,7 @@ def rules_on_scan(scan: list[dict], center: bool = False) -> dict[str, dict | No
     for crit in CRITERIA:
         if crit == "state_f1":
             continue  # the oracle: "best F1 (oracle)" below
-        if crit == "anchor_f1" and "anchor_f1" not in scan[0]:
+        if crit in ("anchor_f1", "return_loo") and crit not in scan[0]:
             continue  # a scan saved before the rule existed
         cal = pick_from_scan(scan, crit, 0.9, center)
         out[crit + sfx] = {**by_eps[cal.epsilon], "rule": cal.rule}

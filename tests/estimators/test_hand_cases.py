@@ -1,6 +1,7 @@
 """Hand-computed advantages for every estimator (docs/method.md formulas worked out on paper)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
 
-from .helpers import act, make_batch
+from .helpers import act, make_batch, one_hot_hidden
 
 S3 = 1 / math.sqrt(3)
 S2 = 1 / math.sqrt(2)
@@ -96,6 +97,27 @@ def test_paper_figure_diff_peer():
     assert res.step.tolist() == pytest.approx([10.0, 0.0, -5.0, 0.0], abs=1e-5)  # 0 - mean(10, 0)
     res = compute_advantages(b, EstimatorConfig(name="bipace_v", epsilon=0.05, pace_fallback="single_key"))
     assert res.step.tolist() == pytest.approx([10.0, 0.0, -5.0, 0.0], abs=1e-5)
+
+
+def test_pace_anchor_by_hand():
+    # the paper's figure with its observations made equal where its clusters are: anchor "s" = rows 0, 1, 2
+    rows = [(0, 0, 0, 10.0, True, "s", act("a1")), (0, 1, 0, 0.0, True, "s", act("a1")),
+            (0, 2, 0, 0.0, True, "s", act("a2")), (0, 3, 0, 0.0, True, "t", act("a1"))]
+    b = make_batch(rows)  # no hidden states: the action half needs none
+    res = compute_advantages(b, EstimatorConfig(name="pace_anchor"))
+    v = 10 / 3
+    assert res.step.tolist() == pytest.approx([5 - v, 5 - v, -5.0, 0.0], abs=1e-5)
+    assert res.cluster_id.tolist()[:3] == [res.cluster_id[0]] * 3 != [res.cluster_id[3]] * 3
+    assert res.metrics["group/pace_frac_pace"] == pytest.approx(0.5)
+    # the same observations but the figure's paraphrases: anchors split, every row alone, no step term
+    res = compute_advantages(paper_figure_batch(), EstimatorConfig(name="pace_anchor"))
+    assert res.step.abs().max() == 0 and res.metrics["group/pace_frac_singleton"] == 1.0
+    # equal to BiPACE_Q whose clusters are the anchors (one-hot observations, epsilon 0), with either norm
+    for norm in ("none", "cluster_std"):
+        a = compute_advantages(b, EstimatorConfig(name="pace_anchor", pace_norm=norm)).advantages
+        q = compute_advantages(dataclasses.replace(b, hidden=one_hot_hidden(b)),
+                               EstimatorConfig(name="bipace_q", epsilon=0.0, pace_norm=norm)).advantages
+        assert torch.allclose(a, q, atol=1e-6)
 
 
 def test_pace_cluster_std_and_single_key():

@@ -74,7 +74,7 @@ def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, tiny_lm):
     step_batch = batch.to_step_batch(hidden=torch.randn(n, 16, generator=torch.Generator().manual_seed(0)))
     m = score_estimators(step_batch, bt, EstimatorConfig(name="gigpo"))
     names = {k.split("/")[1] for k in m if k.count("/") == 2}
-    assert names == {"grpo", "gigpo", "bigpo", "bipace_q", "bipace_v", "hgpo", "rloo"}
+    assert names == {"grpo", "gigpo", "bigpo", "bipace_q", "bipace_v", "pace_anchor", "hgpo", "rloo"}
     assert all(math.isfinite(m[f"groundtruth/{e}/zero_signal"]) for e in names)
     assert all(math.isfinite(m[f"groundtruth/{e}/pearson_step"]) for e in names)
     assert m["groundtruth/grpo/zero_step"] == 1.0  # GRPO has no step term
