@@ -57,11 +57,11 @@ class EstimatorConfig:
     """Rule of ``epsilon: auto`` (``estimators.calibrate.choose_epsilon``): anchor_f1 = the smallest epsilon whose
     clusters agree best (pair F1) with the exact observations (GiGPO's anchors); anchor_recall = the smallest epsilon
     whose clusters keep ``epsilon_target`` of the same-observation pairs together; singleton_match = the smallest
-    epsilon whose cluster singleton rate is at most the anchors'; return_loo = the epsilon whose clusters best predict
-    the step returns of other trajectories (leave-one-trajectory-out; reads neither anchors nor states); state_f1 = the smallest epsilon whose clusters agree
-    best with the true state (an oracle for ablations: it reads ``info["state_key"]``, which the agent never sees;
-    best defined on the finite worlds, whose state_key is the MDP state) [choice: the rules compared against the
-    true state in results/epsilon/README.md]."""
+    epsilon whose cluster singleton rate is at most the anchors'; return_loo = the epsilon whose clusters best
+    predict the step returns of other trajectories (leave-one-trajectory-out; reads neither anchors nor states);
+    state_f1 = the smallest epsilon whose clusters agree best with the true state (an oracle for ablations: it reads
+    ``info["state_key"]``, which the agent never sees; best defined on the finite worlds, whose state_key is the MDP
+    state) [choice: the rules compared against the true state in results/epsilon/README.md]."""
     epsilon_target: float = 0.9
     """anchor_recall's target share of same-anchor pairs [choice]."""
     center_states: bool = False

@@ -41,6 +41,7 @@ and its share of every evaluation list; the loss already uses global denominator
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -588,6 +589,24 @@ class Trainer:
         log.info(head)
         self._say(head)
 
+    def _grouping_scan(self, batch, hidden, iteration: int) -> None:
+        """``logging.grouping_scan``: this rank's batch scanned over ``AUTO_GRID``, one line of
+        ``grouping_scan.jsonl`` (rank 0 appends; a resumed run appends the iterations it redoes again, and a reader
+        keeps the last line of each iteration)."""
+        if self.rank != 0:
+            return
+        from estimators.calibrate import AUTO_GRID, scan_epsilon
+
+        if hidden is None or not bool(torch.isfinite(hidden).all()):
+            log.warning("logging.grouping_scan: iteration %d has no finite hidden states; not scanned", iteration)
+            return
+        est = self.cfg.estimator
+        scan = scan_epsilon(batch.to_step_batch(hidden=hidden), AUTO_GRID, est.centroid, est.cluster_backend,
+                            est.center_states, est.gamma, est.invalid_penalty)
+        rec = {"iteration": int(iteration), "rows": len(batch), "scan": scan}
+        with open(self.folder.path / "grouping_scan.jsonl", "a") as fh:
+            fh.write(json.dumps(rec, allow_nan=True) + "\n")
+
     def update(self, batch, adv: torch.Tensor, old, ref) -> dict[str, float]:
         """One PPO pass over the batch (DeepSpeed); ``loss/...`` metrics. Raises ``NonFiniteError`` (engine)."""
         row_ids = [f"{tid}:traj{int(tr)}:step{int(st)}"
@@ -707,6 +726,9 @@ class Trainer:
             old, ref = self.logprobs(batch)
         with timer("advantages"):
             adv, result = self.advantages(batch, old.hidden, iteration)
+        if self.cfg.logging.grouping_scan:
+            with timer("grouping_scan"):
+                self._grouping_scan(batch, old.hidden, iteration)
         m_probe: dict[str, float] = {}
         if self.batch_probe is not None:  # before the update: it sees the policy that sampled the batch
             with timer("probe"):

@@ -166,6 +166,10 @@ def test_epsilon_auto_is_chosen_at_the_first_step_frozen_and_kept_on_resume(tmp_
     # the F1 summary: one row per rule; the run's rule is there with its epsilon
     rule_row = next(ln for ln in text.splitlines() if ln.startswith("| anchor_f1 |"))
     assert f"| {rec['epsilon']:.3g}: " in rule_row
+    # the anchor-free rule is scored from the same scan, and the setting summary pools the seeds
+    assert all(r["return_loo"] == r["return_loo"] for r in rec["scan"] if "return_loo" in r)
+    assert next(ln for ln in text.splitlines() if ln.startswith("| return_loo |"))
+    assert "| setting | batches | oracle | exact anchors |" in text and " return_loo |" in text.split("\n\n")[1]
     # a second run of the same seed shares the first batch: one column, not two
     import shutil
 
@@ -490,3 +494,42 @@ def test_sigint_stops_a_run_started_with_sigint_ignored(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "interrupted" and info["iterations_done"] < 200, info
+
+
+def test_epsilon_rules_lists_its_collections_and_refuses_an_empty_report(tmp_path, capsys):
+    from experiments.epsilon_rules import BATCHES, main
+
+    assert main(["--out", str(tmp_path), "--dry-run", "--skip", "webshop_smollm2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 + len(BATCHES) - 1 and all(ln.startswith("to do: ") for ln in lines)
+    assert any("llm-gt-oversplit" in ln and "trainer.iterations=1" in ln for ln in lines)
+    assert main(["--out", str(tmp_path), "--report-only", "--table", str(tmp_path / "t.md")]) == 2
+    assert "nothing collected" in capsys.readouterr().err
+
+
+def test_grouping_scan_logs_every_iteration_and_agrees_with_the_run_metrics(tmp_path):
+    """logging.grouping_scan: one line per iteration with the anchors and every epsilon of AUTO_GRID; the row of the
+    run's own epsilon is the grouping the estimator used (same cluster count and singleton rate as metrics.jsonl)."""
+    from estimators.calibrate import AUTO_GRID
+    from experiments.train import main
+
+    out = tmp_path / "run"
+    assert main([*FAST, "estimator.name=bigpo", "estimator.epsilon=0.001", "eval.every=0",
+                 "logging.grouping_scan=true", f"output_dir={out}"]) == 0
+    lines = _lines(out / "grouping_scan.jsonl")
+    metrics = _lines(out / "metrics.jsonl")
+    assert [ln["iteration"] for ln in lines] == [1, 2]
+    for ln, m in zip(lines, metrics):
+        scan = ln["scan"]
+        assert scan[0]["epsilon"] is None and [r["epsilon"] for r in scan[1:]] == list(AUTO_GRID)
+        assert ln["rows"] == m["group/rows"] and scan[0]["groups"] == m["group/num_anchor_groups"]
+        row = next(r for r in scan[1:] if r["epsilon"] == 0.001)
+        assert row["groups"] == m["group/num_clusters"]
+        assert row["singleton_rate"] == pytest.approx(m["group/singleton_rate_cluster"])
+        assert "return_loo" in row and "precision" in row  # TextCraft gives state_key
+        assert m["perf/time_grouping_scan"] > 0
+    # off by default: no file, no timer
+    out2 = tmp_path / "plain"
+    assert main([*FAST, "estimator.name=grpo", "eval.every=0", f"output_dir={out2}"]) == 0
+    assert not (out2 / "grouping_scan.jsonl").exists()
+    assert "perf/time_grouping_scan" not in _lines(out2 / "metrics.jsonl")[0]

@@ -381,6 +381,12 @@ class LoggingConfig:
     """Significant digits of the metric values written to ``metrics.jsonl``; 0 = all (a float's 17). A committed
     study of many runs sets 5 to keep its logs small; the other sinks and the run itself keep full precision, and
     the ``time`` stamp is never rounded [choice]."""
+    grouping_scan: bool = False
+    """Every iteration, scan the batch's groupings (``estimators.calibrate.scan_epsilon``: the exact anchors and the
+    hidden-state clusters at every epsilon of ``AUTO_GRID``, with singleton rate, size, the ``return_loo`` error and,
+    where the env gives ``state_key``, pair precision/recall against the true state) and append it to
+    ``grouping_scan.jsonl``: what ``experiments.grouping_diagnostic`` reads. ~0.1-0.5 s per iteration for a few
+    hundred rows [choice]."""
 
     def validate(self) -> None:
         check_choices(self, "logging")
