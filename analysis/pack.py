@@ -6,7 +6,8 @@
 
 A committed study keeps its runs as one packed file (``analysis.runs.PACKED_NAME``; the format is described in
 ``analysis/runs.py``), which every reader of run folders reads in their place (``analysis.runs.find_runs``). It
-holds each run's ``config.yaml``, ``run.json``, ``metrics.jsonl``, ``eval.jsonl`` and ``epsilon.json``, and the
+holds each run's ``config.yaml``, ``run.json``, ``metrics.jsonl``, ``eval.jsonl``, ``epsilon.json`` and
+``grouping_scan.jsonl`` (where the run has them), and the
 study's ``runs/sweep.jsonl``: every byte of them (``--unpack`` writes them back identical). It leaves out what no
 report reads (``DROPPED``): ``train.log`` (progress messages) and ``epsilon_scan.md`` (a table of ``epsilon.json``'s
 scan, which ``--unpack`` writes again from it); checkpoints, ``tb/`` and ``wandb/`` are never committed.

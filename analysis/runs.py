@@ -113,7 +113,7 @@ def parse_jsonl(text: str, where: str | Path = "<text>") -> list[dict]:
 # ------------------------------------------------------------------------------------------------ packed files
 #: file name -> record field; which files are JSON objects, which are JSON Lines tables
 _FIELD_OF = {"run.json": "run", "config.yaml": "config", "metrics.jsonl": "metrics", "eval.jsonl": "evals",
-             "epsilon.json": "epsilon"}
+             "epsilon.json": "epsilon", "grouping_scan.jsonl": "grouping_scan"}
 _JSON_FILES = ("run.json", "epsilon.json")
 _TABLES = ("metrics", "evals")
 
