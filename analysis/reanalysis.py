@@ -33,7 +33,7 @@ from .runs import CONTROL_METHOD, Run, find_runs, packed_file, series
 from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p
 from .truth import epsilon_label, truth_estimators
 
-__all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "control_study", "estimator_bench", "epsilon_rules",
+__all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "halves", "control_study", "estimator_bench", "epsilon_rules",
            "leave_one_batch_out", "parse_f1_table", "fisher_exact_p"]
 
 LLM_SCENARIOS = ("exact", "oversplit", "undersplit")
@@ -209,6 +209,101 @@ def llm_groundtruth(root: Path, baseline: str = "gigpo") -> str:
                       f"{r['paired_above']}/{r['paired_n']} | {_p(r['p'])} | {_p(r['p_holm'])} | "
                       f"{_p(r['p_holm_all'])} |")
         md.append("")
+    return "\n".join(md)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The halves of BiPACE (issue 40, item 3a)
+
+HALVES = ("gigpo", "bigpo", "pace_anchor", "bipace_q", "bipace_q-cluster_std")
+_HALF_OF = {"gigpo": "neither (the baseline)", "bigpo": "state half only", "pace_anchor": "action half only",
+            "bipace_q": "both", "bipace_q-cluster_std": "both, step term scaled by the cluster's std"}
+
+
+def _trained_estimator(method: str) -> str:
+    return method.split("-")[0]
+
+
+def halves(root: Path, baseline: str = "gigpo") -> str:
+    """GiGPO, its state half (bigpo), its action half (pace_anchor), both (bipace_q) and both with ``cluster_std``:
+    (1) every registered half scored on the same batches (every run's), (2) each arm's own advantage on its own
+    runs, (3) training success, (4) the PACE branch mix and the step term's scale. Against GiGPO, Holm within each
+    table."""
+    runs = [r for r in find_runs(Path(root) / "runs") if r.method in HALVES]
+    if not runs:
+        return "No runs yet.\n"
+    seeds = sorted({r.seed for r in runs})
+    arms = [m for m in HALVES if any(r.method == m for r in runs)]
+    md = [f"{len(runs)} runs ({', '.join(f'{m}: {sum(r.method == m for r in runs)}' for m in arms)}), seeds "
+          f"{seeds[0]}–{seeds[-1]} ({len(seeds)}). Primary metric: Pearson correlation of the whole advantage with "
+          "the exact A^π of the batch's policy. Per seed: the mean over its runs × iterations; intervals: "
+          "hierarchical bootstrap over seeds, then the seed's observations. Sign-flip p over the per-seed means, "
+          "Holm over the table's comparisons with GiGPO.", ""]
+    same = [r for r in truth_rows(runs, "pearson", baseline) if r["estimator"] in HALVES]
+    tested = [r for r in same if "p" in r]
+    for r, a in zip(tested, holm([r["p"] for r in tested])):
+        r["p_holm"] = a
+    md += _truth_md(same, "### 1. Same batches: each half scored on every run's batches (whole advantage, Pearson "
+                          "with A^π; the cluster_std arm is not a registered estimator and appears in table 2 only)",
+                    baseline)
+    same_s = [r for r in truth_rows(runs, "pearson_step", baseline) if r["estimator"] in HALVES]
+    tested = [r for r in same_s if "p" in r]
+    for r, a in zip(tested, holm([r["p"] for r in tested])):
+        r["p_holm"] = a
+    md += _truth_md(same_s, "### 1b. Same batches, secondary: the step term alone", baseline)
+    # 2. each arm's own estimator on its own runs (the cluster_std arm's runs score bipace_q with cluster_std)
+    own: dict[str, dict[int, list[float]]] = {}
+    for m in arms:
+        key = f"groundtruth/{_trained_estimator(m)}/pearson"
+        own[m] = _seed_obs([r for r in runs if r.method == m], lambda row, k=key: row.get(k))
+    base = own.get(baseline, {})
+    rows2 = []
+    for m in arms:
+        if not own[m]:
+            continue
+        row = {"estimator": m, "seeds": len(own[m]), "level": hierarchical_bootstrap_ci(list(own[m].values()))}
+        common = sorted(set(own[m]) & set(base))
+        if m != baseline and common:
+            d = [float(np.mean(own[m][s])) - float(np.mean(base[s])) for s in common]
+            row.update(diff=(float(np.mean(d)), min(d), max(d)), above=sum(x > 0 for x in d), n=len(d),
+                       p=sign_flip_p(d), per_seed=d)
+        rows2.append(row)
+    tested = [r for r in rows2 if "p" in r]
+    for r, a in zip(tested, holm([r["p"] for r in tested])):
+        r["p_holm"] = a
+    md += _truth_md(rows2, "### 2. Own runs: each arm's trained advantage on its own batches (whole advantage, "
+                           "Pearson with A^π; the difference column gives the mean of the per-seed differences "
+                           "[smallest, largest seed])", baseline)
+    # 3. training success
+    tr = training_rows(runs, baseline)
+    for r, a in zip(tr, holm([r["p"] for r in tr])):
+        r["p_holm"] = a
+    md += [f"### 3. Training success against GiGPO (mean of the last 5 iterations per run; Holm over {len(tr)})", "",
+           "| arm | seeds | P(> gigpo) [95% CI] | seeds above gigpo (paired) | mean paired gap | p | Holm p |",
+           "|---|---|---|---|---|---|---|"]
+    for r in tr:
+        md.append(f"| {r['method']} | {r['n']} | {_ci(r['poi'], 2, signed=False)} | {r['paired_above']}/"
+                  f"{r['paired_n']} | {r['iqm_gap']:+.3f} | {_p(r['p'])} | {_p(r['p_holm'])} |")
+    md.append("")
+    # 4. what each arm's step term is made of
+    md += ["### 4. Branch mix and scale (mean over runs × iterations)", "",
+           "PACE rows: the action-keyed formula; fallback: leave-one-out; singleton: no step term. For GiGPO and "
+           "BiGPO the mix is the diagnostic one (PACE applied to the run's clusters), not what they train with.", "",
+           "| arm | half | ε (first batch) | PACE rows | fallback rows | singleton rows | std of A^S | std of A |",
+           "|---|---|---|---|---|---|---|---|"]
+    for m in arms:
+        rs = [r for r in runs if r.method == m]
+
+        def mean(key: str, rs=rs) -> float:
+            v = [row[key] for r in rs for row in r.metrics if _finite(row.get(key))]
+            return float(np.mean(v)) if v else float("nan")
+
+        eps = [r.metrics[0].get("group/epsilon") for r in rs if r.metrics]
+        eps_txt = f"{np.median([e for e in eps if _finite(e)]):.3g} (median)" if any(_finite(e) for e in eps) else "–"
+        md.append(f"| {m} | {_HALF_OF[m]} | {eps_txt} | {mean('group/pace_frac_pace'):.2f} | "
+                  f"{mean('group/pace_frac_fallback'):.2f} | {mean('group/pace_frac_singleton'):.2f} | "
+                  f"{mean('adv/step_std'):.3f} | {mean('adv/total_std'):.3f} |")
+    md.append("")
     return "\n".join(md)
 
 
@@ -641,6 +736,7 @@ STUDIES = {
     "cpu-study-alfworld": ("Generated ALFWorld", control_study, _WARM),
     "estimator-bench": ("Estimators against exact advantages on finite text MDPs", estimator_bench, _BENCH),
     "epsilon": ("The rules of `epsilon: auto`", epsilon_rules, _EPS),
+    "llm-gt-halves": ("The halves of BiPACE on the over-split finite world", halves, _WARM),
 }
 
 

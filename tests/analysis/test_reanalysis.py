@@ -181,3 +181,36 @@ def test_reanalyse_command(tmp_path, capsys):
     assert main(["nope", "--results", str(tmp_path)]) == 2
     assert main(["epsilon", "--results", str(tmp_path)]) == 2  # no such folder there
     assert "no folder" in capsys.readouterr().err
+
+
+def test_halves_tables_on_hand_made_runs(tmp_path):
+    # 3 seeds; every run scores gigpo / bigpo / pace_anchor / bipace_q on its batches: bigpo = gigpo + 0.02,
+    # pace_anchor = gigpo - 0.01, bipace_q = gigpo + 0.1; the cluster_std arm's runs score bipace_q at gigpo + 0.2
+    from analysis.reanalysis import halves
+
+    for seed in range(3):
+        for method in ("gigpo", "bigpo", "pace_anchor", "bipace_q", "bipace_q-cluster_std"):
+            d = tmp_path / "runs" / "finiterooms" / "tiny" / method / f"seed_{seed}"
+            d.mkdir(parents=True)
+            rows = []
+            for it in (1, 2):
+                g = 0.2 + 0.01 * seed
+                q = g + (0.2 if method.endswith("cluster_std") else 0.1)
+                rows.append({"iteration": it, "group/epsilon": 0.002, "rollout/success_rate": 0.1 * seed,
+                             "groundtruth/gigpo/pearson": g, "groundtruth/bigpo/pearson": g + 0.02,
+                             "groundtruth/pace_anchor/pearson": g - 0.01, "groundtruth/bipace_q/pearson": q,
+                             "group/pace_frac_pace": 0.5, "group/pace_frac_fallback": 0.3,
+                             "group/pace_frac_singleton": 0.2, "adv/step_std": 1.0, "adv/total_std": 2.0})
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = halves(tmp_path)
+    assert "15 runs" in md and "seeds 0–2 (3)" in md
+    same = md.split("### 1. ")[1].split("### 1b")[0]
+    assert "| bigpo | 3 | " in same and "+0.020 [+0.020, +0.020] | 3/3 | 0.250 | 0.750 |" in same  # Holm k = 3
+    assert "| pace_anchor | 3 | " in same and "| 0/3 |" in same.split("| pace_anchor |")[1]
+    assert "bipace_q-cluster_std" not in same  # not a registered estimator: table 2 only
+    own = md.split("### 2. ")[1].split("### 3.")[0]
+    assert "| bipace_q-cluster_std | 3 | " in own and "+0.200 [+0.200, +0.200] | 3/3 |" in own
+    assert "| bipace_q | 3 | " in own and "+0.100 [+0.100, +0.100] | 3/3 |" in own
+    assert "Holm p (k = 4)" in own
+    mix = md.split("### 4. ")[1]
+    assert "| pace_anchor | action half only | 0.002 (median) | 0.50 | 0.30 | 0.20 | 1.000 | 2.000 |" in mix
