@@ -181,6 +181,20 @@ def _smallest(rows: list[dict], ok) -> dict | None:
     return None
 
 
+def _column_best(rows: list[dict], column: str, higher: bool = True) -> tuple[float, dict] | None:
+    """(best value, the smallest epsilon reaching it) of a scan column, NaN rows left out; None when every row is
+    NaN. A scan without the column was saved before its rule existed: ValueError."""
+    if any(column not in r for r in rows):
+        raise ValueError(f"this scan has no {column} column (it was saved before the rule existed); scan the batch "
+                         "again with estimators.calibrate.scan_epsilon")
+    scored = [r for r in rows if r[column] == r[column]]
+    if not scored:
+        return None
+    best = max(r[column] for r in scored) if higher else min(r[column] for r in scored)
+    hit = _smallest(scored, lambda r: r[column] >= best - 1e-12 if higher else r[column] <= best + 1e-12)
+    return best, hit
+
+
 def choose_epsilon(
     batch: StepBatch, criterion: str = "anchor_f1", target: float = 0.9, grid: Sequence[float] = AUTO_GRID,
     centroid: str = "mean", backend: str = "torch", center: bool = False, gamma: float = 0.95,
@@ -211,20 +225,13 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_f1", target: float
                            f"smallest epsilon whose clusters agree best with the true state (pair F1 {best:.3f}: "
                            f"precision {hit['precision']:.3f}, recall {hit['recall']:.3f}; the anchors' F1 "
                            f"{anchor.get('f1', float('nan')):.3f})", scan, center)
-    if criterion == "return_loo":
-        if any("return_loo" not in r for r in rows):
-            raise ValueError("this scan has no return_loo column (it was saved before the rule existed); scan the "
-                             "batch again with estimators.calibrate.scan_epsilon")
-        scored = [r for r in rows if r["return_loo"] == r["return_loo"]]
-        if scored:
-            best = min(r["return_loo"] for r in scored)
-            hit = _smallest(scored, lambda r: r["return_loo"] <= best + 1e-12)
-            return Calibration(hit["epsilon"], criterion, "return_loo",
-                               f"epsilon whose clusters best predict the step returns of other trajectories "
-                               f"(leave-one-trajectory-out error {best:.3f} of the prompt group's; the anchors' "
-                               f"{anchor.get('return_loo', float('nan')):.3f}; singleton rate "
-                               f"{hit['singleton_rate']:.3f} vs the anchors' {anchor['singleton_rate']:.3f})",
-                               scan, center)
+    if criterion == "return_loo" and (found := _column_best(rows, "return_loo", higher=False)) is not None:
+        best, hit = found
+        return Calibration(hit["epsilon"], criterion, "return_loo",
+                           f"epsilon whose clusters best predict the step returns of other trajectories "
+                           f"(leave-one-trajectory-out error {best:.3f} of the prompt group's; the anchors' "
+                           f"{anchor.get('return_loo', float('nan')):.3f}; singleton rate "
+                           f"{hit['singleton_rate']:.3f} vs the anchors' {anchor['singleton_rate']:.3f})", scan, center)
     has_pairs = anchor["anchor_recall"] == anchor["anchor_recall"]  # not NaN: two rows share an observation
     if has_pairs and criterion == "anchor_recall":
         hit = _smallest(rows, lambda r: r["anchor_recall"] >= target - 1e-12)
@@ -238,19 +245,13 @@ def pick_from_scan(scan: list[dict], criterion: str = "anchor_f1", target: float
         return Calibration(hit["epsilon"], criterion, "anchor_recall_max",
                            f"no epsilon of the grid keeps {target:g} of the same-observation pairs together; the "
                            f"smallest with the most ({best:.3f})", scan, center)
-    if has_pairs and criterion == "anchor_f1":
-        if any("anchor_f1" not in r for r in rows):
-            raise ValueError("this scan has no anchor_f1 column (it was saved before the rule existed); scan the "
-                             "batch again with estimators.calibrate.scan_epsilon")
-        scored = [r for r in rows if r["anchor_f1"] == r["anchor_f1"]]
-        if scored:
-            best = max(r["anchor_f1"] for r in scored)
-            hit = _smallest(scored, lambda r: r["anchor_f1"] >= best - 1e-12)
-            return Calibration(hit["epsilon"], criterion, "anchor_f1",
-                               f"smallest epsilon whose clusters agree best with the exact anchors (pair F1 "
-                               f"{best:.3f}: precision {hit['anchor_precision']:.3f}, recall "
-                               f"{hit['anchor_recall']:.3f}; singleton rate {hit['singleton_rate']:.3f} vs the "
-                               f"anchors' {anchor['singleton_rate']:.3f})", scan, center)
+    if has_pairs and criterion == "anchor_f1" and (found := _column_best(rows, "anchor_f1")) is not None:
+        best, hit = found
+        return Calibration(hit["epsilon"], criterion, "anchor_f1",
+                           f"smallest epsilon whose clusters agree best with the exact anchors (pair F1 "
+                           f"{best:.3f}: precision {hit['anchor_precision']:.3f}, recall "
+                           f"{hit['anchor_recall']:.3f}; singleton rate {hit['singleton_rate']:.3f} vs the "
+                           f"anchors' {anchor['singleton_rate']:.3f})", scan, center)
     if has_pairs and criterion == "singleton_match":
         hit = _smallest(rows, lambda r: r["singleton_rate"] <= anchor["singleton_rate"] + 1e-12)
         if hit is not None:
