@@ -32,6 +32,8 @@ def test_run_summary_freezes_the_rules_on_the_first_batch_and_averages_the_itera
     assert s["anchors"]["last"]["recall"] == a2["recall"]
     at = min(scans[2]["scan"][1:], key=lambda r: abs(r["epsilon"] - 0.05))
     assert s["paper 0.05"]["last"]["f1"] == at["f1"]
+    finite = [r["f1"] for r in scans[2]["scan"][1:] if r["f1"] == r["f1"]]
+    assert finite and s["oracle"]["last"]["f1"] == max(finite)
     with pytest.raises(ValueError):
         run_summary(scans, iterations=0)
 
