@@ -110,7 +110,8 @@ def table(entries: list[tuple[str, dict]]) -> str:
 
         lines.append(
             f"| {label} | {s['rows']:.0f} | {f(a['mean']['singleton_rate'])} ({f(a['last']['singleton_rate'])}) | "
-            f"{f(a['mean']['precision'])} / {f(a['mean']['recall'])} / {f(a['mean']['f1'])} | {cl('return_loo')} | {cl('anchor_f1')} | "
+            f"{f(a['mean']['precision'])} / {f(a['mean']['recall'])} / {f(a['mean']['f1'])} | "
+            f"{cl('return_loo')} | {cl('anchor_f1')} | "
             f"{cl('paper 0.05', False)} | {f(s['oracle']['mean']['f1'])} ({f(s['oracle']['last']['f1'])}) | "
             f"{verdict(a)} |")
     return "\n".join(lines) + "\n"
