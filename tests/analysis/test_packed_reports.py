@@ -112,6 +112,8 @@ def test_each_committed_reanalysis_rebuilds_equal_from_the_packed_runs(study):
     """``results/<study>/reanalysis.md`` is what ``python -m experiments.reanalyse <study>`` writes today from the
     committed (packed) run data: a claim in a study README that cites it cannot drift from the data."""
     results = Path(__file__).resolve().parents[2] / "results"
+    if not (results / study / "reanalysis.md").exists() and packed_file(results / study / "runs") is None:
+        pytest.skip(f"results/{study}: no committed run data yet (a study still running), so nothing to rebuild")
     committed = (results / study / "reanalysis.md").read_text()
     assert reanalyse(study, results) == committed, (
         f"results/{study}/reanalysis.md is stale: run `python -m experiments.reanalyse {study}`")

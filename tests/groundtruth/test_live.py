@@ -159,7 +159,8 @@ def test_a_run_on_a_finite_world_logs_every_estimator_against_the_truth(tmp_path
         names = {k.split("/")[1] for k in r if k.startswith("groundtruth/") and k.count("/") == 2} - {"ceiling"}
         hidden = {"bigpo", "bipace_q", "bipace_v"}
         labels = ["eps0.05"] + (["oracle"] if "groundtruth/oracle_epsilon" in r else [])
-        assert names == {"grpo", "gigpo", "hgpo", "rloo", *hidden, *(f"{e}@{lb}" for e in hidden for lb in labels)}
+        assert names == {"grpo", "gigpo", "hgpo", "rloo", "pace_anchor", *hidden,
+                         *(f"{e}@{lb}" for e in hidden for lb in labels)}
         assert 0 <= r["groundtruth/true_zero"] <= 1 and r["groundtruth/visited_cells"] >= 1
         assert r["perf/time_probe"] > 0
         # every reachable cell scored, the fill's residual, the ceiling, and the estimators against the old truth
