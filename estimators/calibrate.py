@@ -68,14 +68,9 @@ CRITERIA = ("anchor_recall", "anchor_f1", "singleton_match", "return_loo", "stat
 FALLBACK_SINGLETON_RATE = 0.2
 
 
-def return_loo(returns: torch.Tensor, gid: torch.Tensor, group: torch.Tensor, traj: torch.Tensor) -> float:
-    """Leave-one-trajectory-out error of a grouping as a return predictor (the ``return_loo`` rule).
-
-    returns: float (N,) step returns; gid: dense grouping ids (N,), each inside one prompt group; group: dense
-    prompt-group ids (N,); traj: dense trajectory ids (N,). Row i is predicted by the mean return of the rows of
-    its group from other trajectories, or, where its group holds none, by its prompt group's rows from other
-    trajectories. Returns MSE(grouping) / MSE(prompt group alone): below 1 when the grouping predicts returns better
-    than the prompt group's mean; NaN when no row has another trajectory in its prompt group."""
+def return_loo_scorer(returns: torch.Tensor, group: torch.Tensor, traj: torch.Tensor):
+    """``gid -> return_loo(returns, gid, group, traj)``, with the prompt group's prediction computed once (a scan
+    scores ~50 groupings of one batch)."""
     r = returns.double()
 
     def loo(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,19 +85,33 @@ def return_loo(returns: torch.Tensor, gid: torch.Tensor, group: torch.Tensor, tr
         return (tot[ids] - s_own) / n_other.clamp_min(1), n_other > 0
 
     pred_g, ok_g = loo(dense_ids(group))
-    pred_c, ok_c = loo(gid)
-    if not bool(ok_g.any()):
-        return float("nan")
-    pred = torch.where(ok_c, pred_c, pred_g)
-    err_c = ((r - pred)[ok_g] ** 2).mean()
-    err_g = ((r - pred_g)[ok_g] ** 2).mean()
-    if float(err_g) == 0.0:
-        return 1.0 if float(err_c) == 0.0 else float("inf")
-    return float(err_c / err_g)
+    err_g = ((r - pred_g)[ok_g] ** 2).mean() if bool(ok_g.any()) else None
+
+    def score(gid: torch.Tensor) -> float:
+        if err_g is None:
+            return float("nan")
+        pred_c, ok_c = loo(gid)
+        err_c = ((r - torch.where(ok_c, pred_c, pred_g))[ok_g] ** 2).mean()
+        if float(err_g) == 0.0:
+            return 1.0 if float(err_c) == 0.0 else float("inf")
+        return float(err_c / err_g)
+
+    return score
+
+
+def return_loo(returns: torch.Tensor, gid: torch.Tensor, group: torch.Tensor, traj: torch.Tensor) -> float:
+    """Leave-one-trajectory-out error of a grouping as a return predictor (the ``return_loo`` rule).
+
+    returns: float (N,) step returns; gid: dense grouping ids (N,), each inside one prompt group; group: dense
+    prompt-group ids (N,); traj: dense trajectory ids (N,). Row i is predicted by the mean return of the rows of
+    its group from other trajectories, or, where its group holds none, by its prompt group's rows from other
+    trajectories. Returns MSE(grouping) / MSE(prompt group alone): below 1 when the grouping predicts returns better
+    than the prompt group's mean; NaN when no row has another trajectory in its prompt group."""
+    return return_loo_scorer(returns, group, traj)(gid)
 
 
 def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, anchors: torch.Tensor,
-         returns: tuple | None = None) -> dict:
+         loo=None) -> dict:
     st = grouping_stats(gid, kind)
     prefix = "anchor" if kind == "anchor" else "cluster"
     row = {
@@ -118,8 +127,8 @@ def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, 
     row["anchor_precision"] = both / same_group if same_group else float("nan")
     ap, ar = row["anchor_precision"], row["anchor_recall"]
     row["anchor_f1"] = 2 * ap * ar / (ap + ar) if ap + ar > 0 else float("nan")  # NaN in, NaN out
-    if returns is not None:
-        row["return_loo"] = return_loo(returns[0], gid, *returns[1:])
+    if loo is not None:
+        row["return_loo"] = loo(gid)
     if states is not None:
         pur = pair_purity(gid, states)
         row["precision"], row["recall"] = pur if pur is not None else (float("nan"), float("nan"))
@@ -147,8 +156,8 @@ def scan_epsilon(
         states = dense_ids(batch.group_id, factorize([repr(s) for s in batch.state_key], device=batch.device))
     anchors = anchor_groups(batch.group_id, batch.anchor_obs)
     traj = dense_ids(batch.group_id, batch.traj_id)
-    ret = (discounted_returns(batch.reward, traj, batch.step, batch.valid, gamma, invalid_penalty),
-           dense_ids(batch.group_id), traj)
+    ret = return_loo_scorer(discounted_returns(batch.reward, traj, batch.step, batch.valid, gamma, invalid_penalty),
+                            dense_ids(batch.group_id), traj)
     rows = [{**_row("exact anchor obs", anchors, "anchor", states, anchors, ret), "epsilon": None}]
     hidden = center_by_group(batch.hidden, batch.group_id) if center else batch.hidden
     for eps in grid:

@@ -41,7 +41,6 @@ and its share of every evaluation list; the loss already uses global denominator
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -590,9 +589,7 @@ class Trainer:
         self._say(head)
 
     def _grouping_scan(self, batch, hidden, iteration: int) -> None:
-        """``logging.grouping_scan``: this rank's batch scanned over ``AUTO_GRID``, one line of
-        ``grouping_scan.jsonl`` (rank 0 appends; a resumed run appends the iterations it redoes again, and a reader
-        keeps the last line of each iteration)."""
+        """``logging.grouping_scan``: rank 0's batch scanned over ``AUTO_GRID``, one line of ``grouping_scan.jsonl``."""
         if self.rank != 0:
             return
         from estimators.calibrate import AUTO_GRID, scan_epsilon
@@ -603,9 +600,7 @@ class Trainer:
         est = self.cfg.estimator
         scan = scan_epsilon(batch.to_step_batch(hidden=hidden), AUTO_GRID, est.centroid, est.cluster_backend,
                             est.center_states, est.gamma, est.invalid_penalty)
-        rec = {"iteration": int(iteration), "rows": len(batch), "scan": scan}
-        with open(self.folder.path / "grouping_scan.jsonl", "a") as fh:
-            fh.write(json.dumps(rec, allow_nan=True) + "\n")
+        self.folder.append_grouping_scan({"iteration": int(iteration), "rows": len(batch), "scan": scan})
 
     def update(self, batch, adv: torch.Tensor, old, ref) -> dict[str, float]:
         """One PPO pass over the batch (DeepSpeed); ``loss/...`` metrics. Raises ``NonFiniteError`` (engine)."""

@@ -10,6 +10,7 @@ Layout (read by ``analysis.runs``; docs/conventions.md, "Run folders")::
       train.log                    warnings and progress messages (skipped steps, checkpoint fall-backs, errors)
       epsilon.json                 with estimator.epsilon=auto: the epsilon frozen at the first step and its scan
       epsilon_scan.md              the same scan as a table
+      grouping_scan.jsonl          with logging.grouping_scan=true: every iteration's groupings over the epsilon grid
       checkpoints/                 trainer.checkpoint layout (iter_XXXXXXXX/, latest)
       .lock                        held by the process that runs the folder (its PID and command inside)
       restarted_<date>/            the logs of a run that --restart started over
@@ -68,7 +69,7 @@ class RunFolderError(ConfigError):
 
 #: files a restart moves to ``restarted_<date>/`` (the run's record); checkpoints are deleted
 _ARCHIVED = ("config.yaml", "run.json", "metrics.jsonl", "eval.jsonl", "train.log", "epsilon.json", "epsilon_scan.md",
-             "tb", "wandb")
+             "grouping_scan.jsonl", "tb", "wandb")
 
 #: config keys (dotted prefixes) that may differ between the saved config and a resuming invocation [choice]
 #: ``sft.warmstart`` describes how ``sft.init_from`` was made; the folder it names (compared) is what a run starts from
@@ -159,6 +160,15 @@ class RunFolder:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    def append_grouping_scan(self, record: dict) -> None:
+        """One line of ``grouping_scan.jsonl`` (rank 0; a resumed run appends the iterations it redoes again, and a
+        reader keeps the last line of each iteration)."""
+        if self.rank != 0:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / "grouping_scan.jsonl", "a") as fh:
+            fh.write(json.dumps(record, allow_nan=True) + "\n")
 
     @property
     def epsilon_path(self) -> Path:

@@ -528,6 +528,11 @@ def test_grouping_scan_logs_every_iteration_and_agrees_with_the_run_metrics(tmp_
         assert row["singleton_rate"] == pytest.approx(m["group/singleton_rate_cluster"])
         assert "return_loo" in row and "precision" in row  # TextCraft gives state_key
         assert m["perf/time_grouping_scan"] > 0
+    # a restart starts the file over and keeps the old one with the run's other logs
+    assert main([*FAST, "estimator.name=bigpo", "estimator.epsilon=0.001", "eval.every=0",
+                 "logging.grouping_scan=true", "trainer.resume=false", f"output_dir={out}"]) == 0
+    assert [ln["iteration"] for ln in _lines(out / "grouping_scan.jsonl")] == [1, 2]
+    assert [len(_lines(f)) for f in out.glob("restarted_*/grouping_scan.jsonl")] == [2]
     # off by default: no file, no timer
     out2 = tmp_path / "plain"
     assert main([*FAST, "estimator.name=grpo", "eval.every=0", f"output_dir={out2}"]) == 0
