@@ -33,7 +33,7 @@ from .runs import CONTROL_METHOD, Run, find_runs, packed_file, series
 from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p
 from .truth import epsilon_label, truth_estimators
 
-__all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "halves", "control_study", "estimator_bench", "epsilon_rules",
+__all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "halves", "halves_heldout", "heldout_rows", "control_study", "estimator_bench", "epsilon_rules",
            "leave_one_batch_out", "parse_f1_table", "fisher_exact_p"]
 
 LLM_SCENARIOS = ("exact", "oversplit", "undersplit")
@@ -275,22 +275,32 @@ def halves(root: Path, baseline: str = "gigpo") -> str:
                            "Pearson with A^π; the difference column gives the mean of the per-seed differences "
                            "[smallest, largest seed])", baseline)
     # 3. training success
+    md += _training_md(runs, baseline, "### 3. Training success against GiGPO")
+    md += _branch_mix_md(runs, arms, "### 4. Branch mix and scale (mean over runs × iterations)")
+    return "\n".join(md)
+
+
+def _training_md(runs: list[Run], baseline: str, title: str) -> list[str]:
+    """``training_rows`` as a table, Holm over its rows (Mann-Whitney p over runs = seeds)."""
     tr = training_rows(runs, baseline)
     for r, a in zip(tr, holm([r["p"] for r in tr])):
         r["p_holm"] = a
-    md += [f"### 3. Training success against GiGPO (mean of the last 5 iterations per run; Holm over {len(tr)})", "",
-           "| arm | seeds | P(> gigpo) [95% CI] | seeds above gigpo (paired) | mean paired gap | p | Holm p |",
-           "|---|---|---|---|---|---|---|"]
+    md = [f"{title} (mean of the last 5 iterations per run; Holm over {len(tr)})", "",
+          f"| arm | seeds | P(> {baseline}) [95% CI] | seeds above {baseline} (paired) | mean paired gap | p | Holm p |",
+          "|---|---|---|---|---|---|---|"]
     for r in tr:
         md.append(f"| {r['method']} | {r['n']} | {_ci(r['poi'], 2, signed=False)} | {r['paired_above']}/"
                   f"{r['paired_n']} | {r['iqm_gap']:+.3f} | {_p(r['p'])} | {_p(r['p_holm'])} |")
-    md.append("")
-    # 4. what each arm's step term is made of
-    md += ["### 4. Branch mix and scale (mean over runs × iterations)", "",
-           "PACE rows: the action-keyed formula; fallback: leave-one-out; singleton: no step term. For GiGPO and "
-           "BiGPO the mix is the diagnostic one (PACE applied to the run's clusters), not what they train with.", "",
-           "| arm | half | ε (first batch) | PACE rows | fallback rows | singleton rows | std of A^S | std of A |",
-           "|---|---|---|---|---|---|---|---|"]
+    return md + [""]
+
+
+def _branch_mix_md(runs: list[Run], arms: list[str], title: str) -> list[str]:
+    """Per arm: its first-batch ε, the share of rows in each PACE branch and the scale of its advantages."""
+    md = [title, "",
+          "PACE rows: the action-keyed formula; fallback: leave-one-out; singleton: no step term. For GiGPO and "
+          "BiGPO the mix is the diagnostic one (PACE applied to the run's clusters), not what they train with.", "",
+          "| arm | half | ε (first batch) | PACE rows | fallback rows | singleton rows | std of A^S | std of A |",
+          "|---|---|---|---|---|---|---|---|"]
     for m in arms:
         rs = [r for r in runs if r.method == m]
 
@@ -303,7 +313,87 @@ def halves(root: Path, baseline: str = "gigpo") -> str:
         md.append(f"| {m} | {_HALF_OF[m]} | {eps_txt} | {mean('group/pace_frac_pace'):.2f} | "
                   f"{mean('group/pace_frac_fallback'):.2f} | {mean('group/pace_frac_singleton'):.2f} | "
                   f"{mean('adv/step_std'):.3f} | {mean('adv/total_std'):.3f} |")
-    md.append("")
+    return md + [""]
+
+
+def _final_eval(run: Run, key: str) -> tuple[int, int, int] | None:
+    """(wins, episodes, iteration) of ``run``'s last evaluation on the split whose success-rate key is ``key``."""
+    xs, ys = series(run.evals, key)
+    _, ns = series(run.evals, key.replace("success_rate", "num_episodes"))
+    if not ys or not ns:
+        return None
+    n = int(round(ns[-1]))
+    return int(round(ys[-1] * n)), n, int(xs[-1])
+
+
+def heldout_rows(runs: list[Run], key: str, baseline: str = "gigpo") -> list[dict]:
+    """Per arm: success at its runs' last evaluation on one split (wins / episodes pooled over seeds, and the mean of
+    the per-seed rates with a bootstrap interval over seeds), and against ``baseline`` the paired per-seed difference
+    (the two runs of a seed play the same goals): mean [95% CI over seeds], seeds above 0, exact sign-flip p, Holm
+    over the arms compared."""
+    per: dict[str, dict[int, tuple[int, int, int]]] = defaultdict(dict)
+    for r in runs:
+        f = _final_eval(r, key)
+        if f is not None and f[1] > 0:
+            per[r.method][r.seed] = f
+    rows = []
+    for m in [a for a in HALVES if a in per]:
+        rate = {s: w / n for s, (w, n, _) in per[m].items()}
+        row = {"arm": m, "seeds": len(rate), "wins": sum(v[0] for v in per[m].values()),
+               "episodes": sum(v[1] for v in per[m].values()), "iteration": max(v[2] for v in per[m].values()),
+               "level": hierarchical_bootstrap_ci([[v] for v in rate.values()])}
+        if m != baseline and baseline in per:
+            b = {s: w / n for s, (w, n, _) in per[baseline].items()}
+            d = [rate[s] - b[s] for s in sorted(rate) if s in b]
+            if d:
+                row.update(diff=hierarchical_bootstrap_ci([[x] for x in d]), above=sum(x > 0 for x in d),
+                           below=sum(x < 0 for x in d), n=len(d), p=sign_flip_p(d), per_seed=d)
+        rows.append(row)
+    tested = [r for r in rows if "p" in r]
+    for r, a in zip(tested, holm([r["p"] for r in tested])):
+        r["p_holm"] = a
+    return rows
+
+
+def halves_heldout(root: Path, baseline: str = "gigpo", split: str = "eval_depth2") -> str:
+    """The halves of BiPACE on a real environment (issue 40, item 3b): held-out success at the last evaluation
+    (primary), training success, and each arm's PACE branch mix and scale."""
+    runs = [r for r in find_runs(Path(root) / "runs") if r.method in HALVES]
+    if not runs:
+        return "No runs yet.\n"
+    seeds = sorted({r.seed for r in runs})
+    arms = [m for m in HALVES if any(r.method == m for r in runs)]
+    keys = sorted({k for r in runs for row in r.evals for k in row
+                   if re.match(rf"^eval/[^/]+/{re.escape(split)}/success_rate$", k)})
+    md = [f"{len(runs)} runs ({', '.join(f'{m}: {sum(r.method == m for r in runs)}' for m in arms)}), seeds "
+          f"{seeds[0]}–{seeds[-1]} ({len(seeds)}). Primary metric: success on the held-out `{split}` goals at each "
+          "run's last evaluation. Per seed: the run's rate; intervals: bootstrap over seeds; paired differences "
+          "against GiGPO of the same seed (same goals, same warm start); exact sign-flip p over the per-seed "
+          f"differences (smallest possible with {len(seeds)} seeds: {2 / 2 ** len(seeds):.3g}), Holm over the "
+          "arms compared.", ""]
+    for key in keys:
+        rows = heldout_rows(runs, key, baseline)
+        k = sum("p" in r for r in rows)
+        it0 = [r.evals[0].get(key) for r in runs if r.evals and r.evals[0].get("iteration") == 0
+               and _finite(r.evals[0].get(key))]
+        md += [f"### 1. Held-out `{split}` success at the last evaluation (iteration "
+               f"{max((r['iteration'] for r in rows), default=0)}; the warm start, iteration 0: "
+               f"{100 * float(np.mean(it0)):.1f}% over the {len(it0)} runs)" if it0 else
+               f"### 1. Held-out `{split}` success at the last evaluation", "",
+               f"| arm | half | seeds | wins / episodes | mean of seeds [95% CI] | − {baseline} (points) [95% CI] | "
+               f"seeds above / below | sign-flip p | Holm p (k = {k}) |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            head = (f"| {r['arm']} | {_HALF_OF[r['arm']]} | {r['seeds']} | {r['wins']}/{r['episodes']} | "
+                    f"{_ci(r['level'], 1, 100, signed=False)} | ")
+            if "p" in r:
+                md.append(head + f"{_ci(r['diff'], 1, 100)} | {r['above']} / {r['below']} | {_p(r['p'])} | "
+                                 f"{_p(r['p_holm'])} |")
+            else:
+                md.append(head + "– | – | – | – |")
+        md.append("")
+    md += _training_md(runs, baseline, "### 2. Training success against GiGPO")
+    md += _branch_mix_md(runs, arms, "### 3. Branch mix and scale (mean over runs × iterations)")
     return "\n".join(md)
 
 
@@ -737,6 +827,7 @@ STUDIES = {
     "estimator-bench": ("Estimators against exact advantages on finite text MDPs", estimator_bench, _BENCH),
     "epsilon": ("The rules of `epsilon: auto`", epsilon_rules, _EPS),
     "llm-gt-halves": ("The halves of BiPACE on the over-split finite world", halves, _WARM),
+    "halves-textcraft": ("The halves of BiPACE on TextCraft, held-out goals", halves_heldout, _WARM),
 }
 
 

@@ -214,3 +214,38 @@ def test_halves_tables_on_hand_made_runs(tmp_path):
     assert "Holm p (k = 4)" in own
     mix = md.split("### 4. ")[1]
     assert "| pace_anchor | action half only | 0.002 (median) | 0.50 | 0.30 | 0.20 | 1.000 | 2.000 |" in mix
+
+
+def test_halves_heldout_pairs_final_evaluations_by_seed(tmp_path):
+    # 4 seeds, 58 goals; gigpo wins 10 + seed at the last evaluation, bigpo 2 more in every seed, pace_anchor
+    # 1 fewer except in seed 3 (1 more); iteration 0 is the warm start, 12 wins everywhere
+    from analysis.reanalysis import halves_heldout, heldout_rows
+
+    wins = {"gigpo": lambda s: 10 + s, "bigpo": lambda s: 12 + s,
+            "pace_anchor": lambda s: 10 + s + (1 if s == 3 else -1)}
+    for seed in range(4):
+        for method, w in wins.items():
+            d = tmp_path / "runs" / "textcraft" / "tiny" / method / f"seed_{seed}"
+            d.mkdir(parents=True)
+            (d / "run.json").write_text(json.dumps({"env": "textcraft", "model": "tiny", "method": method,
+                                                    "seed": seed}))
+            (d / "metrics.jsonl").write_text("".join(json.dumps(
+                {"iteration": i, "rollout/success_rate": 0.3, "group/epsilon": 0.001, "group/pace_frac_pace": 0.2,
+                 "group/pace_frac_fallback": 0.3, "group/pace_frac_singleton": 0.5, "adv/step_std": 1.0,
+                 "adv/total_std": 1.5}) + "\n" for i in (1, 2)))
+            k = "eval/textcraft/eval_depth2/"
+            (d / "eval.jsonl").write_text("".join(json.dumps(
+                {"iteration": it, k + "success_rate": n / 58, k + "num_episodes": 58.0}) + "\n"
+                for it, n in ((0, 12), (20, w(seed)))))
+    rows = {r["arm"]: r for r in heldout_rows(find_runs(tmp_path / "runs"), "eval/textcraft/eval_depth2/success_rate")}
+    assert rows["gigpo"]["wins"] == 46 and rows["gigpo"]["episodes"] == 232 and "p" not in rows["gigpo"]
+    assert rows["bigpo"]["per_seed"] == pytest.approx([2 / 58] * 4)
+    assert rows["bigpo"]["above"] == 4 and rows["bigpo"]["p"] == pytest.approx(0.125)  # 2 / 2^4
+    assert rows["pace_anchor"]["above"] == 1 and rows["pace_anchor"]["below"] == 3
+    assert rows["bigpo"]["p_holm"] == pytest.approx(0.25)  # Holm over 2 arms: the smaller p doubled
+    md = halves_heldout(tmp_path)
+    assert "12 runs" in md and "smallest possible with 4 seeds: 0.125" in md
+    assert "iteration 20; the warm start, iteration 0: 20.7% over the 12 runs" in md
+    assert "| bigpo | state half only | 4 | 54/232 | " in md and "+3.4 [+3.4, +3.4] | 4 / 0 | 0.125 | 0.250 |" in md
+    assert "### 2. Training success against GiGPO" in md
+    assert "| bigpo | state half only | 0.001 (median) | 0.20 | 0.30 | 0.50 | 1.000 | 1.500 |" in md
