@@ -33,8 +33,8 @@ from .runs import CONTROL_METHOD, Run, find_runs, packed_file, series
 from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p
 from .truth import epsilon_label, truth_estimators
 
-__all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "halves", "halves_heldout", "heldout_rows", "control_study", "estimator_bench", "epsilon_rules",
-           "leave_one_batch_out", "parse_f1_table", "fisher_exact_p"]
+__all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "halves", "halves_heldout", "heldout_rows", "control_study",
+           "estimator_bench", "epsilon_rules", "leave_one_batch_out", "parse_f1_table", "fisher_exact_p"]
 
 LLM_SCENARIOS = ("exact", "oversplit", "undersplit")
 
@@ -286,7 +286,8 @@ def _training_md(runs: list[Run], baseline: str, title: str) -> list[str]:
     for r, a in zip(tr, holm([r["p"] for r in tr])):
         r["p_holm"] = a
     md = [f"{title} (mean of the last 5 iterations per run; Holm over {len(tr)})", "",
-          f"| arm | seeds | P(> {baseline}) [95% CI] | seeds above {baseline} (paired) | mean paired gap | p | Holm p |",
+          f"| arm | seeds | P(> {baseline}) [95% CI] | seeds above {baseline} (paired) | mean paired gap | p "
+          "| Holm p |",
           "|---|---|---|---|---|---|---|"]
     for r in tr:
         md.append(f"| {r['method']} | {r['n']} | {_ci(r['poi'], 2, signed=False)} | {r['paired_above']}/"
