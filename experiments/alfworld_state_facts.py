@@ -18,7 +18,6 @@ facts do not change what the agent can do next).
 from __future__ import annotations
 
 import argparse
-import random
 import re
 import sys
 from collections import defaultdict
@@ -82,19 +81,9 @@ def same_commands_share(rows: list[tuple]) -> tuple[int, float]:
 
 def collect(games: int, episodes: int, steps: int, seed: int, data_path: str | None = None) -> list[tuple]:
     from envs.alfworld.env import ALFWorldEnv
+    from envs.alfworld.walks import random_walk_rows
 
-    env = ALFWorldEnv(data_path=data_path, expert=False)
-    rng = random.Random(seed)
-    rows = []
-    for g in range(min(games, env.num_tasks("train"))):
-        for _ in range(episodes):
-            obs, info = env.reset(seed=g, options={"split": "train"})
-            for _ in range(steps):
-                rows.append((info["game"], obs, tuple(env.state_facts()), tuple(info["admissible_actions"])))
-                obs, _, terminated, truncated, info = env.step(rng.choice(info["admissible_actions"]))
-                if terminated or truncated:
-                    break
-    return rows
+    return random_walk_rows(ALFWorldEnv(data_path=data_path, expert=False), games, episodes, steps, seed)
 
 
 def report(rows: list[tuple], argv: list[str]) -> str:
