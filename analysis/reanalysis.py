@@ -252,12 +252,30 @@ def halves(root: Path, baseline: str = "gigpo") -> str:
         r["p_holm"] = a
     md += _truth_md(same_s, "### 1b. Same batches, secondary: the step term alone", baseline)
     # 2. each arm's own estimator on its own runs (the cluster_std arm's runs score bipace_q with cluster_std)
+    md += _truth_md(_own_rows(runs, arms, "pearson", baseline),
+                    "### 2. Own runs: each arm's trained advantage on its own batches (whole advantage, "
+                    "Pearson with A^π; the difference column gives the mean of the per-seed differences "
+                    "[smallest, largest seed])", baseline)
+    md += _truth_md(_own_rows(runs, arms, "pearson_step", baseline),
+                    "### 2b. Own runs, secondary: the step term alone (added after the first 22 runs, to tell the "
+                    "cluster_std arm's grouping from its scale: a Pearson does not change when a whole term is "
+                    "rescaled, but the whole advantage's does when the step term's share of it changes; the difference "
+                    "column as in table 2)", baseline)
+    # 3. training success
+    md += _training_md(runs, baseline, "### 3. Training success against GiGPO")
+    md += _branch_mix_md(runs, arms, "### 4. Branch mix and scale (mean over runs × iterations)")
+    return "\n".join(md)
+
+
+def _own_rows(runs: list[Run], arms: list[str], metric: str, baseline: str) -> list[dict]:
+    """Per arm: its trained estimator's ``metric`` on its own runs, paired by seed against ``baseline``'s runs
+    (Holm over the arms compared)."""
     own: dict[str, dict[int, list[float]]] = {}
     for m in arms:
-        key = f"groundtruth/{_trained_estimator(m)}/pearson"
+        key = f"groundtruth/{_trained_estimator(m)}/{metric}"
         own[m] = _seed_obs([r for r in runs if r.method == m], lambda row, k=key: row.get(k))
     base = own.get(baseline, {})
-    rows2 = []
+    rows = []
     for m in arms:
         if not own[m]:
             continue
@@ -267,17 +285,11 @@ def halves(root: Path, baseline: str = "gigpo") -> str:
             d = [float(np.mean(own[m][s])) - float(np.mean(base[s])) for s in common]
             row.update(diff=(float(np.mean(d)), min(d), max(d)), above=sum(x > 0 for x in d), n=len(d),
                        p=sign_flip_p(d), per_seed=d)
-        rows2.append(row)
-    tested = [r for r in rows2 if "p" in r]
+        rows.append(row)
+    tested = [r for r in rows if "p" in r]
     for r, a in zip(tested, holm([r["p"] for r in tested])):
         r["p_holm"] = a
-    md += _truth_md(rows2, "### 2. Own runs: each arm's trained advantage on its own batches (whole advantage, "
-                           "Pearson with A^π; the difference column gives the mean of the per-seed differences "
-                           "[smallest, largest seed])", baseline)
-    # 3. training success
-    md += _training_md(runs, baseline, "### 3. Training success against GiGPO")
-    md += _branch_mix_md(runs, arms, "### 4. Branch mix and scale (mean over runs × iterations)")
-    return "\n".join(md)
+    return rows
 
 
 def _training_md(runs: list[Run], baseline: str, title: str) -> list[str]:
@@ -299,7 +311,8 @@ def _branch_mix_md(runs: list[Run], arms: list[str], title: str) -> list[str]:
     """Per arm: its first-batch ε, the share of rows in each PACE branch and the scale of its advantages."""
     md = [title, "",
           "PACE rows: the action-keyed formula; fallback: leave-one-out; singleton: no step term. For GiGPO and "
-          "BiGPO the mix is the diagnostic one (PACE applied to the run's clusters), not what they train with.", "",
+          "BiGPO the mix is the diagnostic one (PACE applied to the hidden-state clusters at the run's ε), not what "
+          "they train with.", "",
           "| arm | half | ε (first batch) | PACE rows | fallback rows | singleton rows | std of A^S | std of A |",
           "|---|---|---|---|---|---|---|---|"]
     for m in arms:

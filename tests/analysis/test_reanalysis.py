@@ -200,7 +200,9 @@ def test_halves_tables_on_hand_made_runs(tmp_path):
                              "groundtruth/gigpo/pearson": g, "groundtruth/bigpo/pearson": g + 0.02,
                              "groundtruth/pace_anchor/pearson": g - 0.01, "groundtruth/bipace_q/pearson": q,
                              "group/pace_frac_pace": 0.5, "group/pace_frac_fallback": 0.3,
-                             "group/pace_frac_singleton": 0.2, "adv/step_std": 1.0, "adv/total_std": 2.0})
+                             "group/pace_frac_singleton": 0.2, "adv/step_std": 1.0, "adv/total_std": 2.0,
+                             "groundtruth/gigpo/pearson_step": g,
+                             "groundtruth/bipace_q/pearson_step": g + (0.07 if method.endswith("std") else 0.05)})
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     md = halves(tmp_path)
     assert "15 runs" in md and "seeds 0–2 (3)" in md
@@ -208,10 +210,13 @@ def test_halves_tables_on_hand_made_runs(tmp_path):
     assert "| bigpo | 3 | " in same and "+0.020 [+0.020, +0.020] | 3/3 | 0.250 | 0.750 |" in same  # Holm k = 3
     assert "| pace_anchor | 3 | " in same and "| 0/3 |" in same.split("| pace_anchor |")[1]
     assert "bipace_q-cluster_std" not in same  # not a registered estimator: table 2 only
-    own = md.split("### 2. ")[1].split("### 3.")[0]
+    own = md.split("### 2. ")[1].split("### 2b.")[0]
     assert "| bipace_q-cluster_std | 3 | " in own and "+0.200 [+0.200, +0.200] | 3/3 |" in own
     assert "| bipace_q | 3 | " in own and "+0.100 [+0.100, +0.100] | 3/3 |" in own
     assert "Holm p (k = 4)" in own
+    own_step = md.split("### 2b. ")[1].split("### 3.")[0]  # only the arms whose runs log a step term
+    assert "| bipace_q-cluster_std | 3 | " in own_step and "+0.070 [+0.070, +0.070] | 3/3 |" in own_step
+    assert "| bipace_q | 3 | " in own_step and "Holm p (k = 2)" in own_step and "| bigpo |" not in own_step
     mix = md.split("### 4. ")[1]
     assert "| pace_anchor | action half only | 0.002 (median) | 0.50 | 0.30 | 0.20 | 1.000 | 2.000 |" in mix
 
