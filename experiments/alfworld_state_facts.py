@@ -49,17 +49,17 @@ DEFINITIONS = {
 
 def anchor_purity(rows: list[tuple], key) -> tuple[float, float]:
     """(precision, recall) of the anchors (same game and observation) against ``key(facts)``, over pairs of rows of
-    one game. rows: (game, observation, facts, admissible)."""
-    by_game = defaultdict(list)
-    for game, obs, facts, _ in rows:
-        by_game[game].append((obs, key(facts)))
-    same_obs = same_state = both = 0
-    for items in by_game.values():
-        for (o1, s1), (o2, s2) in combinations(items, 2):
-            same_obs += o1 == o2
-            same_state += s1 == s2
-            both += (o1 == o2) and (s1 == s2)
+    one game (the pair counts of ``estimators.diagnostics.pair_purity``); NaN where the pair count it divides by is
+    0. rows: (game, observation, facts, admissible)."""
+    from estimators.diagnostics import pair_count
+    from estimators.ops import dense_ids, factorize
+
     nan = float("nan")
+    if not rows:
+        return nan, nan
+    anchor = factorize([(g, o) for g, o, _, _ in rows])
+    state = factorize([(g, key(f)) for g, _, f, _ in rows])
+    same_obs, same_state, both = pair_count(anchor), pair_count(state), pair_count(dense_ids(anchor, state))
     return (both / same_obs if same_obs else nan), (both / same_state if same_state else nan)
 
 
