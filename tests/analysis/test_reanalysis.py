@@ -254,3 +254,27 @@ def test_halves_heldout_pairs_final_evaluations_by_seed(tmp_path):
     assert "| bigpo | state half only | 4 | 54/232 | " in md and "+3.4 [+3.4, +3.4] | 4 / 0 | 0.125 | 0.250 |" in md
     assert "### 2. Training success against GiGPO" in md
     assert "| bigpo | state half only | 0.001 (median) | 0.20 | 0.30 | 0.50 | 1.000 | 1.500 |" in md
+
+
+def test_truth_correction_puts_both_truths_side_by_side(tmp_path):
+    # 3 seeds; gigpo reads g under the every-cell truth and g - 0.01 under the uniform fill; bipace_q g + 0.1 and
+    # g + 0.05: bipace_q's new - old is +0.05, its gap to gigpo +0.1 (new) and +0.06 (old)
+    from analysis.reanalysis import truth_correction_md
+
+    for seed in range(3):
+        d = tmp_path / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}"
+        d.mkdir(parents=True)
+        g = 0.2 + 0.01 * seed
+        rows = [{"iteration": it, "groundtruth/gigpo/pearson": g, "groundtruth/visited_only/gigpo/pearson": g - 0.01,
+                 "groundtruth/bipace_q/pearson": g + 0.1, "groundtruth/visited_only/bipace_q/pearson": g + 0.05,
+                 "groundtruth/visited_only_pearson": 0.9, "groundtruth/ceiling/pearson_step": 0.4}
+                for it in (1, 2)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = "\n".join(truth_correction_md(find_runs(tmp_path / "runs"), "gigpo", "### 5."))
+    whole = md.split("**Whole advantage**")[1].split("**Step term alone**")[0]
+    assert "| bipace_q | 0.310 [0.300, 0.320] | 0.260 [0.250, 0.270] | +0.050 [+0.050, +0.050] | " \
+           "+0.100 [+0.100, +0.100] | +0.060 [+0.060, +0.060] |" in whole
+    assert "| gigpo | 0.210 [0.200, 0.220] | 0.200 [0.190, 0.210] | +0.010 [+0.010, +0.010] | – | – |" in whole
+    assert "(`groundtruth/visited_only_pearson`): 0.900 [0.900, 0.900]" in md
+    assert "| bipace_q | – | – | – | – | – |" in md.split("**Step term alone**")[1]  # no step keys logged
+    assert truth_correction_md([], "gigpo", "### 5.") == []
