@@ -317,6 +317,59 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
     return md
 
 
+def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None, halves: Path | None = None) -> str:
+    """``llm-groundtruth``'s same-batch readings against the every-cell truth (issue 40, item 0): per scenario, every
+    estimator on the batches of GiGPO-trained runs, beside the committed study's figures (all its runs, and its
+    GiGPO-trained runs alone), then the fill isolated on the new batches (``truth_correction_md``). ``root``:
+    ``results/llm-gt-rescored`` (scenarios ``exact``, ``undersplit``); the over-split scenario comes from
+    ``halves``' GiGPO runs (default: ``results/llm-gt-halves`` beside ``root``)."""
+    root = Path(root)
+    committed = Path(committed) if committed is not None else root.parent / "llm-groundtruth"
+    halves = Path(halves) if halves is not None else root.parent / "llm-gt-halves"
+    sources = {"exact": root / "exact" / "runs", "oversplit": halves / "runs",
+               "undersplit": root / "undersplit" / "runs"}
+
+    def load(folder: Path) -> list[Run]:
+        return find_runs(folder) if folder.is_dir() or packed_file(folder) is not None else []
+
+    md = ["Training does not read the truth, and every run scores every registered estimator on its own batches, so "
+          "the same-batch readings of `llm-groundtruth` need one trained arm per seed: here GiGPO, with the committed "
+          "study's warm starts, seeds and ε rule (`anchor_f1`); the over-split scenario reuses `llm-gt-halves`' GiGPO "
+          "runs, whose ε rule is `return_loo` (it changes the rows of the estimators scored at the run's ε, marked †, "
+          "not GiGPO's training). Whole advantage, Pearson with A^π; per seed the mean over its run's iterations; "
+          "intervals: hierarchical bootstrap over seeds; sign-flip p over the per-seed means, Holm over each table's "
+          "estimators against GiGPO, as in the committed re-analysis.", ""]
+    for sc, folder in sources.items():
+        new = [r for r in load(folder) if r.method == baseline]
+        if not new:
+            md += [f"## {sc}: no runs yet", ""]
+            continue
+        old_all = [r for r in load(committed / sc / "runs") if epsilon_label(r) == "auto"]
+        old_gigpo = [r for r in old_all if r.method == baseline]
+        rows = truth_rows(new, "pearson", baseline)
+        ref_all = {r["estimator"]: r for r in truth_rows(old_all, "pearson", baseline)} if old_all else {}
+        ref_g = {r["estimator"]: r for r in truth_rows(old_gigpo, "pearson", baseline)} if old_gigpo else {}
+        k = sum("p" in r for r in rows)
+        md += [f"## {sc}: {len(new)} GiGPO runs, {len({r.seed for r in new})} seeds", "",
+               f"| estimator | committed, all runs: − {baseline} | committed, {baseline} runs: mean, − {baseline} | "
+               f"rescored: mean [95% CI] | rescored: − {baseline} [95% CI] | seeds > 0 | Holm p (k = {k}) |",
+               "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            e = r["estimator"]
+            mark = " †" if sc == "oversplit" and "@" not in e and e in ("bigpo", "bipace_v", "bipace_q") else ""
+            a, g = ref_all.get(e), ref_g.get(e)
+            a_txt = f"{a['diff'][0]:+.3f}" if a and "diff" in a else "–"
+            g_txt = (f"{g['level'][0]:.3f}, " + (f"{g['diff'][0]:+.3f}" if "diff" in g else "–")) if g else "–"
+            if "p" in r:
+                tail = f"{_ci(r['diff'])} | {r['above']}/{r['n']} | {_p(r['p_holm'])} |"
+            else:
+                tail = "– | – | – |"
+            md.append(f"| {e}{mark} | {a_txt} | {g_txt} | {_ci(r['level'], signed=False)} | {tail}")
+        md.append("")
+        md += truth_correction_md(new, baseline, f"### {sc}: the fill isolated on these batches")
+    return "\n".join(md)
+
+
 def _own_rows(runs: list[Run], arms: list[str], metric: str, baseline: str) -> list[dict]:
     """Per arm: its trained estimator's ``metric`` on its own runs, paired by seed against ``baseline``'s runs
     (Holm over the arms compared)."""
@@ -892,6 +945,7 @@ STUDIES = {
     "epsilon": ("The rules of `epsilon: auto`", epsilon_rules, _EPS),
     "llm-gt-halves": ("The halves of BiPACE on the over-split finite world", halves, _WARM),
     "halves-textcraft": ("The halves of BiPACE on TextCraft, held-out goals", halves_heldout, _WARM),
+    "llm-gt-rescored": ("llm-groundtruth's same-batch readings against the every-cell truth", rescored, _WARM),
 }
 
 

@@ -278,3 +278,27 @@ def test_truth_correction_puts_both_truths_side_by_side(tmp_path):
     assert "(`groundtruth/visited_only_pearson`): 0.900 [0.900, 0.900]" in md
     assert "| bipace_q | – | – | – | – | – |" in md.split("**Step term alone**")[1]  # no step keys logged
     assert truth_correction_md([], "gigpo", "### 5.") == []
+
+
+def test_rescored_sets_new_readings_beside_the_committed_ones(tmp_path):
+    # committed exact scenario: gigpo- and grpo-trained runs, bigpo = gigpo + 0.01 on gigpo's batches and + 0.03 on
+    # grpo's; rescored: gigpo-trained runs only, bigpo = gigpo + 0.05; no over-split or under-split runs
+    from analysis.reanalysis import rescored
+
+    def write(folder, method, seed, gap):
+        d = folder / "runs" / "finiterooms" / "tiny" / method / f"seed_{seed}"
+        d.mkdir(parents=True)
+        g = 0.2 + 0.01 * seed
+        rows = [{"iteration": it, "group/epsilon": 0.002, "groundtruth/gigpo/pearson": g,
+                 "groundtruth/bigpo/pearson": g + gap} for it in (1, 2)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    for seed in range(3):
+        write(tmp_path / "llm-groundtruth" / "exact", "gigpo", seed, 0.01)
+        write(tmp_path / "llm-groundtruth" / "exact", "grpo", seed, 0.03)
+        write(tmp_path / "llm-gt-rescored" / "exact", "gigpo", seed, 0.05)
+    md = rescored(tmp_path / "llm-gt-rescored")
+    exact = md.split("## exact: 3 GiGPO runs, 3 seeds")[1].split("## oversplit")[0]
+    assert "| bigpo | +0.020 | 0.220, +0.010 | 0.260 [0.250, 0.270] | +0.050 [+0.050, +0.050] | 3/3 | 0.250 |" in exact
+    assert "Holm p (k = 1)" in exact and "### exact: the fill isolated" not in exact  # no uniform-fill keys logged
+    assert "## oversplit: no runs yet" in md and "## undersplit: no runs yet" in md
