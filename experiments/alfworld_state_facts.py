@@ -18,26 +18,13 @@ facts do not change what the agent can do next).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections import defaultdict
 from itertools import combinations
 
+from envs.alfworld.env import is_bookkeeping, predicate
+
 PROG = "python -m experiments.alfworld_state_facts"
-_PRED = re.compile(r"\s*(\w+)\s*\(")
-
-
-def predicate(fact: str) -> str:
-    """The predicate name of a fact string such as ``inreceptacle(apple_1,fridge_1)``."""
-    m = _PRED.match(fact)
-    return m.group(1) if m else fact
-
-
-def is_bookkeeping(fact: str) -> bool:
-    """A negated literal (``not_*``) or ``checked(...)``: facts that record the path rather than the world."""
-    p = predicate(fact)
-    return p.startswith("not_") or p == "checked"
-
 
 DEFINITIONS = {
     "every dynamic fact (`state_key`)": lambda facts: frozenset(facts),

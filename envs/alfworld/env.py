@@ -13,7 +13,10 @@ then ``terminated``; horizon 50 (``max_steps``) sets ``truncated``.
 
 ``state_key`` = ``("alfworld", game, digest)`` where ``digest`` hashes the sorted PDDL facts that
 actions can change (``state_facts()`` returns them readable): two states share a key iff the engine's
-dynamic facts are equal.
+dynamic facts are equal. Some of those facts record the route rather than the world (negated literals such as
+``not_atlocation(agent1, loc)``, and ``checked(receptacle)``); ``state_key="physical"`` hashes the others only, so
+two rows in the same place, holding the same things, with the same receptacles open, share a key whatever route
+led there (``experiments.alfworld_state_facts`` measures the difference). Diagnostics only: no agent reads it.
 
 The expert is ALFWorld's hand-coded expert (``expert=True``, the default), followed through every step
 whatever the agent does, as ALFWorld's DAgger training does; it costs a few ms per step, so rollouts
@@ -35,9 +38,23 @@ from envs.alfworld.data import (
 from envs.alfworld.engine import NOTHING_HAPPENS, Game, install_speedups
 from envs.base import SUCCESS_REWARD, TextEnv
 
-__all__ = ["ALFWorldEnv"]
+__all__ = ["ALFWorldEnv", "STATE_KEYS", "is_bookkeeping", "predicate"]
 
 _TASK_RE = re.compile(r"Your task is to:\s*(.*?)\s*$", re.S)
+_PRED = re.compile(r"\s*(\w+)\s*\(")
+STATE_KEYS = ("full", "physical")
+
+
+def predicate(fact: str) -> str:
+    """The predicate name of a fact string such as ``inreceptacle(apple_1,fridge_1)``."""
+    m = _PRED.match(fact)
+    return m.group(1) if m else fact
+
+
+def is_bookkeeping(fact: str) -> bool:
+    """A negated literal (``not_*``) or ``checked(...)``: facts that record the path rather than the world."""
+    p = predicate(fact)
+    return p.startswith("not_") or p == "checked"
 
 
 class ALFWorldEnv(TextEnv):
@@ -48,6 +65,8 @@ class ALFWorldEnv(TextEnv):
         data_path: folder in the official layout; default: resolved as in ``envs.alfworld.data``.
         expert: follow the hand-coded expert every step (needed by ``expert_action``).
         speedups: install the engine memoisations of ``envs.alfworld.engine`` (no behaviour change).
+        state_key: ``"full"`` (every dynamic fact, the default) or ``"physical"`` (without the route's bookkeeping
+            facts, ``is_bookkeeping``): what ``info["state_key"]`` identifies.
     """
 
     env_name = "alfworld"
@@ -56,8 +75,12 @@ class ALFWorldEnv(TextEnv):
     eval_splits = ("valid_seen", "valid_unseen")
 
     def __init__(self, max_steps: int | None = None, data_path: str | None = None, expert: bool = True,
-                 speedups: bool = True, render_mode: str | None = None):
+                 speedups: bool = True, render_mode: str | None = None, state_key: str = "full"):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
+        if state_key not in STATE_KEYS:
+            raise ValueError(f"env.kwargs.state_key={state_key!r}: ALFWorld's state key is one of {STATE_KEYS} "
+                             f"('full': every dynamic PDDL fact; 'physical': without negated literals and checked)")
+        self.state_key_mode = state_key
         if speedups:
             install_speedups()
         self.data_root, self.data_source = resolve_data_root(data_path)
@@ -99,7 +122,10 @@ class ALFWorldEnv(TextEnv):
         return self._game.dynamic_facts()
 
     def _state_key(self):
-        digest = hashlib.blake2b("\n".join(self._game.dynamic_facts()).encode(), digest_size=12).hexdigest()
+        facts = self._game.dynamic_facts()
+        if self.state_key_mode == "physical":
+            facts = [f for f in facts if not is_bookkeeping(f)]
+        digest = hashlib.blake2b("\n".join(facts).encode(), digest_size=12).hexdigest()
         return ("alfworld", self._entry.relpath, digest)
 
     def _info(self, won: bool) -> dict:

@@ -111,6 +111,28 @@ def test_state_key_tracks_the_pddl_state(alfworld_data):
         b.expert_action()
 
 
+def test_physical_state_key_forgets_the_route(alfworld_data):
+    """Arriving at one place directly or by way of another leaves a negated literal of the detour behind: the full
+    key tells the two apart, the physical key (``state_key="physical"``) does not; both are deterministic."""
+    full = ALFWorldEnv(data_path=alfworld_data, expert=False)
+    phys = ALFWorldEnv(data_path=alfworld_data, expert=False, state_key="physical")
+    _, info = full.reset(seed=1, options={"task_index": 2})
+    go = [x for x in info["admissible_actions"] if x.startswith("go to")]
+    keys = {}
+    for name, route in (("direct", [go[0]]), ("detour", [go[1], go[0]])):
+        for env in (full, phys):
+            env.reset(seed=1, options={"task_index": 2})
+        for action in route:
+            i_full, i_phys = full.step(action)[-1], phys.step(action)[-1]
+        keys[name] = (i_full["state_key"], i_phys["state_key"], set(full.state_facts()))
+    (f1, p1, facts1), (f2, p2, facts2) = keys["direct"], keys["detour"]
+    diff = facts1 ^ facts2
+    assert diff and all(f.startswith("not_") for f in diff)  # only route bookkeeping differs
+    assert f1 != f2 and p1 == p2 and p1[:2] == f1[:2] and p1 != f1
+    with pytest.raises(ValueError, match="state_key='exact'.*physical"):
+        ALFWorldEnv(data_path=alfworld_data, state_key="exact")
+
+
 def test_speedups_change_no_observation(alfworld_data):
     assert speedups_installed()
     env = ALFWorldEnv(data_path=alfworld_data)
