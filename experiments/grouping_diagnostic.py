@@ -117,6 +117,14 @@ def table(entries: list[tuple[str, dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_label(study: str, env: str, method: str, seed: int) -> str:
+    """A run's row label: its env, method and seed, with the study folder's name where that is not the env's (two
+    studies of one environment, e.g. ``alfworld`` and ``alfworld-physical``, stay apart)."""
+    name = Path(study).name
+    where = env if name == env else f"{env} [{name}]"
+    return f"{where} {method}, seed {seed}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("studies", nargs="+", help="study folders whose runs logged grouping_scan.jsonl")
@@ -137,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             text = r.read_text("grouping_scan.jsonl")
             if not text:
                 continue
-            label = f"{r.env} {r.method}, seed {r.seed}"
+            label = run_label(study, r.env, r.method, r.seed)
             try:
                 entries.append((label, run_summary(_lines(text), args.iterations)))
             except ValueError as e:

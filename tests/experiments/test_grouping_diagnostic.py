@@ -7,7 +7,7 @@ import pytest
 
 from estimators.calibrate import AUTO_GRID, pick_from_scan, scan_epsilon
 from estimators.synthetic import synthetic_batch
-from experiments.grouping_diagnostic import _lines, main, run_summary, verdict
+from experiments.grouping_diagnostic import _lines, main, run_label, run_summary, verdict
 
 
 def _scans(n: int = 3) -> str:
@@ -51,3 +51,10 @@ def test_verdict_separates_over_splitting_from_aliasing():
 def test_a_study_without_scans_is_refused(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_run_labels_keep_two_studies_of_one_env_apart():
+    assert run_label("results/grouping/alfworld", "alfworld", "gigpo", 0) == "alfworld gigpo, seed 0"
+    assert run_label("results/grouping/alfworld/", "alfworld", "gigpo", 0) == "alfworld gigpo, seed 0"
+    assert (run_label("results/grouping/alfworld-physical", "alfworld", "gigpo-history0", 0)
+            == "alfworld [alfworld-physical] gigpo-history0, seed 0")
