@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .plots import method_sort_key
-from .runs import CONTROL_METHOD, Run, find_runs, packed_file, series
+from .runs import CONTROL_METHOD, Run, find_runs, first_epsilon, packed_file, series
 from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p
 from .truth import epsilon_label, truth_estimators
 
@@ -425,7 +425,7 @@ def _branch_mix_md(runs: list[Run], arms: list[str], title: str) -> list[str]:
             v = [row[key] for r in rs for row in r.metrics if _finite(row.get(key))]
             return float(np.mean(v)) if v else float("nan")
 
-        eps = [r.metrics[0].get("group/epsilon") for r in rs if r.metrics]
+        eps = [first_epsilon(r) for r in rs]
         eps_txt = f"{np.median([e for e in eps if _finite(e)]):.3g} (median)" if any(_finite(e) for e in eps) else "–"
         md.append(f"| {m} | {_HALF_OF[m]} | {eps_txt} | {mean('group/pace_frac_pace'):.2f} | "
                   f"{mean('group/pace_frac_fallback'):.2f} | {mean('group/pace_frac_singleton'):.2f} | "

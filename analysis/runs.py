@@ -276,3 +276,9 @@ def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
         xs.append(int(r["iteration"]))
         ys.append(float(v))
     return xs, ys
+
+
+def first_epsilon(run: Run) -> float | None:
+    """The ε a run calibrated on its first batch: ``group/epsilon`` of its first training row (rows of an evaluation
+    at iteration 0 come before it and do not have it); None when the run never logged one."""
+    return next((row["group/epsilon"] for row in run.metrics if "group/epsilon" in row), None)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .plots import method_sort_key, plot_curves
-from .runs import Run, series
+from .runs import Run, first_epsilon, series
 from .stats import aggregate_markdown, mean_ci
 
 __all__ = ["TRUTH_METRICS", "STEP_METRICS", "truth_estimators", "epsilon_label", "run_mean", "truth_table",
@@ -274,8 +274,7 @@ def overview(scenarios: dict[str, list[Run]], baseline: str = "gigpo") -> str:
             "#### State groups: pair precision against the true state", "", metric_table("pair_precision"), ""]
     eps = []
     for n in names:
-        first = {r.seed: r.metrics[0]["group/epsilon"] for r in auto[n] if r.metrics
-                 and "group/epsilon" in r.metrics[0]}
+        first = {r.seed: e for r in auto[n] if (e := first_epsilon(r)) is not None}
         vals = list(first.values())
         eps.append(f"{np.median(vals):.2g} ({min(vals):.2g}–{max(vals):.2g}, {len(vals)} seeds)" if vals else "–")
     scan_rows = {"anchors: F1 vs the true state": [], "the chosen epsilon: F1": [], "best epsilon in hindsight": [],

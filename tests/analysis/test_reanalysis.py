@@ -234,7 +234,9 @@ def test_halves_heldout_pairs_final_evaluations_by_seed(tmp_path):
             d.mkdir(parents=True)
             (d / "run.json").write_text(json.dumps({"env": "textcraft", "model": "tiny", "method": method,
                                                     "seed": seed}))
-            (d / "metrics.jsonl").write_text("".join(json.dumps(
+            # as a real run logs it: the evaluation at iteration 0 is the first metrics row (no ε in it)
+            (d / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "eval/textcraft/eval_depth2/success_rate":
+                                                         12 / 58}) + "\n" + "".join(json.dumps(
                 {"iteration": i, "rollout/success_rate": 0.3, "group/epsilon": 0.001, "group/pace_frac_pace": 0.2,
                  "group/pace_frac_fallback": 0.3, "group/pace_frac_singleton": 0.5, "adv/step_std": 1.0,
                  "adv/total_std": 1.5}) + "\n" for i in (1, 2)))
