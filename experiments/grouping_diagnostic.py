@@ -147,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             label = run_label(study, r.env, r.method, r.seed)
             try:
-                entries.append((label, run_summary(_lines(text), args.iterations)))
+                summary = run_summary(_lines(text), args.iterations)
+                read = summary["iterations"]
+                if len(read) < args.iterations:  # a run stopped early: say what its means cover
+                    label += f" (iterations {read[0]}–{read[-1]} only)"
+                entries.append((label, summary))
             except ValueError as e:
                 print(f"{PROG}: {portable_path(r.path)}: {e}; left out", file=sys.stderr)
     if not entries:

@@ -58,3 +58,15 @@ def test_run_labels_keep_two_studies_of_one_env_apart():
     assert run_label("results/grouping/alfworld/", "alfworld", "gigpo", 0) == "alfworld gigpo, seed 0"
     assert (run_label("results/grouping/alfworld-physical", "alfworld", "gigpo-history0", 0)
             == "alfworld [alfworld-physical] gigpo-history0, seed 0")
+
+
+def test_a_run_with_fewer_iterations_than_asked_is_labelled(tmp_path, capsys):
+    run = tmp_path / "webshop" / "runs" / "webshop" / "tiny" / "gigpo" / "seed_0"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"env": "webshop", "model": "tiny", "method": "gigpo", "seed": 0}))
+    (run / "grouping_scan.jsonl").write_text(_scans(3))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i}) + "\n" for i in (1, 2, 3)))
+    assert main([str(tmp_path / "webshop"), "--iterations", "10"]) == 0
+    assert "| webshop gigpo, seed 0 (iterations 1–3 only) |" in capsys.readouterr().out
+    assert main([str(tmp_path / "webshop"), "--iterations", "3"]) == 0
+    assert "| webshop gigpo, seed 0 |" in capsys.readouterr().out
