@@ -118,7 +118,8 @@ class ALFWorldEnv(TextEnv):
         return [c for c in self._game.state["admissible_commands"] if c != "help"]
 
     def state_facts(self) -> list[str]:
-        """The current dynamic PDDL facts (sorted strings) that ``state_key`` identifies."""
+        """The current dynamic PDDL facts (sorted strings): all that ``state_key`` identifies by default; with
+        ``state_key="physical"`` it identifies those that are not ``is_bookkeeping``."""
         return self._game.dynamic_facts()
 
     def _state_key(self):
