@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .gate import gate_report
 from .plots import method_sort_key
 from .runs import CONTROL_METHOD, Run, find_runs, first_epsilon, packed_file, series
 from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p
@@ -932,6 +933,9 @@ _BENCH = ("Seeds are the independent unit: each benchmark seed draws its own MDP
 _EPS = ("The unit is the batch: each of the 9 first batches was collected once (3 environments, 3 policies); no "
         "interval is given over 9 heterogeneous batches.")
 
+_GATE = ("The unit is the seed: each run's held-out success at its last iteration minus the warm start's, measured "
+         "once on the same goals with more episodes; the rule and thresholds were committed before the first run "
+         "(`analysis/gate.py`, the study README).")
 STUDIES = {
     "llm-groundtruth": ("The real trainer on finite worlds with known advantages", llm_groundtruth, _WARM),
     "learning": ("TextCraft, two repeated training goals", lambda root: control_study(
@@ -946,6 +950,8 @@ STUDIES = {
     "llm-gt-halves": ("The halves of BiPACE on the over-split finite world", halves, _WARM),
     "halves-textcraft": ("The halves of BiPACE on TextCraft, held-out goals", halves_heldout, _WARM),
     "llm-gt-rescored": ("llm-groundtruth's same-batch readings against the every-cell truth", rescored, _WARM),
+    "gate-textcraft": ("The learning gate on TextCraft: held-out success against the warm start", gate_report,
+                       _GATE),
 }
 
 
