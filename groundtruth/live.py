@@ -7,9 +7,12 @@ reports how close each comes (Pearson, Spearman, sign agreement, rows with zero 
 precision/recall of its state groups against ``state_key``; the same correlations and sign agreement for the
 estimator's step term alone, ``*_step``, since the episode term is common to every group-based estimator). One
 estimator trains; all are scored on identical data, which costs one scoring forward and the estimators' own
-(vectorised) work. ``TruthProbe`` fills the cells the batch did not visit with the policy at the canonical prompt of
-every reachable cell (``groundtruth.cells``; a second scoring forward, over those prompts), and logs that fill's
-residual, the ceiling (``ceiling_metrics``) and every estimator against the earlier, uniform-fill truth too.
+(vectorised) work. Each is scored with its own arm's settings (``arm_configs``): a variant run's settings of one
+estimator's formula (``FORMULA_FIELDS``, e.g. ``pace_norm``) apply to the variant only, which is scored under its
+own name beside the registered estimators. ``TruthProbe`` fills the cells the batch did not visit with the policy
+at the canonical prompt of every reachable cell (``groundtruth.cells``; a second scoring forward, over those
+prompts), and logs that fill's residual, the ceiling (``ceiling_metrics``) and every estimator against the earlier,
+uniform-fill truth too.
 
 Row → MDP action: the env's own parser, ``TabularMDP.action_of`` (whitespace collapsed, lower case), on the
 projected action of a valid row; a valid row naming no action of the world and every invalid row take the malformed
@@ -43,9 +46,16 @@ CELL_FILLS = ("reachable", "visited")
 #: the gymnasium ids whose rows carry an MDP state: a trainer on one of them logs ``groundtruth/...`` every iteration
 WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 
+#: the ``EstimatorConfig`` fields that change one estimator's formula rather than the run's protocol. A study's
+#: variant that sets one of them (``llm-gt-halves``' ``bipace_q-cluster_std``: ``pace_norm``) is an arm of its own;
+#: the registered estimators its runs also score take these at their defaults, as the study's plain arms do [choice:
+#: no committed study sets them for every arm; ``tests/groundtruth/test_live.py`` checks the study files]
+FORMULA_FIELDS = ("step_weight", "pace_key", "pace_key_tokens", "pace_fallback", "pace_norm", "hgpo_levels",
+                  "hgpo_alpha")
+
 __all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
            "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS", "CELL_FILLS",
-           "ceiling_metrics", "fill_residuals"]
+           "ceiling_metrics", "fill_residuals", "FORMULA_FIELDS", "arm_configs"]
 
 
 @dataclass
@@ -150,13 +160,32 @@ def fill_residuals(mdp: TabularMDP, truth: BatchTruth, fill: np.ndarray) -> dict
             "groundtruth/visited_only_pearson": advantage_metrics(canon.A, a, a, a, None)["pearson"]}
 
 
+def arm_configs(method: str, cfg):
+    """(the ``EstimatorConfig`` every registered estimator is scored with, ``(method, cfg)`` for the trained arm when
+    it must be scored under its own name, else None) for a run of ``method`` (``RunConfig.method``: the variant or
+    the estimator's name) trained with ``cfg``. A plain arm (``method`` is ``cfg.name``) shares its config with the
+    study's other plain arms. A variant that changes a ``FORMULA_FIELDS`` setting is an arm of its own: the
+    registered estimators take those fields' defaults, the variant is scored with ``cfg`` as ``method``. Other
+    settings (ε, γ, λ, ``norm_mode``, the clustering's) stay the run's for every estimator."""
+    import dataclasses
+
+    if method == cfg.name:
+        return cfg, None
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    plain = dataclasses.replace(cfg, **{k: fields[k].default for k in FORMULA_FIELDS})
+    return (plain, None) if plain == cfg else (plain, (method, cfg))
+
+
 def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
                      extra_epsilons: dict[str, float] | None = None,
-                     references: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+                     references: dict[str, np.ndarray] | None = None,
+                     own: tuple[str, object] | None = None) -> dict[str, float]:
     """``groundtruth/<estimator>/<metric>`` for every registered estimator (or ``names``) on ``step_batch``.
 
-    ``base_cfg`` is the run's ``EstimatorConfig`` (its ε, weights and backend); each estimator takes it with its
-    own name, and the extra scorings below also with their own ε. An estimator that needs hidden states is
+    ``base_cfg`` is the ``EstimatorConfig`` of the study's plain arms (its ε, weights and backend; ``arm_configs``);
+    each estimator takes it with its own name, and the extra scorings below also with their own ε. ``own``
+    ``(label, cfg)``: the trained arm, when it is a variant of its own (``arm_configs``), scored with ``cfg`` as
+    ``groundtruth/<label>/<metric>`` (and against ``references``). An estimator that needs hidden states is
     skipped when the batch has none. ``extra_epsilons`` ``{label: ε}``: the
     hidden-state estimators are also scored at each of these ε, as ``groundtruth/<estimator>@<label>/<metric>``.
     Also ``groundtruth/true_abs_mean``, ``groundtruth/true_zero`` (rows whose true advantage is 0) and
@@ -175,25 +204,32 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
         "groundtruth/true_zero": float((np.abs(truth.advantages) <= 1e-9).mean()),
         "groundtruth/visited_cells": float(truth.truth.visited.sum()),
     }
+    jobs = []  # (metric label, config, scored against the references too)
     for name in names or sorted(ESTIMATORS):
         if ESTIMATORS[name].needs_hidden and step_batch.hidden is None:
             continue
-        runs = [(name, base_cfg.epsilon)]
+        jobs.append((name, dataclasses.replace(base_cfg, name=name), True))
         if ESTIMATORS[name].needs_hidden:
-            runs += [(f"{name}@{label}", float(eps)) for label, eps in (extra_epsilons or {}).items()]
-        for key, eps in runs:
-            cfg = dataclasses.replace(base_cfg, name=name, epsilon=eps)
-            res = compute_advantages(step_batch, cfg, diagnostics=False)
-            cluster = res.cluster_id.numpy() if res.cluster_id is not None else None
-            m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster,
-                                  step=res.step.double().numpy())
-            out.update({f"groundtruth/{key}/{k}": v for k, v in m.items()})
-            if key == name:
-                for label, ref in (references or {}).items():
-                    r = advantage_metrics(res.advantages.double().numpy(), ref, group, truth.state, None,
-                                          step=res.step.double().numpy())
-                    out[f"groundtruth/{label}/{name}/pearson"] = r["pearson"]
-                    out[f"groundtruth/{label}/{name}/pearson_step"] = r["pearson_step"]
+            jobs += [(f"{name}@{label}", dataclasses.replace(base_cfg, name=name, epsilon=float(eps)), False)
+                     for label, eps in (extra_epsilons or {}).items()]
+    if own is not None:
+        label, cfg = own
+        if label in ESTIMATORS:
+            raise ValueError(f"score_estimators: own arm label {label!r} would overwrite another estimator's metrics")
+        if not (ESTIMATORS[cfg.name].needs_hidden and step_batch.hidden is None):
+            jobs.append((label, cfg, True))
+    for key, cfg, with_refs in jobs:
+        res = compute_advantages(step_batch, cfg, diagnostics=False)
+        cluster = res.cluster_id.numpy() if res.cluster_id is not None else None
+        m = advantage_metrics(res.advantages.double().numpy(), truth.advantages, group, truth.state, cluster,
+                              step=res.step.double().numpy())
+        out.update({f"groundtruth/{key}/{k}": v for k, v in m.items()})
+        if with_refs:
+            for label, ref in (references or {}).items():
+                r = advantage_metrics(res.advantages.double().numpy(), ref, group, truth.state, None,
+                                      step=res.step.double().numpy())
+                out[f"groundtruth/{label}/{key}/pearson"] = r["pearson"]
+                out[f"groundtruth/{label}/{key}/pearson_step"] = r["pearson_step"]
     return out
 
 
@@ -237,7 +273,7 @@ class TruthProbe:
         if hidden is not None and not bool(torch.isfinite(hidden).all()):
             hidden = None  # the hidden-state estimators are skipped on this batch
         step_batch = batch.to_step_batch(hidden=hidden)
-        base = trainer.estimator_cfg
+        base, own = arm_configs(trainer.cfg.method, trainer.estimator_cfg)
         references = {}
         if fill is not None:
             head.update(fill_residuals(self.mdp, bt, fill))
@@ -250,7 +286,8 @@ class TruthProbe:
             if oracle is not None:
                 extra["oracle"] = oracle
                 head["groundtruth/oracle_epsilon"] = oracle
-        metrics = {**head, **score_estimators(step_batch, bt, base, extra_epsilons=extra, references=references)}
+        metrics = {**head, **score_estimators(step_batch, bt, base, extra_epsilons=extra, references=references,
+                                              own=own)}
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
 
     def canonical_policy(self, trainer, batch, scorer) -> tuple[np.ndarray, dict[str, float]]:

@@ -11,7 +11,16 @@ import torch
 from agents.engines import SamplingConfig
 from agents.rollout import Actor, collect, prompt_config_for
 from envs.pool import EnvPool, Task
-from groundtruth.live import advantage_metrics, batch_truth, row_actions, row_contexts, score_estimators
+from groundtruth.live import (
+    FORMULA_FIELDS,
+    TruthProbe,
+    advantage_metrics,
+    arm_configs,
+    batch_truth,
+    row_actions,
+    row_contexts,
+    score_estimators,
+)
 from groundtruth.onpolicy import row_distributions
 from tests.agents.rollout_helpers import ExpertEngine
 
@@ -94,6 +103,89 @@ def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, tiny_lm):
 
     assert eps in AUTO_GRID
     assert oracle_epsilon(dataclasses.replace(step_batch, state_key=None), EstimatorConfig(name="bipace_q")) is None
+
+
+def test_each_arm_is_scored_with_its_own_config():
+    """A plain arm's settings are the study's; a variant that changes one estimator's formula is an arm of its own,
+    whose setting must not reach the registered estimators its runs also score."""
+    from estimators.config import EstimatorConfig
+
+    plain = EstimatorConfig(name="bipace_q", epsilon=0.002, epsilon_criterion="return_loo")
+    assert arm_configs("bipace_q", plain) == (plain, None)
+    variant = dataclasses.replace(plain, pace_norm="cluster_std")
+    base, own = arm_configs("bipace_q-cluster_std", variant)
+    assert base == plain and own == ("bipace_q-cluster_std", variant)
+    weighted = EstimatorConfig(name="gigpo", step_weight=1.7, epsilon=0.002)
+    assert arm_configs("gigpo-w1.7", weighted) == (EstimatorConfig(name="gigpo", epsilon=0.002),
+                                                   ("gigpo-w1.7", weighted))
+    # variants that change no formula (an ε, a trainer switch) share the plain config: nothing of their own to score
+    assert arm_configs("bipace_q-eps0.05", dataclasses.replace(plain, epsilon=0.05))[1] is None
+    assert arm_configs("bipace_q-shuffle", plain) == (plain, None)
+    # a plain arm keeps whatever the study set, formula fields included
+    fallback = dataclasses.replace(plain, pace_fallback="none")
+    assert arm_configs("bipace_q", fallback) == (fallback, None)
+
+
+def test_no_study_sets_a_formula_field_for_every_arm():
+    """``arm_configs`` scores a variant's runs' registered estimators with ``FORMULA_FIELDS`` at their defaults: that
+    is each study's plain arms' config only while no study sets them in its preset or common overrides."""
+    from estimators.config import EstimatorConfig
+    from lab.study import REPO, STUDIES
+    from trainer.config import load_config
+
+    default = EstimatorConfig()
+    checked = 0
+    for name, study in STUDIES.items():
+        if not study.variants:
+            continue
+        est = load_config(REPO / study.preset, study.overrides).estimator
+        assert all(getattr(est, f) == getattr(default, f) for f in FORMULA_FIELDS), name
+        for v, (e, extra) in study.variants.items():
+            var = load_config(REPO / study.preset, [*study.overrides, *extra, f"estimator.name={e}"]).estimator
+            base, _ = arm_configs(v, var)
+            assert all(getattr(base, f) == getattr(est, f) for f in FORMULA_FIELDS), (name, v)
+        checked += 1
+    assert checked >= 2  # llm-gt-halves and halves-textcraft have a pace_norm variant, among others
+
+
+def test_the_probe_scores_a_variant_under_its_name_and_the_estimators_as_registered(rollout, tiny_lm):
+    """A run of ``bipace_q`` with ``pace_norm: cluster_std`` as a variant: the probe logs the plain ``bipace_q``
+    (and ``pace_anchor``) as a plain run would, and the variant as ``groundtruth/<variant>/...``."""
+    from types import SimpleNamespace
+
+    from estimators import compute_advantages
+    from estimators.config import EstimatorConfig
+    from trainer.actor import actor_forward, pack_rows_shared
+
+    _, batch = rollout
+    model, tok = tiny_lm
+    pad = tok.pad_token_id or 0
+
+    def logprobs(prompts, responses, hidden_layer=None, pad_id=0):
+        return actor_forward(model, pack_rows_shared(prompts, responses, pad_id), compute_entropy=False)
+
+    variant = EstimatorConfig(name="bipace_q", epsilon=0.05, pace_norm="cluster_std")
+    trainer = SimpleNamespace(ppo_actor=SimpleNamespace(compute_logprobs=logprobs), tokenizer=tok, pad_id=pad,
+                              cfg=SimpleNamespace(method="bipace_q-cn"), estimator_cfg=variant)
+    probe = TruthProbe("FiniteRooms-v0", ROOMS, cells="visited")
+    states = sorted({int(k) for k in batch.state_key})
+    hidden = torch.eye(len(states))[[states.index(int(k)) for k in batch.state_key]]  # clusters = true states
+    m = probe(trainer, batch, hidden)
+
+    bt = batch_truth(probe.mdp, batch, model, tok, pad_id=pad, max_rows=len(batch))
+    step_batch = batch.to_step_batch(hidden=hidden)
+
+    def pearson(cfg):
+        a = compute_advantages(step_batch, cfg, diagnostics=False).advantages.double().numpy()
+        return float(np.corrcoef(a, bt.advantages)[0, 1])
+
+    plain = dataclasses.replace(variant, pace_norm="none")
+    for name in ("bipace_q", "pace_anchor"):
+        assert m[f"groundtruth/{name}/pearson"] == pytest.approx(pearson(dataclasses.replace(plain, name=name)))
+        assert m[f"groundtruth/{name}/pearson"] != pytest.approx(
+            pearson(dataclasses.replace(variant, name=name)))  # the variant's setting changes this batch's reading
+    assert m["groundtruth/bipace_q-cn/pearson"] == pytest.approx(pearson(variant))
+    assert "groundtruth/pace_anchor-cn/pearson" not in m
 
 
 def test_advantage_metrics_on_known_inputs():
