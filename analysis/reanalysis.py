@@ -225,34 +225,90 @@ def _trained_estimator(method: str) -> str:
     return method.split("-")[0]
 
 
+def _is_variant(method: str) -> bool:
+    return method != _trained_estimator(method)
+
+
+def _own_key(run: Run, metric: str) -> str:
+    """The metric key of ``run``'s trained arm: ``groundtruth/<method>/<metric>`` where the probe scored a variant
+    under its own name (``groundtruth.live.arm_configs``), else ``groundtruth/<estimator>/<metric>``. Runs logged
+    before 2026-12-06 scored every estimator with the run's own settings, so there a variant's reading is its
+    estimator's key."""
+    own = f"groundtruth/{run.method}/{metric}"
+    if _is_variant(run.method) and any(own in row for row in run.metrics):
+        return own
+    return f"groundtruth/{_trained_estimator(run.method)}/{metric}"
+
+
+def _variant_rows(runs: list[Run], variants: list[str], metric: str, baseline: str) -> list[dict]:
+    """Per variant arm: its own advantage on its own runs' batches, paired with ``baseline`` scored on the same
+    batches (a row of ``truth_rows``' form)."""
+    rows = []
+    for v in variants:
+        vr = [r for r in runs if r.method == v]
+        lvl = {r.seed: [] for r in vr}
+        d = {r.seed: [] for r in vr}
+        for r in vr:
+            key, base = _own_key(r, metric), f"groundtruth/{baseline}/{metric}"
+            for row in r.metrics:
+                if _finite(row.get(key)):
+                    lvl[r.seed].append(float(row[key]))
+                    if _finite(row.get(base)):
+                        d[r.seed].append(float(row[key]) - float(row[base]))
+        lvl = {s: x for s, x in sorted(lvl.items()) if x}
+        d = {s: x for s, x in sorted(d.items()) if x}
+        if not lvl:
+            continue
+        row = {"estimator": v, "seeds": len(lvl), "level": hierarchical_bootstrap_ci(list(lvl.values()))}
+        if d:
+            means = [float(np.mean(x)) for x in d.values()]
+            row.update(diff=hierarchical_bootstrap_ci(list(d.values())), above=sum(m > 0 for m in means),
+                       n=len(means), p=sign_flip_p(means), per_seed=means)
+        rows.append(row)
+    return rows
+
+
+def _same_batch_rows(runs: list[Run], metric: str, baseline: str) -> list[dict]:
+    """Table 1's rows: each registered half on the plain arms' batches, then each variant arm on its own runs'
+    batches, every one against ``baseline`` on the same batches; Holm over all of them."""
+    plain = [r for r in runs if not _is_variant(r.method)]
+    variants = sorted({r.method for r in runs if _is_variant(r.method)}, key=HALVES.index)
+    rows = [r for r in truth_rows(plain, metric, baseline) if r["estimator"] in HALVES]
+    rows += _variant_rows(runs, variants, metric, baseline)
+    tested = [r for r in rows if "p" in r]
+    for r, a in zip(tested, holm([r["p"] for r in tested])):
+        r["p_holm"] = a
+    return rows
+
+
 def halves(root: Path, baseline: str = "gigpo") -> str:
     """GiGPO, its state half (bigpo), its action half (pace_anchor), both (bipace_q) and both with ``cluster_std``:
-    (1) every registered half scored on the same batches (every run's), (2) each arm's own advantage on its own
-    runs, (3) training success, (4) the PACE branch mix and the step term's scale. Against GiGPO, Holm within each
-    table."""
+    (1) every registered half scored on the same batches (the plain arms' runs; a variant arm on its own runs'),
+    (2) each arm's own advantage on its own runs, (3) training success, (4) the PACE branch mix and the step term's
+    scale, and what that scale does to the update. Against GiGPO, Holm within each table."""
     runs = [r for r in find_runs(Path(root) / "runs") if r.method in HALVES]
     if not runs:
         return "No runs yet.\n"
     seeds = sorted({r.seed for r in runs})
     arms = [m for m in HALVES if any(r.method == m for r in runs)]
+    plain = [r for r in runs if not _is_variant(r.method)]
+    variants = [m for m in arms if _is_variant(m)]
     md = [f"{len(runs)} runs ({', '.join(f'{m}: {sum(r.method == m for r in runs)}' for m in arms)}), seeds "
           f"{seeds[0]}–{seeds[-1]} ({len(seeds)}). Primary metric: Pearson correlation of the whole advantage with "
           "the exact A^π of the batch's policy. Per seed: the mean over its runs × iterations; intervals: "
           "hierarchical bootstrap over seeds, then the seed's observations. Sign-flip p over the per-seed means, "
           "Holm over the table's comparisons with GiGPO.", ""]
-    same = [r for r in truth_rows(runs, "pearson", baseline) if r["estimator"] in HALVES]
-    tested = [r for r in same if "p" in r]
-    for r, a in zip(tested, holm([r["p"] for r in tested])):
-        r["p_holm"] = a
-    md += _truth_md(same, "### 1. Same batches: each half scored on every run's batches (whole advantage, Pearson "
-                          "with A^π; the cluster_std arm is not a registered estimator and appears in table 2 only)",
-                    baseline)
-    same_s = [r for r in truth_rows(runs, "pearson_step", baseline) if r["estimator"] in HALVES]
-    tested = [r for r in same_s if "p" in r]
-    for r, a in zip(tested, holm([r["p"] for r in tested])):
-        r["p_holm"] = a
-    md += _truth_md(same_s, "### 1b. Same batches, secondary: the step term alone", baseline)
-    # 2. each arm's own estimator on its own runs (the cluster_std arm's runs score bipace_q with cluster_std)
+    vnote = (f" {', '.join(f'`{v}`' for v in variants)}: the variant scored on its own {len(runs) - len(plain)} "
+             "runs' batches, against GiGPO on the same batches. A variant's runs are left out of the other rows: "
+             "runs logged before 2026-12-06 scored every estimator with the run's own settings, so their `bipace_q` "
+             "and `pace_anchor` readings are the variant's, not the plain arms' (`groundtruth/live.py`, "
+             "`arm_configs`)." if variants else "")
+    md += _truth_md(_same_batch_rows(runs, "pearson", baseline),
+                    f"### 1. Same batches: each half scored on the {len(plain)} runs of the plain arms (whole "
+                    f"advantage, Pearson with A^π).{vnote}", baseline)
+    md += _truth_md(_same_batch_rows(runs, "pearson_step", baseline),
+                    "### 1b. Same batches, secondary: the step term alone (the rows as in table 1)", baseline)
+    # 2. each arm's own estimator on its own runs
     md += _truth_md(_own_rows(runs, arms, "pearson", baseline),
                     "### 2. Own runs: each arm's trained advantage on its own batches (whole advantage, "
                     "Pearson with A^π; the difference column gives the mean of the per-seed differences "
@@ -265,8 +321,11 @@ def halves(root: Path, baseline: str = "gigpo") -> str:
     # 3. training success
     md += _training_md(runs, baseline, "### 3. Training success against GiGPO")
     md += _branch_mix_md(runs, arms, "### 4. Branch mix and scale (mean over runs × iterations)")
-    md += truth_correction_md(runs, baseline, "### 5. What the every-cell truth changed on these batches (descriptive, "
-                                              "added after the first 22 runs; not one of the tests above)")
+    md += _update_md(runs, arms, "### 4b. What the scale does to the update (descriptive, added on 2026-12-06; not "
+                                 "one of the tests above)")
+    md += truth_correction_md(plain, baseline, f"### 5. What the every-cell truth changed on these batches "
+                                               f"(descriptive, added after the first 22 runs; not one of the tests "
+                                               f"above; the {len(plain)} runs of the plain arms, as in table 1)")
     return "\n".join(md)
 
 
@@ -376,8 +435,12 @@ def _own_rows(runs: list[Run], arms: list[str], metric: str, baseline: str) -> l
     (Holm over the arms compared)."""
     own: dict[str, dict[int, list[float]]] = {}
     for m in arms:
-        key = f"groundtruth/{_trained_estimator(m)}/{metric}"
-        own[m] = _seed_obs([r for r in runs if r.method == m], lambda row, k=key: row.get(k))
+        obs: dict[int, list[float]] = defaultdict(list)
+        for r in runs:
+            if r.method == m:
+                key = _own_key(r, metric)
+                obs[r.seed] += [float(row[key]) for row in r.metrics if _finite(row.get(key))]
+        own[m] = {s: v for s, v in sorted(obs.items()) if v}
     base = own.get(baseline, {})
     rows = []
     for m in arms:
@@ -431,6 +494,47 @@ def _branch_mix_md(runs: list[Run], arms: list[str], title: str) -> list[str]:
         md.append(f"| {m} | {_HALF_OF[m]} | {eps_txt} | {mean('group/pace_frac_pace'):.2f} | "
                   f"{mean('group/pace_frac_fallback'):.2f} | {mean('group/pace_frac_singleton'):.2f} | "
                   f"{mean('adv/step_std'):.3f} | {mean('adv/total_std'):.3f} |")
+    return md + [""]
+
+
+def _grad_clip(run: Run) -> float:
+    """The run's ``trainer.grad_clip`` (its config.yaml; the default 1.0 when the file does not name it)."""
+    import yaml
+
+    text = run.read_text("config.yaml")
+    v = ((yaml.safe_load(text) or {}).get("trainer") or {}).get("grad_clip") if text else None
+    return float(v) if v is not None else 1.0
+
+
+def _update_md(runs: list[Run], arms: list[str], title: str) -> list[str]:
+    """Per arm: the advantages' scale, the gradient norm before clipping against each run's clip threshold, and how
+    far each iteration's update moved the policy (``loss/approx_kl``, its mean and the mean of its absolute value)."""
+    md = [title, "",
+          "`std of A`: the advantages' standard deviation (`adv/total_std`). `gradient norm`: the norm of the loss's "
+          "gradient before clipping (`loss/grad_norm`, the mean over an iteration's optimizer steps), median and "
+          "smallest over the arm's iterations; `iterations above the clip`: those where it exceeds the run's "
+          "`trainer.grad_clip`, the norm every larger gradient is scaled down to. `approx KL`: the mean of "
+          "−log(π_new/π_old) over an iteration's update (`loss/approx_kl`), ×10⁻³, and the mean of its absolute "
+          "value. Per seed the run's mean over its iterations; [hierarchical 95% CI over seeds, then iterations].", "",
+          "| arm | std of A | gradient norm: median (smallest) | iterations above the clip | approx KL ×10⁻³ "
+          "[95% CI] | mean abs approx KL ×10⁻³ [95% CI] |", "|---|---|---|---|---|---|"]
+    for m in arms:
+        rs = sorted((r for r in runs if r.method == m), key=lambda r: r.seed)
+        std = [y for r in rs for y in series(r.metrics, "adv/total_std")[1]]
+        gn, above = [], 0
+        for r in rs:
+            ys = series(r.metrics, "loss/grad_norm")[1]
+            gn += ys
+            above += sum(y > _grad_clip(r) for y in ys)
+        by_seed: dict[int, list[float]] = defaultdict(list)
+        for r in rs:
+            by_seed[r.seed] += series(r.metrics, "loss/approx_kl")[1]
+        kl = [v for v in by_seed.values() if v]
+        if not gn or not kl:
+            continue
+        md.append(f"| {m} | {np.mean(std):.2f} | {np.median(gn):.2f} ({min(gn):.2f}) | {above}/{len(gn)} | "
+                  f"{_ci(hierarchical_bootstrap_ci(kl), 2, 1e3)} | "
+                  f"{_ci(hierarchical_bootstrap_ci([list(np.abs(v)) for v in kl]), 2, 1e3, signed=False)} |")
     return md + [""]
 
 

@@ -185,7 +185,8 @@ def test_reanalyse_command(tmp_path, capsys):
 
 def test_halves_tables_on_hand_made_runs(tmp_path):
     # 3 seeds; every run scores gigpo / bigpo / pace_anchor / bipace_q on its batches: bigpo = gigpo + 0.02,
-    # pace_anchor = gigpo - 0.01, bipace_q = gigpo + 0.1; the cluster_std arm's runs score bipace_q at gigpo + 0.2
+    # pace_anchor = gigpo - 0.01, bipace_q = gigpo + 0.1; the cluster_std arm's runs, logged as before 2026-12-06,
+    # score bipace_q with their own pace_norm, at gigpo + 0.2 (and pace_anchor at gigpo + 0.3)
     from analysis.reanalysis import halves
 
     for seed in range(3):
@@ -193,23 +194,35 @@ def test_halves_tables_on_hand_made_runs(tmp_path):
             d = tmp_path / "runs" / "finiterooms" / "tiny" / method / f"seed_{seed}"
             d.mkdir(parents=True)
             rows = []
+            variant = method.endswith("cluster_std")
             for it in (1, 2):
                 g = 0.2 + 0.01 * seed
-                q = g + (0.2 if method.endswith("cluster_std") else 0.1)
+                q = g + (0.2 if variant else 0.1)
                 rows.append({"iteration": it, "group/epsilon": 0.002, "rollout/success_rate": 0.1 * seed,
                              "groundtruth/gigpo/pearson": g, "groundtruth/bigpo/pearson": g + 0.02,
-                             "groundtruth/pace_anchor/pearson": g - 0.01, "groundtruth/bipace_q/pearson": q,
+                             "groundtruth/pace_anchor/pearson": g + (0.3 if variant else -0.01),
+                             "groundtruth/bipace_q/pearson": q,
                              "group/pace_frac_pace": 0.5, "group/pace_frac_fallback": 0.3,
                              "group/pace_frac_singleton": 0.2, "adv/step_std": 1.0, "adv/total_std": 2.0,
+                             "loss/grad_norm": 0.5 * it + (1.0 if variant else 0.0),
+                             "loss/approx_kl": (0.002 if it == 1 else -0.001),
                              "groundtruth/gigpo/pearson_step": g,
-                             "groundtruth/bipace_q/pearson_step": g + (0.07 if method.endswith("std") else 0.05)})
+                             "groundtruth/bipace_q/pearson_step": g + (0.07 if variant else 0.05)})
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     md = halves(tmp_path)
     assert "15 runs" in md and "seeds 0–2 (3)" in md
     same = md.split("### 1. ")[1].split("### 1b")[0]
-    assert "| bigpo | 3 | " in same and "+0.020 [+0.020, +0.020] | 3/3 | 0.250 | 0.750 |" in same  # Holm k = 3
-    assert "| pace_anchor | 3 | " in same and "| 0/3 |" in same.split("| pace_anchor |")[1]
-    assert "bipace_q-cluster_std" not in same  # not a registered estimator: table 2 only
+    assert "on the 12 runs of the plain arms" in same and "on its own 3 runs' batches" in same
+    # the variant's runs are left out of the plain rows: bipace_q +0.1 (pooled with them it would read +0.12),
+    # pace_anchor -0.01; the variant has its own row, against GiGPO on its own batches; Holm over 4
+    assert "| bipace_q | 3 | " in same and "+0.100 [+0.100, +0.100] | 3/3 | 0.250 | 1.000 |" in same
+    assert "-0.010 [-0.010, -0.010] | 0/3 |" in same.split("| pace_anchor |")[1]
+    assert "| bigpo | 3 | " in same and "+0.020 [+0.020, +0.020] | 3/3 | 0.250 | 1.000 |" in same
+    assert "| bipace_q-cluster_std | 3 | " in same and "+0.200 [+0.200, +0.200] | 3/3 |" in same
+    assert "Holm p (k = 4)" in same
+    same_step = md.split("### 1b. ")[1].split("### 2.")[0]
+    assert "| bipace_q | 3 | " in same_step and "+0.050 [+0.050, +0.050]" in same_step
+    assert "| bipace_q-cluster_std | 3 | " in same_step and "+0.070 [+0.070, +0.070]" in same_step
     own = md.split("### 2. ")[1].split("### 2b.")[0]
     assert "| bipace_q-cluster_std | 3 | " in own and "+0.200 [+0.200, +0.200] | 3/3 |" in own
     assert "| bipace_q | 3 | " in own and "+0.100 [+0.100, +0.100] | 3/3 |" in own
@@ -217,8 +230,36 @@ def test_halves_tables_on_hand_made_runs(tmp_path):
     own_step = md.split("### 2b. ")[1].split("### 3.")[0]  # only the arms whose runs log a step term
     assert "| bipace_q-cluster_std | 3 | " in own_step and "+0.070 [+0.070, +0.070] | 3/3 |" in own_step
     assert "| bipace_q | 3 | " in own_step and "Holm p (k = 2)" in own_step and "| bigpo |" not in own_step
-    mix = md.split("### 4. ")[1]
+    mix = md.split("### 4. ")[1].split("### 4b.")[0]
     assert "| pace_anchor | action half only | 0.002 (median) | 0.50 | 0.30 | 0.20 | 1.000 | 2.000 |" in mix
+    # no config.yaml: the clip is the default 1.0; gradient norms 0.5 and 1.0 (plain arms) are not above it,
+    # 1.5 and 2.0 (the variant) are; approx KL +0.5e-3 on average, its absolute value 1.5e-3
+    update = md.split("### 4b. ")[1].split("### 5.")[0]
+    gigpo = update.split("| gigpo | ")[1].split("\n")[0]
+    assert gigpo.startswith("2.00 | 0.75 (0.50) | 0/6 | +0.50 [") and "| 1.50 [" in gigpo
+    assert "| bipace_q-cluster_std | 2.00 | 1.75 (1.50) | 6/6 | " in update
+
+
+def test_a_variant_scored_under_its_own_name_is_read_there(tmp_path):
+    # runs logged after 2026-12-06: a variant's run scores the plain bipace_q (gigpo + 0.1) and itself under its
+    # own name (gigpo + 0.3); table 2 and the variant's row of table 1 read the latter
+    from analysis.reanalysis import halves
+
+    for seed in range(3):
+        for method in ("gigpo", "bipace_q-cluster_std"):
+            d = tmp_path / "runs" / "finiterooms" / "tiny" / method / f"seed_{seed}"
+            d.mkdir(parents=True)
+            g = 0.2 + 0.01 * seed
+            extra = {"groundtruth/bipace_q-cluster_std/pearson": g + 0.3} if method != "gigpo" else {}
+            rows = [{"iteration": it, "groundtruth/gigpo/pearson": g, "groundtruth/bipace_q/pearson": g + 0.1,
+                     **extra} for it in (1, 2)]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = halves(tmp_path)
+    same = md.split("### 1. ")[1].split("### 1b")[0]
+    assert "+0.300 [+0.300, +0.300] | 3/3 |" in same.split("| bipace_q-cluster_std |")[1]
+    assert "+0.100 [+0.100, +0.100] | 3/3 |" in same.split("| bipace_q |")[1]  # the plain arms' runs only
+    own = md.split("### 2. ")[1].split("### 2b.")[0]
+    assert "+0.300 [+0.300, +0.300] | 3/3 |" in own.split("| bipace_q-cluster_std |")[1]
 
 
 def test_halves_heldout_pairs_final_evaluations_by_seed(tmp_path):
