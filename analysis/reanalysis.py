@@ -31,7 +31,7 @@ import numpy as np
 from .gate import gate_report
 from .plots import method_sort_key
 from .runs import CONTROL_METHOD, Run, find_runs, first_epsilon, packed_file, series
-from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p
+from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p, t_ci
 from .truth import epsilon_label, truth_estimators
 
 __all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "halves", "halves_heldout", "heldout_rows", "control_study",
@@ -550,9 +550,10 @@ def _final_eval(run: Run, key: str) -> tuple[int, int, int] | None:
 
 def heldout_rows(runs: list[Run], key: str, baseline: str = "gigpo") -> list[dict]:
     """Per arm: success at its runs' last evaluation on one split (wins / episodes pooled over seeds, and the mean of
-    the per-seed rates with a bootstrap interval over seeds), and against ``baseline`` the paired per-seed difference
-    (the two runs of a seed play the same goals): mean [95% CI over seeds], seeds above 0, exact sign-flip p, Holm
-    over the arms compared."""
+    the per-seed rates with its Student-t interval over seeds), and against ``baseline`` the paired per-seed
+    difference (the two runs of a seed play the same goals): mean [95% Student-t interval over the per-seed
+    differences], seeds above 0, exact sign-flip p, Holm over the arms compared. One value per seed and few seeds:
+    a percentile bootstrap over them would be too narrow (``analysis.stats.t_ci``)."""
     per: dict[str, dict[int, tuple[int, int, int]]] = defaultdict(dict)
     for r in runs:
         f = _final_eval(r, key)
@@ -563,12 +564,12 @@ def heldout_rows(runs: list[Run], key: str, baseline: str = "gigpo") -> list[dic
         rate = {s: w / n for s, (w, n, _) in per[m].items()}
         row = {"arm": m, "seeds": len(rate), "wins": sum(v[0] for v in per[m].values()),
                "episodes": sum(v[1] for v in per[m].values()), "iteration": max(v[2] for v in per[m].values()),
-               "level": hierarchical_bootstrap_ci([[v] for v in rate.values()])}
+               "level": t_ci(list(rate.values()))}
         if m != baseline and baseline in per:
             b = {s: w / n for s, (w, n, _) in per[baseline].items()}
             d = [rate[s] - b[s] for s in sorted(rate) if s in b]
             if d:
-                row.update(diff=hierarchical_bootstrap_ci([[x] for x in d]), above=sum(x > 0 for x in d),
+                row.update(diff=t_ci(d), above=sum(x > 0 for x in d),
                            below=sum(x < 0 for x in d), n=len(d), p=sign_flip_p(d), per_seed=d)
         rows.append(row)
     tested = [r for r in rows if "p" in r]
@@ -589,8 +590,10 @@ def halves_heldout(root: Path, baseline: str = "gigpo", split: str = "eval_depth
                    if re.match(rf"^eval/[^/]+/{re.escape(split)}/success_rate$", k)})
     md = [f"{len(runs)} runs ({', '.join(f'{m}: {sum(r.method == m for r in runs)}' for m in arms)}), seeds "
           f"{seeds[0]}–{seeds[-1]} ({len(seeds)}). Primary metric: success on the held-out `{split}` goals at each "
-          "run's last evaluation. Per seed: the run's rate; intervals: bootstrap over seeds; paired differences "
-          "against GiGPO of the same seed (same goals, same warm start); exact sign-flip p over the per-seed "
+          "run's last evaluation, in percent of the goals (differences in points). Per seed: the run's rate; paired "
+          "differences against GiGPO of the same seed (same goals, same warm start). Intervals: 95% Student-t "
+          "intervals over the per-seed values (mean ± t · s / √n, n − 1 degrees of freedom; a percentile bootstrap "
+          "over so few values is too narrow). Exact sign-flip p over the per-seed "
           f"differences (smallest possible with {len(seeds)} seeds: {2 / 2 ** len(seeds):.3g}), Holm over the "
           "arms compared.", ""]
     for key in keys:
@@ -602,7 +605,8 @@ def halves_heldout(root: Path, baseline: str = "gigpo", split: str = "eval_depth
                f"{max((r['iteration'] for r in rows), default=0)}; the warm start, iteration 0: "
                f"{100 * float(np.mean(it0)):.1f}% over the {len(it0)} runs)" if it0 else
                f"### 1. Held-out `{split}` success at the last evaluation", "",
-               f"| arm | half | seeds | wins / episodes | mean of seeds [95% CI] | − {baseline} (points) [95% CI] | "
+               f"| arm | half | seeds | wins / episodes | mean of seeds (%) [95% t-interval] | − {baseline} "
+               f"(points) [95% t-interval] | "
                f"seeds above / below | sign-flip p | Holm p (k = {k}) |",
                "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:

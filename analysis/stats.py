@@ -10,7 +10,9 @@ family). The stratified bootstrap resamples runs with replacement independently 
 
 Where a study has several observations per seed (iterations, or the runs of one seed), the seeds are the
 independent unit: ``hierarchical_bootstrap_ci`` resamples seeds, then observations within each drawn seed;
-``sign_flip_p`` tests a per-seed mean difference against 0; ``holm`` corrects a family of such tests.
+``sign_flip_p`` tests a per-seed mean difference against 0; ``holm`` corrects a family of such tests. With one
+value per seed and few seeds (5), a percentile bootstrap over the seed values is too narrow (it cannot reach past
+the values drawn and ignores the t distribution's heavier tails); ``t_ci`` gives the Student-t interval instead.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 __all__ = [
     "iqm",
     "mean_ci",
+    "t_ci",
     "stratified_bootstrap_ci",
     "within_slope_ci",
     "probability_of_improvement",
@@ -103,6 +106,21 @@ def mean_ci(values: Sequence[float], reps: int = 2000, alpha: float = 0.05, seed
     """Mean over seeds with a 95% percentile bootstrap interval."""
     return stratified_bootstrap_ci(np.asarray(values, dtype=np.float64)[:, None], lambda m: float(m.mean()), reps,
                                    alpha, seed)
+
+
+def t_ci(values: Sequence[float], alpha: float = 0.05) -> tuple[float, float, float]:
+    """(mean, lower, upper): the Student-t interval of the mean of independent values (one per seed), mean ±
+    t_{1 − alpha/2, n − 1} · s / √n with s the unbiased standard deviation; NaN bounds with fewer than 2 values."""
+    from scipy.stats import t as student_t
+
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    m = float(v.mean())
+    if v.size < 2:
+        return m, float("nan"), float("nan")
+    h = float(student_t.ppf(1 - alpha / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return m, m - h, m + h
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:

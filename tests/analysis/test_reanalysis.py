@@ -290,11 +290,16 @@ def test_halves_heldout_pairs_final_evaluations_by_seed(tmp_path):
     assert rows["bigpo"]["per_seed"] == pytest.approx([2 / 58] * 4)
     assert rows["bigpo"]["above"] == 4 and rows["bigpo"]["p"] == pytest.approx(0.125)  # 2 / 2^4
     assert rows["pace_anchor"]["above"] == 1 and rows["pace_anchor"]["below"] == 3
+    # the interval is Student-t's over the per-seed differences (-1, -1, -1, +1 goals: mean -0.5, s = 1,
+    # t_{0.975, 3} = 3.1824463), not a percentile bootstrap over the 4 values (which stays inside [-1, +1])
+    h = 3.1824463053 * 1 / 2
+    assert rows["pace_anchor"]["diff"] == pytest.approx(((-0.5) / 58, (-0.5 - h) / 58, (-0.5 + h) / 58))
     assert rows["bigpo"]["p_holm"] == pytest.approx(0.25)  # Holm over 2 arms: the smaller p doubled
     md = halves_heldout(tmp_path)
     assert "12 runs" in md and "smallest possible with 4 seeds: 0.125" in md
     assert "iteration 20; the warm start, iteration 0: 20.7% over the 12 runs" in md
     assert "| bigpo | state half only | 4 | 54/232 | " in md and "+3.4 [+3.4, +3.4] | 4 / 0 | 0.125 | 0.250 |" in md
+    assert "-0.9 [-3.6, +1.9] | 1 / 3 |" in md and "95% Student-t intervals" in md
     assert "### 2. Training success against GiGPO" in md
     assert "| bigpo | state half only | 0.001 (median) | 0.20 | 0.30 | 0.50 | 1.000 | 1.500 |" in md
 

@@ -8,10 +8,12 @@ from analysis.stats import (
     curve_band,
     interp_curves,
     iqm,
+    mean_ci,
     poi_ci,
     probability_of_improvement,
     steps_to_threshold,
     stratified_bootstrap_ci,
+    t_ci,
     within_slope_ci,
 )
 
@@ -24,6 +26,21 @@ def test_iqm_by_hand():
     assert iqm(np.array([0.0, 0.0, 1.0])) == pytest.approx(1 / 3)
     with pytest.raises(ValueError):
         iqm(np.array([]))
+
+
+def test_t_interval_by_hand():
+    # 1..5: mean 3, s = sqrt(2.5), s / sqrt(5) = sqrt(0.5); t_{0.975, 4} = 2.7764451
+    m, lo, hi = t_ci([1.0, 2.0, 3.0, 4.0, 5.0])
+    h = 2.7764451052 * np.sqrt(0.5)
+    assert m == 3.0 and lo == pytest.approx(3 - h) and hi == pytest.approx(3 + h)
+    # two values 0 and 2: s / sqrt(2) = 1, t_{0.975, 1} = 12.7062047: far wider than the values' range, which is
+    # as far as a percentile bootstrap over the two values can reach
+    assert t_ci([0.0, 2.0]) == pytest.approx((1.0, 1 - 12.7062047362, 1 + 12.7062047362))
+    _, blo, bhi = mean_ci([0.0, 2.0])
+    assert (blo, bhi) == (0.0, 2.0)
+    assert t_ci([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
+    m, lo, hi = t_ci([4.0])
+    assert m == 4.0 and np.isnan(lo) and np.isnan(hi)
 
 
 def test_probability_of_improvement_by_hand():
