@@ -339,9 +339,9 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
     if not names:
         return []
 
-    def ci(key_fn, signed: bool = True) -> str:
+    def ci(key_fn, signed: bool = True, digits: int = 3) -> str:
         obs = _seed_obs(runs, key_fn)
-        return _ci(hierarchical_bootstrap_ci(list(obs.values())), signed=signed) if obs else "–"
+        return _ci(hierarchical_bootstrap_ci(list(obs.values())), digits, signed=signed) if obs else "–"
 
     def get(k: str):
         return lambda row: row.get(k)
@@ -370,7 +370,12 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
     md += ["The two truths' Pearson on the rows (`groundtruth/visited_only_pearson`): "
            f"{ci(get('groundtruth/visited_only_pearson'), False)}; the mean total-variation distance between the "
            "canonical-prompt policy and the rows' own in the visited cells (`groundtruth/canonical_tv`): "
-           f"{ci(get('groundtruth/canonical_tv'), False)}. The ceiling, exact Q normalised inside (prompt group, true "
+           f"{ci(get('groundtruth/canonical_tv'), False)}; the truth against the truth with the canonical-prompt "
+           "policy in every cell, the visited ones included (`groundtruth/canonical_pearson`): "
+           f"{ci(get('groundtruth/canonical_pearson'), False)}; the cells whose policy came from the batch's own rows "
+           f"(`groundtruth/visited_cells`): {ci(get('groundtruth/visited_cells'), False, 0)} of "
+           f"{ci(get('groundtruth/reachable_cells'), False, 0)} reachable (every other one takes the canonical "
+           "prompt's). The ceiling, exact Q normalised inside (prompt group, true "
            "state) groups as GiGPO's step term is (`groundtruth/ceiling/pearson_step`): "
            f"{ci(get('groundtruth/ceiling/pearson_step'), False)}; exact Q itself (`groundtruth/ceiling/pearson_q`): "
            f"{ci(get('groundtruth/ceiling/pearson_q'), False)}.", ""]
@@ -475,13 +480,14 @@ def _training_md(runs: list[Run], baseline: str, title: str) -> list[str]:
 
 
 def _branch_mix_md(runs: list[Run], arms: list[str], title: str) -> list[str]:
-    """Per arm: its first-batch ε, the share of rows in each PACE branch and the scale of its advantages."""
+    """Per arm: its first-batch ε, the share of rows in each PACE branch and the scale of its advantages (of the
+    episode term, the step term and the whole)."""
     md = [title, "",
           "PACE rows: the action-keyed formula; fallback: leave-one-out; singleton: no step term. For GiGPO and "
           "BiGPO the mix is the diagnostic one (PACE applied to the hidden-state clusters at the run's ε), not what "
           "they train with.", "",
-          "| arm | half | ε (first batch) | PACE rows | fallback rows | singleton rows | std of A^S | std of A |",
-          "|---|---|---|---|---|---|---|---|"]
+          "| arm | half | ε (first batch) | PACE rows | fallback rows | singleton rows | std of A^ep | std of A^S | "
+          "std of A |", "|---|---|---|---|---|---|---|---|---|"]
     for m in arms:
         rs = [r for r in runs if r.method == m]
 
@@ -489,11 +495,15 @@ def _branch_mix_md(runs: list[Run], arms: list[str], title: str) -> list[str]:
             v = [row[key] for r in rs for row in r.metrics if _finite(row.get(key))]
             return float(np.mean(v)) if v else float("nan")
 
+        def std(key: str) -> str:
+            v = mean(key)
+            return f"{v:.3f}" if np.isfinite(v) else "–"
+
         eps = [first_epsilon(r) for r in rs]
         eps_txt = f"{np.median([e for e in eps if _finite(e)]):.3g} (median)" if any(_finite(e) for e in eps) else "–"
         md.append(f"| {m} | {_HALF_OF[m]} | {eps_txt} | {mean('group/pace_frac_pace'):.2f} | "
                   f"{mean('group/pace_frac_fallback'):.2f} | {mean('group/pace_frac_singleton'):.2f} | "
-                  f"{mean('adv/step_std'):.3f} | {mean('adv/total_std'):.3f} |")
+                  f"{std('adv/episode_std')} | {std('adv/step_std')} | {std('adv/total_std')} |")
     return md + [""]
 
 

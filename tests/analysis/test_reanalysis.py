@@ -231,7 +231,7 @@ def test_halves_tables_on_hand_made_runs(tmp_path):
     assert "| bipace_q-cluster_std | 3 | " in own_step and "+0.070 [+0.070, +0.070] | 3/3 |" in own_step
     assert "| bipace_q | 3 | " in own_step and "Holm p (k = 2)" in own_step and "| bigpo |" not in own_step
     mix = md.split("### 4. ")[1].split("### 4b.")[0]
-    assert "| pace_anchor | action half only | 0.002 (median) | 0.50 | 0.30 | 0.20 | 1.000 | 2.000 |" in mix
+    assert "| pace_anchor | action half only | 0.002 (median) | 0.50 | 0.30 | 0.20 | – | 1.000 | 2.000 |" in mix
     # no config.yaml: the clip is the default 1.0; gradient norms 0.5 and 1.0 (plain arms) are not above it,
     # 1.5 and 2.0 (the variant) are; approx KL +0.5e-3 on average, its absolute value 1.5e-3
     update = md.split("### 4b. ")[1].split("### 5.")[0]
@@ -279,7 +279,8 @@ def test_halves_heldout_pairs_final_evaluations_by_seed(tmp_path):
             (d / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "eval/textcraft/eval_depth2/success_rate":
                                                          12 / 58}) + "\n" + "".join(json.dumps(
                 {"iteration": i, "rollout/success_rate": 0.3, "group/epsilon": 0.001, "group/pace_frac_pace": 0.2,
-                 "group/pace_frac_fallback": 0.3, "group/pace_frac_singleton": 0.5, "adv/step_std": 1.0,
+                 "group/pace_frac_fallback": 0.3, "group/pace_frac_singleton": 0.5, "adv/episode_std": 0.5,
+                 "adv/step_std": 1.0,
                  "adv/total_std": 1.5}) + "\n" for i in (1, 2)))
             k = "eval/textcraft/eval_depth2/"
             (d / "eval.jsonl").write_text("".join(json.dumps(
@@ -301,7 +302,7 @@ def test_halves_heldout_pairs_final_evaluations_by_seed(tmp_path):
     assert "| bigpo | state half only | 4 | 54/232 | " in md and "+3.4 [+3.4, +3.4] | 4 / 0 | 0.125 | 0.250 |" in md
     assert "-0.9 [-3.6, +1.9] | 1 / 3 |" in md and "95% Student-t intervals" in md
     assert "### 2. Training success against GiGPO" in md
-    assert "| bigpo | state half only | 0.001 (median) | 0.20 | 0.30 | 0.50 | 1.000 | 1.500 |" in md
+    assert "| bigpo | state half only | 0.001 (median) | 0.20 | 0.30 | 0.50 | 0.500 | 1.000 | 1.500 |" in md
 
 
 def test_truth_correction_puts_both_truths_side_by_side(tmp_path):
@@ -315,7 +316,9 @@ def test_truth_correction_puts_both_truths_side_by_side(tmp_path):
         g = 0.2 + 0.01 * seed
         rows = [{"iteration": it, "groundtruth/gigpo/pearson": g, "groundtruth/visited_only/gigpo/pearson": g - 0.01,
                  "groundtruth/bipace_q/pearson": g + 0.1, "groundtruth/visited_only/bipace_q/pearson": g + 0.05,
-                 "groundtruth/visited_only_pearson": 0.9, "groundtruth/ceiling/pearson_step": 0.4}
+                 "groundtruth/visited_only_pearson": 0.9, "groundtruth/ceiling/pearson_step": 0.4,
+                 "groundtruth/canonical_pearson": 0.8, "groundtruth/visited_cells": 50.0 + seed,
+                 "groundtruth/reachable_cells": 700.0}
                 for it in (1, 2)]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     md = "\n".join(truth_correction_md(find_runs(tmp_path / "runs"), "gigpo", "### 5."))
@@ -324,6 +327,8 @@ def test_truth_correction_puts_both_truths_side_by_side(tmp_path):
            "+0.100 [+0.100, +0.100] | +0.060 [+0.060, +0.060] |" in whole
     assert "| gigpo | 0.210 [0.200, 0.220] | 0.200 [0.190, 0.210] | +0.010 [+0.010, +0.010] | – | – |" in whole
     assert "(`groundtruth/visited_only_pearson`): 0.900 [0.900, 0.900]" in md
+    assert "(`groundtruth/canonical_pearson`): 0.800 [0.800, 0.800]" in md
+    assert "(`groundtruth/visited_cells`): 51 [50, 52] of 700 [700, 700] reachable" in md
     assert "| bipace_q | – | – | – | – | – |" in md.split("**Step term alone**")[1]  # no step keys logged
     assert truth_correction_md([], "gigpo", "### 5.") == []
 
