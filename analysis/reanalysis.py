@@ -6,7 +6,9 @@ Conventions shared by every study here:
 * **Unit.** Every study runs all its seeds from one warm start (``docs/protocol.md``, "Seeds and intervals"), so a
   seed is one draw of the RL sampling, and seeds are the independent unit. Intervals are 95% percentile intervals of
   a two-level bootstrap (``analysis.stats.hierarchical_bootstrap_ci``): seeds with replacement, then the seed's
-  observations (iterations, or the run-iterations of its runs) with replacement. Counts are per seed ("k/10 seeds").
+  observations (iterations, or the run-iterations of its runs) with replacement; where a seed has one value and the
+  seeds are few (``halves-textcraft``'s held-out table, 5 seeds), the Student-t interval over the per-seed values
+  (``analysis.stats.t_ci``). Counts are per seed ("k/10 seeds").
 * **Tests and corrections.** A paired per-seed difference is tested against 0 by exact sign flipping
   (``analysis.stats.sign_flip_p``; with n seeds the smallest possible p is 2 / 2^n: 0.25 with 3 seeds, 0.002 with
   10). A family of comparisons (the rows of one table against its baseline) is corrected with Holm's step-down
