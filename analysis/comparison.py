@@ -3,9 +3,10 @@ seed, seeds as the unit.
 
 * **Primary**: held-out success at each run's last evaluation (at its last iteration). Per seed, the arm's rate minus
   the baseline's (the two runs share the warm start, the training goal draws and the evaluation goals); the mean
-  difference with a Student-t 95% interval over the per-seed differences (valid for a handful of seeds where a
-  percentile bootstrap over the seed values is too narrow); seeds above / below; the exact two-sided sign-flip p
-  (``analysis.stats.sign_flip_p``; smallest possible 2 / 2^n); Holm over the arms compared (``analysis.stats.holm``).
+  difference with a Student-t 95% interval over the per-seed differences (``analysis.stats.t_ci``: valid for a
+  handful of seeds, where a percentile bootstrap over the seed values is too narrow); seeds above / below; the
+  exact two-sided sign-flip p (``analysis.stats.sign_flip_p``; smallest possible 2 / 2^n); Holm over the arms
+  compared (``analysis.stats.holm``).
 * **Secondary**: training-rollout success over the last 5 iterations (paired the same way), the held-out curve, and
   each arm's share of rows in each PACE branch (action-keyed formula, leave-one-out fallback, no step term) with the
   scale of its step term and whole advantage.
@@ -19,24 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from .runs import Run, find_runs, packed_file, series
-from .stats import holm, sign_flip_p
+from .stats import holm, sign_flip_p, t_ci
 
-__all__ = ["t_interval", "paired_rows", "comparison_report"]
-
-
-def t_interval(values: list[float], alpha: float = 0.05) -> tuple[float, float, float]:
-    """(mean, low, high): the Student-t ``1 - alpha`` interval of the mean of ``values`` (n - 1 degrees of freedom);
-    NaN bounds for fewer than 2 values."""
-    from scipy import stats
-
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    m = float(x.mean())
-    if x.size < 2:
-        return m, float("nan"), float("nan")
-    half = float(stats.t.ppf(1 - alpha / 2, x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return m, m - half, m + half
+__all__ = ["paired_rows", "comparison_report"]
 
 
 def _final(run: Run, key: str) -> tuple[float, int] | None:
@@ -67,12 +53,12 @@ def paired_rows(runs: list[Run], arms: list[str], baseline: str, value) -> list[
                 per[r.method][r.seed] = float(v)
     rows = []
     for m in arms:
-        row = {"arm": m, "per_seed": per[m], "level": t_interval(list(per[m].values()))}
+        row = {"arm": m, "per_seed": per[m], "level": t_ci(list(per[m].values()))}
         if m != baseline:
             d = {s: per[m][s] - per[baseline][s] for s in sorted(per[m]) if s in per[baseline]}
             if d:
                 xs = list(d.values())
-                row.update(diff=t_interval(xs), diffs=d, above=sum(x > 0 for x in xs),
+                row.update(diff=t_ci(xs), diffs=d, above=sum(x > 0 for x in xs),
                            below=sum(x < 0 for x in xs), n=len(xs), p=sign_flip_p(xs))
         rows.append(row)
     tested = [r for r in rows if "p" in r]

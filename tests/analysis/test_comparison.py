@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.comparison import comparison_report, paired_rows, t_interval
+from analysis.comparison import comparison_report, paired_rows
 from analysis.runs import find_runs
 
 KEY = "eval/textcraft/eval_depth2/success_rate"
@@ -24,21 +24,6 @@ def _run(root: Path, method: str, seed: int, final: float, train: float, *, stat
          "adv/total_std": 2.0}) + "\n" for i in range(1, 21)))
     (d / "eval.jsonl").write_text("".join(json.dumps({"iteration": it, KEY: v}) + "\n"
                                           for it, v in ((0, 0.2), (last_eval, final))))
-
-
-def test_t_interval_closed_form():
-    m, lo, hi = t_interval([1.0, 2.0, 3.0])  # mean 2, sd 1, t(0.975, 2) = 4.302653
-    assert m == 2.0
-    assert (hi - m) == pytest.approx(4.302653 / 3 ** 0.5, rel=1e-6) and (m - lo) == pytest.approx(hi - m)
-    assert t_interval([5.0])[0] == 5.0 and all(x != x for x in t_interval([5.0])[1:])
-    # at 5 seeds the percentile bootstrap of the mean is narrower than the t-interval (it ignores the small-sample
-    # t quantile and the n - 1 in the variance): the reason the comparison reports t-intervals
-    from analysis.stats import mean_ci
-
-    xs = [-0.066, -0.034, -0.034, 0.0, -0.017]
-    _, lo, hi = t_interval(xs)
-    _, blo, bhi = mean_ci(xs)
-    assert hi - lo > 1.5 * (bhi - blo)
 
 
 def test_paired_rows_and_report(tmp_path):
