@@ -45,6 +45,30 @@ MEANING = ("`equal`: every number compared is the reference run's of the same se
            "moves a cell by 8.3 points.")
 
 
+#: where the learning gate's verdict is committed (issue 52): does any CPU recipe make RL raise held-out success?
+GATE_REPORT = Path("results/gate-textcraft/reanalysis.md")
+
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def learning_note(repo: Path = _REPO) -> str:
+    """One sentence on what the demo's curves can show, from the learning gate's committed verdict
+    (``GATE_REPORT``, written by ``python -m experiments.reanalyse gate-textcraft``)."""
+    where = "`results/gate-textcraft/README.md`"
+    p = Path(repo) / GATE_REPORT
+    text = p.read_text() if p.is_file() else ""
+    if "**The gate passes**" in text:
+        return (f"A CPU recipe has passed the learning gate ({where}): there, RL raises held-out success above the "
+                "warm start; this demo's short runs are not that recipe: read them as the machinery, not as learning.")
+    if "**The gate does not pass**" in text:
+        return (f"No CPU recipe has yet passed the learning gate ({where}: RL raising held-out success >= 4 points "
+                "above the warm start in every seed), so these runs show the machinery, not learning: read no "
+                "ranking into them.")
+    return (f"The learning gate ({where}) is not decided yet, so no CPU recipe is known to raise held-out success: "
+            "these runs show the machinery, not learning.")
+
+
 def _split(key: str) -> str:
     parts = key.split("/")  # eval/<env>/<split>/success_rate
     return parts[2] if len(parts) == 4 else key
@@ -139,14 +163,16 @@ def add_comparison_section(out: Path, reference: Path) -> str | None:
         return None
     where = portable_path(reference.resolve())
     cpu = cpu_name()
-    section = (f"## Your runs beside the committed reference (`{where}`)\n\n{verdict_line(rows)}\n\n{MEANING}\n\n"
+    note = learning_note()
+    section = (f"## Your runs beside the committed reference (`{where}`)\n\n{note}\n\n{verdict_line(rows)}\n\n"
+               f"{MEANING}\n\n"
                f"Cells: yours / the reference's run of the same seed [the range over the reference's seeds], success "
                f"rate in %. Your CPU: {cpu}; the reference's CPU and numbers: `{where}/README.md`.\n\n{table}\n")
     summary = out / "summary.md"
     text = summary.read_text() if summary.is_file() else ""
     summary.write_text(text.rstrip("\n") + "\n\n" + section)
-    print(f"[demo] your runs beside the reference ({where}):\n{table}\n[demo] {verdict_line(rows)}\n[demo] {MEANING}",
-          flush=True)
+    print(f"[demo] your runs beside the reference ({where}):\n{table}\n[demo] {verdict_line(rows)}\n[demo] {MEANING}"
+          f"\n[demo] {note}", flush=True)
     return table
 
 

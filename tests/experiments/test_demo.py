@@ -113,3 +113,17 @@ def test_the_pinned_aten_code_path_is_what_torch_runs():
                           cwd=REPO, env=env, capture_output=True, text=True, check=True)
     if " avx512f" in flags:
         assert base.stdout.strip().startswith("AVX512")  # without the pin this CPU runs another build
+
+
+def test_learning_note_follows_the_gates_committed_verdict(tmp_path):
+    # no verdict file: undecided; a failing and a passing verdict as analysis.gate writes them
+    assert "is not decided yet" in demo.learning_note(tmp_path)
+    report = tmp_path / demo.GATE_REPORT
+    report.parent.mkdir(parents=True)
+    report.write_text("...\n**The gate does not pass**: no arm meets the rule.\n")
+    note = demo.learning_note(tmp_path)
+    assert note.startswith("No CPU recipe has yet passed the learning gate") and "results/gate-textcraft" in note
+    report.write_text("...\n**The gate passes** (gigpo).\n")
+    assert demo.learning_note(tmp_path).startswith("A CPU recipe has passed the learning gate")
+    # the repo's own committed verdict gives one of the three sentences
+    assert any(s in demo.learning_note() for s in ("not decided yet", "No CPU recipe", "A CPU recipe"))
