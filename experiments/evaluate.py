@@ -99,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype="float32")
     pcfg = prompt_config_for(tokenizer, int(settings.get("max_prompt_tokens", 2048)), history)
-    out = {"model": str(model_dir), "env": env_id, "env_kwargs": env_kwargs, "temperature": args.temperature,
-           "history_length": history, "max_response_tokens": cap, "seed": args.seed, "splits": {}}
+    from envs.paths import portable_path
+
+    out = {"model": portable_path(model_dir.resolve()), "env": env_id, "env_kwargs": env_kwargs,
+           "temperature": args.temperature, "history_length": history, "max_response_tokens": cap, "seed": args.seed,
+           "splits": {}}
     print(f"{env_id} {json.dumps(env_kwargs)}, T={args.temperature:g}, history {history}, cap {cap} tokens, "
           f"{args.repeats} repeat(s)")
     print("| split | tasks | success (mean) | per repeat | steps/episode | invalid | seconds "

@@ -50,3 +50,13 @@ def test_evaluate_rejects_a_non_model_folder_and_an_unknown_split(tiny_warmstart
     assert "not a model folder" in capsys.readouterr().err
     assert evaluate.main(["--model", str(tiny_warmstart), "--splits", "valid_seen"]) == 2
     assert "unknown split" in capsys.readouterr().err
+
+
+def test_evaluate_records_the_model_path_portably(tiny_warmstart, tmp_path, monkeypatch):
+    # a model below the cache root is recorded as $BIPACE_CACHE/..., never as this machine's absolute path
+    monkeypatch.setenv("BIPACE_CACHE", str(tiny_warmstart.parent.parent))
+    out = tmp_path / "eval.json"
+    assert evaluate.main(["--model", str(tiny_warmstart), "--splits", "train", "--max-tasks", "1", "--max-steps", "1",
+                          "--json", str(out)]) == 0
+    model = json.loads(out.read_text())["model"]
+    assert model == f"$BIPACE_CACHE/{tiny_warmstart.parent.name}/{tiny_warmstart.name}"
