@@ -140,6 +140,16 @@ def _curve(run: Run, key: str) -> str:
     return ", ".join(f"{x}: {100 * y:.1f}" for x, y in zip(xs, ys))
 
 
+def _halves(run: Run, key: str) -> tuple[float, float]:
+    """Mean of ``key`` over the first and the second half of the run's logged iterations (with epoch sampling over a
+    pool played twice, each half is one pass over the same goals)."""
+    _, ys = series(run.metrics, key)
+    h = len(ys) // 2
+    if h == 0:
+        return float("nan"), float("nan")
+    return float(np.mean(ys[:h])), float(np.mean(ys[h:2 * h]))
+
+
 def _mean_of(run: Run, key: str, first: bool, k: int = 5) -> float:
     _, ys = series(run.metrics, key)
     ys = ys[:k] if first else ys[-k:]
@@ -189,15 +199,17 @@ def gate_report(root: Path, split: str = "eval_depth2") -> str:
                 "**The gate does not pass**: no arm meets the rule." if done else
                 "The gate is not decided yet (arms incomplete)."), ""]
     md += ["### Curves and diagnostics per run (secondary)", "",
-           "| run | held-out success by iteration (%) | training success, first 5 → last 5 iterations | KL to "
-           "reference, last 5 | entropy, first 5 → last 5 | episode length, first 5 → last 5 | grad norm > clip |",
-           "|---|---|---|---|---|---|---|"]
+           "| run | held-out success by iteration (%) | training success, first 5 → last 5 iterations | training "
+           "success, first half → second half of the iterations | KL to reference, last 5 | entropy, first 5 → last 5 "
+           "| episode length, first 5 → last 5 | grad norm > clip |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r.method, r.seed)):
         _, gn = series(r.metrics, "loss/grad_norm")
         clip = _grad_clip(r)
         frac = f"{np.mean([g > clip for g in gn]):.2f}" if gn else "–"
         md.append(f"| {r.method} seed {r.seed} | {_curve(r, key)} | "
                   f"{_mean_of(r, 'rollout/success_rate', True):.3f} → {_mean_of(r, 'rollout/success_rate', False):.3f}"
+                  " | {:.3f} → {:.3f}".format(*_halves(r, "rollout/success_rate")) +
                   f" | {_mean_of(r, 'loss/kl', False):.4f} | "
                   f"{_mean_of(r, 'loss/entropy', True):.3f} → {_mean_of(r, 'loss/entropy', False):.3f} | "
                   f"{_mean_of(r, 'rollout/episode_length', True):.2f} → "

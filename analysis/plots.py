@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from .runs import CONTROL_METHOD, Run, series  # noqa: E402
 from .stats import curve_band, interp_curves  # noqa: E402
 
-__all__ = ["plot_curves", "plot_diagnostics", "METHOD_ORDER", "method_color", "save_png"]
+__all__ = ["plot_curves", "plot_diagnostics", "METHOD_ORDER", "method_color", "method_linestyle", "save_png"]
 
 METHOD_ORDER = ["grpo", "rloo", "gigpo", "hgpo", "bigpo", "bipace_v", "bipace_q"]
 _COLORS = {"grpo": "#7f7f7f", "rloo": "#bcbd22", "gigpo": "#1f77b4", "hgpo": "#9467bd", "bigpo": "#17becf",
@@ -50,6 +50,14 @@ def method_color(method: str, i: int = 0) -> str:
     return _COLORS.get(base, plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10])
 
 
+def method_linestyle(method: str) -> str:
+    """Solid for an estimator (and the control), dashed for a variant of one (``gigpo-lr3e-5``, ``bipace_q@oracle``),
+    which shares its estimator's colour: the two stay apart in one panel."""
+    if method == CONTROL_METHOD:
+        return "-"
+    return "-" if re.split("[-@]", method)[0] == method else "--"
+
+
 def method_sort_key(method: str) -> tuple[int, str]:
     if method == CONTROL_METHOD:  # black, first
         return (-1, method)
@@ -71,13 +79,13 @@ def plot_curves(runs_by_method: dict[str, list[Run]], key: str | None, source: s
         curves = [c for c in curves if c[0]]
         if not curves:
             continue
-        color = method_color(method, i)
+        color, style = method_color(method, i), method_linestyle(method)
         for xs, ys in curves if thin else ():
-            ax.plot(xs, ys, color=color, alpha=0.3, linewidth=0.8)
+            ax.plot(xs, ys, color=color, alpha=0.3, linewidth=0.8, linestyle=style)
         its, mat = interp_curves(curves)
         if its.size:
             mean, lo, hi = curve_band(mat)
-            ax.plot(its, mean, color=color, linewidth=2.2, label=f"{method} (n={len(curves)})")
+            ax.plot(its, mean, color=color, linewidth=2.2, linestyle=style, label=f"{method} (n={len(curves)})")
             if len(curves) > 1:
                 ax.fill_between(its, lo, hi, color=color, alpha=0.15)
         drawn = True

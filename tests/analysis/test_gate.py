@@ -67,7 +67,9 @@ def test_gate_rows_and_report_on_hand_made_runs(tmp_path):
     assert "**FAIL**" in md and "(unfinished: seeds [1])" in md
     assert "**The gate passes** (a)." in md
     # the diagnostics table: training success first 5 -> last 5, grad norm above the default clip of 1.0 in half
-    assert "| a seed 0 | 0: 21.6, 20: 25.0 | 0.330 → 0.480 |" in md and "| 0.50 |" in md
+    assert "| training success, first half → second half of the iterations |" in md and "|" + "---|" * 8 in md
+    # and by halves of the iterations (1-10: 0.355, 11-20: 0.455)
+    assert "| a seed 0 | 0: 21.6, 20: 25.0 | 0.330 → 0.480 | 0.355 → 0.455 |" in md and "| 0.50 |" in md
     assert "Protocol check: the runs' own iteration-0 evaluation" in md
 
 

@@ -207,3 +207,11 @@ def test_no_goals_logged_no_goal_table(runs_root, tmp_path):
     out = tmp_path / "study"
     assert report_main(["--runs", str(runs_root), "--out", str(out)]) == 0
     assert "Success per training goal" not in (out / "summary.md").read_text()
+
+
+def test_a_variant_shares_its_estimators_colour_but_not_its_line_style():
+    from analysis.plots import method_color, method_linestyle
+
+    assert method_color("gigpo-lr3e-5") == method_color("gigpo")
+    assert method_linestyle("gigpo") == "-" and method_linestyle("no-update") == "-"
+    assert method_linestyle("gigpo-lr3e-5") == "--" and method_linestyle("bipace_q@oracle") == "--"
