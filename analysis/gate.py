@@ -194,9 +194,12 @@ def gate_report(root: Path, split: str = "eval_depth2") -> str:
         md.append(f"| {a['arm']} | {a['seeds']} | {succ} | {gain} | {_pts(a['mean_gain'])} | {a['above']}/{a['seeds']}"
                   f" | **{a['verdict']}**{extra} |")
     passed = [a["arm"] for a in rows if a["verdict"] == "PASS"]
-    done = all(a["verdict"] != "INCOMPLETE" for a in rows)
+    open_arms = [a["arm"] for a in rows if a["verdict"] == "INCOMPLETE"]
+    failed = [a["arm"] for a in rows if a["verdict"] == "FAIL"]
     md += ["", ("**The gate passes** (" + ", ".join(passed) + ")." if passed else
-                "**The gate does not pass**: no arm meets the rule." if done else
+                "**The gate does not pass**: no arm meets the rule." if not open_arms else
+                f"**The gate does not pass** so far: no finished arm meets the rule; still incomplete: "
+                f"{', '.join(open_arms)}." if failed else
                 "The gate is not decided yet (arms incomplete)."), ""]
     md += ["### Curves and diagnostics per run (secondary)", "",
            "| run | held-out success by iteration (%) | training success, first 5 → last 5 iterations | training "

@@ -85,6 +85,11 @@ def test_gate_not_decided_while_an_arm_is_incomplete(tmp_path):
         _run(tmp_path, "a", s, 80)
     md = gate_report(tmp_path)
     assert "**INCOMPLETE**" in md and "The gate is not decided yet" in md
+    # a failed arm beside an incomplete one: the gate has not passed so far, and says which arm is still open
+    for s, w in enumerate((40, 41, 42)):
+        _run(tmp_path, "b", s, w)
+    md = gate_report(tmp_path)
+    assert "**The gate does not pass** so far: no finished arm meets the rule; still incomplete: a." in md
 
 
 def test_detectable_difference_closed_form():
