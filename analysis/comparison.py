@@ -19,21 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .runs import Run, find_runs, packed_file, series
-from .stats import holm, sign_flip_p, t_ci
+from .runs import Run, final_eval, find_runs, packed_file, series
+from .stats import format_ci, holm, sign_flip_p, t_ci
 
 __all__ = ["paired_rows", "comparison_report"]
-
-
-def _final(run: Run, key: str) -> tuple[float, int] | None:
-    """(success, iteration) of the run's last evaluation on ``key``'s split, if it is at the run's last iteration
-    and the run finished; else None."""
-    xs, ys = series(run.evals, key)
-    total = (run.info or {}).get("iterations_total")
-    if not ys or (run.info or {}).get("status") != "finished" or not isinstance(total, (int, float)) \
-            or xs[-1] != int(total):
-        return None
-    return ys[-1], xs[-1]
 
 
 def _last_mean(run: Run, key: str, k: int = 5) -> float | None:
@@ -67,24 +56,15 @@ def paired_rows(runs: list[Run], arms: list[str], baseline: str, value) -> list[
     return rows
 
 
-def _ci(t: tuple[float, float, float], scale: float = 100.0, digits: int = 1, signed: bool = True) -> str:
-    m, lo, hi = (scale * v for v in t)
-    f = f"{{:{'+' if signed else ''}.{digits}f}}"
-    if not math.isfinite(m):
-        return "–"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f.format(m)
-    return f"{f.format(m)} [{f.format(lo)}, {f.format(hi)}]"
-
-
 def _table(rows: list[dict], baseline: str, unit: str) -> list[str]:
     k = sum("p" in r for r in rows)
     md = [f"| arm | seeds | mean of seeds ({unit}) [95% t-CI] | − {baseline} ({unit}) [95% t-CI over seeds] | "
           f"seeds above / below | sign-flip p | Holm p (k = {k}) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        head = f"| {r['arm']} | {len(r['per_seed'])} | {_ci(r['level'], signed=False)} | "
+        head = f"| {r['arm']} | {len(r['per_seed'])} | {format_ci(r['level'], 1, 100, signed=False)} | "
         if "p" in r:
-            md.append(head + f"{_ci(r['diff'])} | {r['above']} / {r['below']} | {r['p']:.3f} | {r['p_holm']:.3f} |")
+            md.append(head + f"{format_ci(r['diff'], 1, 100)} | {r['above']} / {r['below']} | {r['p']:.3f} | "
+                             f"{r['p_holm']:.3f} |")
         else:
             md.append(head + "– | – | – | – |")
     return md
@@ -109,7 +89,7 @@ def comparison_report(root: Path, arms: list[str], baseline: str = "gigpo", spli
           f"{min(1.0, (len(arms) - 1) * 2 / 2 ** n):.4f}.", ""]
     if keys:
         key = keys[0]
-        rows = paired_rows(runs, arms, baseline, lambda r: (_final(r, key) or (None,))[0])
+        rows = paired_rows(runs, arms, baseline, lambda r: (final_eval(r, key) or (None,))[0])
         md += [f"### 1. Primary: held-out `{split}` success at the last iteration, paired with {baseline} by seed", ""]
         md += _table(rows, baseline, "points")
         md += ["", "Per seed (points, arm − " + baseline + "): " + "; ".join(

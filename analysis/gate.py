@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .runs import Run, find_runs, packed_file, series
+from .runs import Run, final_eval, find_runs, packed_file, series
 
 __all__ = ["MIN_MEAN_GAIN", "MIN_SEEDS", "WARMSTART_FILE", "gate_rows", "verdict", "detectable_difference",
            "false_pass_probability", "read_warmstart", "gate_report"]
@@ -52,20 +52,6 @@ def read_warmstart(folder: Path, split: str) -> tuple[float, int] | None:
     return float(row["success"]), int(row["episodes"])
 
 
-def _final(run: Run, key: str) -> tuple[float, int, int] | None:
-    """(success, episodes, iteration) of the run's last evaluation on the split of ``key``; None without one."""
-    xs, ys = series(run.evals, key)
-    _, ns = series(run.evals, key.replace("success_rate", "num_episodes"))
-    if not ys or not ns:
-        return None
-    return ys[-1], int(round(ns[-1])), int(xs[-1])
-
-
-def _iterations_total(run: Run) -> int | None:
-    v = (run.info or {}).get("iterations_total")
-    return int(v) if isinstance(v, (int, float)) else None
-
-
 def gate_rows(runs: list[Run], warm: float, key: str) -> list[dict]:
     """Per arm (run method), sorted by name: its seeds' final held-out success and gain over ``warm``.
 
@@ -74,12 +60,11 @@ def gate_rows(runs: list[Run], warm: float, key: str) -> list[dict]:
     arms: dict[str, dict] = {}
     for r in sorted(runs, key=lambda r: (r.method, r.seed)):
         a = arms.setdefault(r.method, {"arm": r.method, "per_seed": {}, "unfinished": []})
-        f = _final(r, key)
-        total = _iterations_total(r)
-        if f is None or total is None or f[2] != total or (r.info or {}).get("status") != "finished":
+        f = final_eval(r, key)
+        if f is None:
             a["unfinished"].append(r.seed)
             continue
-        a["per_seed"][r.seed] = {"success": f[0], "episodes": f[1], "iteration": f[2], "gain": f[0] - warm}
+        a["per_seed"][r.seed] = {"success": f[0], "episodes": f[1] or 0, "iteration": f[2], "gain": f[0] - warm}
     out = []
     for m in sorted(arms):
         a = arms[m]

@@ -33,6 +33,7 @@ import numpy as np
 from .gate import gate_report
 from .plots import method_sort_key
 from .runs import CONTROL_METHOD, Run, find_runs, first_epsilon, packed_file, series
+from .stats import format_ci as _ci
 from .stats import hierarchical_bootstrap_ci, holm, poi_ci, probability_of_improvement, sign_flip_p, t_ci
 from .truth import epsilon_label, truth_estimators
 
@@ -40,16 +41,6 @@ __all__ = ["STUDIES", "reanalyse", "llm_groundtruth", "halves", "halves_heldout"
            "estimator_bench", "epsilon_rules", "leave_one_batch_out", "parse_f1_table", "fisher_exact_p"]
 
 LLM_SCENARIOS = ("exact", "oversplit", "undersplit")
-
-
-def _ci(point_lo_hi, digits: int = 3, scale: float = 1.0, signed: bool = True) -> str:
-    p, lo, hi = (scale * v for v in point_lo_hi)
-    if not np.isfinite(p):
-        return "–"
-    f = f"{{:{'+' if signed else ''}.{digits}f}}"
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return f.format(p)
-    return f"{f.format(p)} [{f.format(lo)}, {f.format(hi)}]"
 
 
 def _p(p: float) -> str:

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Run", "find_runs", "read_jsonl", "series", "CONTROL_METHOD", "PACKED_NAME", "PackedRunsError",
+__all__ = ["Run", "find_runs", "read_jsonl", "series", "final_eval", "CONTROL_METHOD", "PACKED_NAME", "PackedRunsError",
            "packed_file", "read_packed", "load_run"]
 
 #: method folder of the no-update control (``python -m experiments.study <study> --control``): the warm start played
@@ -276,6 +276,20 @@ def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
         xs.append(int(r["iteration"]))
         ys.append(float(v))
     return xs, ys
+
+
+def final_eval(run: Run, key: str) -> tuple[float, int | None, int] | None:
+    """(value, episodes, iteration) of ``key`` at the run's last evaluation, when the run finished and that evaluation
+    is at its last iteration (``run.json``'s ``iterations_total``); ``episodes`` from the split's ``num_episodes``
+    (None when not logged). None for a run still going, interrupted, or without that evaluation."""
+    xs, ys = series(run.evals, key)
+    total = (run.info or {}).get("iterations_total")
+    if not ys or (run.info or {}).get("status") != "finished" or not isinstance(total, (int, float)) \
+            or xs[-1] != int(total):
+        return None
+    ns = dict(zip(*series(run.evals, key.replace("success_rate", "num_episodes"))))
+    n = ns.get(xs[-1])
+    return ys[-1], (int(round(n)) if n is not None else None), xs[-1]
 
 
 def first_epsilon(run: Run) -> float | None:

@@ -24,6 +24,7 @@ __all__ = [
     "iqm",
     "mean_ci",
     "t_ci",
+    "format_ci",
     "stratified_bootstrap_ci",
     "within_slope_ci",
     "probability_of_improvement",
@@ -121,6 +122,18 @@ def t_ci(values: Sequence[float], alpha: float = 0.05) -> tuple[float, float, fl
         return m, float("nan"), float("nan")
     h = float(student_t.ppf(1 - alpha / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
     return m, m - h, m + h
+
+
+def format_ci(point_lo_hi, digits: int = 3, scale: float = 1.0, signed: bool = True) -> str:
+    """``point [lo, hi]`` of a (point, low, high) triple times ``scale``, with ``digits`` decimals and a sign when
+    ``signed``; just the point when a bound is not finite; "–" when the point is not."""
+    p, lo, hi = (scale * v for v in point_lo_hi)
+    if not np.isfinite(p):
+        return "–"
+    f = f"{{:{'+' if signed else ''}.{digits}f}}"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f.format(p)
+    return f"{f.format(p)} [{f.format(lo)}, {f.format(hi)}]"
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:

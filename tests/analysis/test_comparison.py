@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis.comparison import comparison_report, paired_rows
-from analysis.runs import find_runs
+from analysis.runs import final_eval, find_runs
 
 KEY = "eval/textcraft/eval_depth2/success_rate"
 
@@ -35,10 +35,8 @@ def test_paired_rows_and_report(tmp_path):
         _run(tmp_path, "y", s, 0.20 + 0.01 * s - (0.05 if s == 3 else 0.0), 0.3)
         _run(tmp_path, "z", s, 0.5, 0.3, **({"status": "running", "last_eval": 10} if s == 3 else {}))
     runs = find_runs(tmp_path / "runs")
-    from analysis.comparison import _final
-
     rows = {r["arm"]: r for r in paired_rows(runs, ["gigpo", "x", "y", "z"], "gigpo",
-                                              lambda r: (_final(r, KEY) or (None,))[0])}
+                                              lambda r: (final_eval(r, KEY) or (None,))[0])}
     assert "p" not in rows["gigpo"]
     assert list(rows["x"]["diffs"].values()) == pytest.approx([0.02, 0.04, 0.06, 0.08])
     assert rows["x"]["above"] == 4 and rows["x"]["p"] == pytest.approx(0.125)  # 2 / 2^4
