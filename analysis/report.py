@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .plots import method_sort_key, plot_curves, plot_diagnostics
+from .plots import method_sort_key, plot_curves, plot_diagnostics, plot_intervals
 from .runs import CONTROL_METHOD, PackedRunsError, Run, find_runs, series
 from .stats import (
+    aggregate_intervals,
     aggregate_markdown,
     interp_curves,
     steps_to_threshold,
@@ -118,9 +119,8 @@ def efficiency_table(by_method: dict[str, list[Run]], key: str, source: str, thr
     return "\n".join(lines)
 
 
-def aggregate_table(by_method: dict[str, list[Run]], keys: list[str], mode: str, baseline: str) -> str:
-    """IQM and mean over the (runs x splits) matrix with stratified-bootstrap 95% CIs, and the probability
-    of improvement over ``baseline`` with its CI."""
+def score_matrices(by_method: dict[str, list[Run]], keys: list[str], mode: str) -> dict[str, np.ndarray]:
+    """Per method, the (runs x splits) matrix of scores (runs missing a split are left out)."""
     mats = {}
     for m, runs in by_method.items():
         rows = []
@@ -130,9 +130,14 @@ def aggregate_table(by_method: dict[str, list[Run]], keys: list[str], mode: str,
                 rows.append(vals)
         if rows:
             mats[m] = np.array(rows)
-    if not mats:
-        return ""
-    return aggregate_markdown(mats, baseline, method_sort_key)
+    return mats
+
+
+def aggregate_table(by_method: dict[str, list[Run]], keys: list[str], mode: str, baseline: str) -> str:
+    """IQM and mean over the (runs x splits) matrix with stratified-bootstrap 95% CIs, and the probability
+    of improvement over ``baseline`` with its CI."""
+    mats = score_matrices(by_method, keys, mode)
+    return aggregate_markdown(mats, baseline, method_sort_key) if mats else ""
 
 
 def diagnostics_table(by_method: dict[str, list[Run]]) -> str:
@@ -360,9 +365,16 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
             t_final = score_table(by_method, split_keys + fam_keys, "final")
             t_peak = score_table(by_method, split_keys, "peak")
             md += ["### Success rate (final evaluation)", "", t_final, "", "### Peak success rate", "", t_peak, ""]
-            agg = aggregate_table(by_method, split_keys, "final", baseline)
+            mats = score_matrices(by_method, split_keys, "final")
+            intervals = aggregate_intervals(mats, baseline, method_sort_key)
+            agg = aggregate_markdown(mats, baseline, intervals=intervals) if mats else ""
             if agg:
-                md += ["### Aggregate over evaluation splits (stratified bootstrap)", "", agg, ""]
+                md += ["### Aggregate over evaluation splits (stratified bootstrap)", ""]
+                png = out / f"intervals_{tag}.png"
+                if plot_intervals(intervals, f"{env} / {model}: final evaluation over {len(split_keys)} split(s)",
+                                  png, "a run's success at its last evaluation on one split"):
+                    md += [f"![IQM and mean with 95% intervals]({png.name})", ""]
+                md += [agg, ""]
             eff = efficiency_table(by_method, split_keys[0], "evals", thresholds, baseline)
             if eff:
                 md += [f"### Sample efficiency: iterations to reach a success threshold ({_short(split_keys[0])}, "
@@ -423,6 +435,54 @@ def build_report(runs: list[Run], out: Path, title: str, thresholds=DEFAULT_THRE
     return summary
 
 
+MADE_BY = re.compile(r"Made by `(python -m experiments\.report [^`]*)`")
+
+
+def made_by(folder: Path) -> list[str] | None:
+    """The ``experiments.report`` arguments a study's ``summary.md`` names in its "Made by" line (None if it has
+    none: a summary written by another command)."""
+    import shlex
+
+    summary = Path(folder) / "summary.md"
+    m = MADE_BY.search(summary.read_text()) if summary.is_file() else None
+    return shlex.split(m[1])[3:] if m else None
+
+
+def rebuild(folders) -> int:
+    """Rewrite each study folder's report with the command its summary names, from the repository root (the paths
+    in those commands are relative to it); a figure of the folder that the new report did not write is removed, so
+    one it no longer draws does not linger."""
+    import os
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    for folder in folders:
+        rel = Path(os.path.relpath(Path(folder).resolve(), root))
+        argv = made_by(root / rel)
+        if argv is None:
+            print(f"error: {rel}/summary.md has no 'Made by `python -m experiments.report ...`' line to rebuild "
+                  "from", file=sys.stderr)
+            return 2
+        if Path(argv[argv.index("--out") + 1]) != rel:
+            print(f"error: {rel}/summary.md was written to another folder ({argv[argv.index('--out') + 1]})",
+                  file=sys.stderr)
+            return 2
+        cwd = os.getcwd()
+        os.chdir(root)
+        try:
+            old = {p: p.stat().st_mtime_ns for p in rel.glob("*.png")}
+            code = main(argv)
+            if code == 0:  # a figure this report no longer draws (not rewritten just now) goes
+                for png, mtime in old.items():
+                    if png.is_file() and png.stat().st_mtime_ns == mtime:
+                        png.unlink()
+        finally:
+            os.chdir(cwd)
+        if code:
+            return code
+    return 0
+
+
 def main(argv=None) -> int:
     """``python -m experiments.report``: write a study report from run folders (see that module)."""
     import argparse
@@ -435,7 +495,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="results/runs",
                     help="root of the run folders (searched recursively), a study's packed runs.jsonl.xz, or a "
                          "study's runs path whose packed file stands in for it")
-    ap.add_argument("--out", required=True, help="study folder to write, e.g. results/cpu-study")
+    ap.add_argument("--out", help="study folder to write, e.g. results/cpu-study")
+    ap.add_argument("--rebuild", nargs="+", metavar="STUDY", default=None,
+                    help="rewrite these study folders' reports (and figures) with the command each summary.md names "
+                         "in its 'Made by' line, run from the repository root; e.g. after a change to the report")
     ap.add_argument("--title", default=None)
     ap.add_argument("--env", default=None, help="only runs of this environment")
     ap.add_argument("--model", default=None, help="only runs of this model")
@@ -443,6 +506,10 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", default="gigpo", help="method the speed-ups and P(improvement) compare against")
     ap.add_argument("--thresholds", default=",".join(str(t) for t in DEFAULT_THRESHOLDS))
     args = ap.parse_args(argv)
+    if args.rebuild:
+        return rebuild(args.rebuild)
+    if not args.out:
+        ap.error("--out is required (or --rebuild STUDY...)")
     try:
         runs = find_runs(args.runs)
     except (FileNotFoundError, PackedRunsError) as e:

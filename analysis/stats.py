@@ -32,6 +32,7 @@ __all__ = [
     "steps_to_threshold",
     "interp_curves",
     "curve_band",
+    "aggregate_intervals",
     "aggregate_markdown",
     "hierarchical_bootstrap_ci",
     "sign_flip_p",
@@ -193,21 +194,31 @@ def curve_band(values: np.ndarray, reps: int = 2000, alpha: float = 0.05, seed: 
     return values.mean(axis=0), np.quantile(boot, alpha / 2, axis=0), np.quantile(boot, 1 - alpha / 2, axis=0)
 
 
-def aggregate_markdown(mats: dict[str, np.ndarray], baseline: str, sort_key=None) -> str:
-    """Markdown table of (runs x tasks) score matrices per method: IQM and mean with stratified-bootstrap 95%
-    intervals (in %), and the probability of improvement over ``baseline`` with its interval."""
-    lines = [f"| method | runs | IQM [95% CI] | mean [95% CI] | P(method > {baseline}) [95% CI] |",
-             "|---|---|---|---|---|"]
+def aggregate_intervals(mats: dict[str, np.ndarray], baseline: str, sort_key=None) -> dict[str, dict]:
+    """Per method of (runs x tasks) score matrices, in ``sort_key`` order: ``runs``, ``iqm`` and ``mean`` as
+    (point, low, high) with stratified-bootstrap 95% intervals (resampling runs within each task), and ``poi``, the
+    probability of improvement over ``baseline`` with its interval (None for the baseline itself or when it is
+    absent). One computation for the table and the interval plot, so the two cannot disagree."""
+    out = {}
     for m in sorted(mats, key=sort_key):
         x = mats[m]
-        q = stratified_bootstrap_ci(x, iqm)
-        mu = stratified_bootstrap_ci(x, lambda a: float(a.mean()))
-        if baseline in mats and m != baseline:
-            p = poi_ci(x, mats[baseline])
-            poi = f"{p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]"
-        else:
-            poi = "–"
-        lines.append(f"| {m} | {x.shape[0]} | {100 * q[0]:.1f} [{100 * q[1]:.1f}, {100 * q[2]:.1f}] | "
+        out[m] = {"runs": int(x.shape[0]), "iqm": stratified_bootstrap_ci(x, iqm),
+                  "mean": stratified_bootstrap_ci(x, lambda a: float(a.mean())),
+                  "poi": poi_ci(x, mats[baseline]) if baseline in mats and m != baseline else None}
+    return out
+
+
+def aggregate_markdown(mats: dict[str, np.ndarray], baseline: str, sort_key=None, intervals=None) -> str:
+    """Markdown table of (runs x tasks) score matrices per method: IQM and mean with stratified-bootstrap 95%
+    intervals (in %), and the probability of improvement over ``baseline`` with its interval. ``intervals``: the
+    output of ``aggregate_intervals`` when the caller has it already."""
+    intervals = intervals if intervals is not None else aggregate_intervals(mats, baseline, sort_key)
+    lines = [f"| method | runs | IQM [95% CI] | mean [95% CI] | P(method > {baseline}) [95% CI] |",
+             "|---|---|---|---|---|"]
+    for m, a in intervals.items():
+        q, mu, p = a["iqm"], a["mean"], a["poi"]
+        poi = f"{p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]" if p is not None else "–"
+        lines.append(f"| {m} | {a['runs']} | {100 * q[0]:.1f} [{100 * q[1]:.1f}, {100 * q[2]:.1f}] | "
                      f"{100 * mu[0]:.1f} [{100 * mu[1]:.1f}, {100 * mu[2]:.1f}] | {poi} |")
     return "\n".join(lines)
 

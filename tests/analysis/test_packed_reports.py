@@ -7,7 +7,6 @@ as run folders (``results/demo/runs``) and is rebuilt from them."""
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +19,6 @@ from analysis.runs import PACKED_NAME, packed_file
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
-MADE_BY = re.compile(r"Made by `(python -m experiments\.report [^`]*)`")
 #: the studies whose report takes more than a few seconds to rebuild on the 2-core machine
 SLOW = {"llm-groundtruth/exact", "llm-groundtruth/oversplit", "llm-groundtruth/undersplit"}
 
@@ -28,7 +26,7 @@ SLOW = {"llm-groundtruth/exact", "llm-groundtruth/oversplit", "llm-groundtruth/u
 def _report_studies() -> list[str]:
     """Study folders (relative to results/) whose summary.md was written by ``experiments.report``."""
     return sorted(p.parent.relative_to(RESULTS).as_posix() for p in RESULTS.rglob("summary.md")
-                  if MADE_BY.search(p.read_text()))
+                  if report.MADE_BY.search(p.read_text()))
 
 
 def _param(study: str):
@@ -48,7 +46,7 @@ def test_every_study_with_run_data_is_rebuilt_here():
 @pytest.mark.parametrize("study", [_param(s) for s in _report_studies()])
 def test_report_rebuilt_from_the_packed_runs_equals_the_committed_one(study, tmp_path):
     folder = RESULTS / study
-    argv = shlex.split(MADE_BY.search((folder / "summary.md").read_text())[1])[3:]
+    argv = report.made_by(folder)
     runs = Path(argv[argv.index("--runs") + 1])
     if study != "demo":
         assert packed_file(REPO / runs) == folder / PACKED_NAME, f"{study}: its runs are not read from {PACKED_NAME}"

@@ -215,3 +215,77 @@ def test_a_variant_shares_its_estimators_colour_but_not_its_line_style():
     assert method_color("gigpo-lr3e-5") == method_color("gigpo")
     assert method_linestyle("gigpo") == "-" and method_linestyle("no-update") == "-"
     assert method_linestyle("gigpo-lr3e-5") == "--" and method_linestyle("bipace_q@oracle") == "--"
+
+
+def test_the_interval_plot_draws_the_numbers_of_the_aggregate_table(runs_root, tmp_path):
+    """IQM and mean with their intervals are drawn as a figure beside the table, from one computation: each
+    method's interval in the figure's data equals the table's row."""
+    import matplotlib.pyplot as plt
+
+    from analysis import plots
+    from analysis.plots import method_sort_key
+    from analysis.report import score_matrices
+    from analysis.runs import find_runs
+    from analysis.stats import aggregate_intervals, aggregate_markdown
+
+    out = tmp_path / "study"
+    assert report_main(["--runs", str(runs_root), "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "![IQM and mean with 95% intervals](intervals_textcraft_tiny.png)" in summary
+    by_method = {}
+    for r in find_runs(runs_root):
+        by_method.setdefault(r.method, []).append(r)
+    keys = ["eval/textcraft/depth2/success_rate", "eval/textcraft/depth3/success_rate"]
+    mats = score_matrices(by_method, keys, "final")
+    iv = aggregate_intervals(mats, "gigpo", method_sort_key)
+    assert list(iv) == ["gigpo", "bipace_q"] and iv["gigpo"]["poi"] is None and iv["bipace_q"]["poi"][0] > 0.9
+    assert aggregate_markdown(mats, "gigpo", intervals=iv) in summary  # the table the report wrote
+    drawn = {}
+    real_save = plots.save_png
+
+    def keep(fig, path, dpi):  # read what the figure holds: per axis, the (lo, hi) of each thick interval bar
+        drawn[path.name] = [[tuple(ln.get_xdata()) for ln in ax.get_lines() if ln.get_linewidth() == 6]
+                            for ax in fig.axes]
+        real_save(fig, path, dpi)
+
+    plots.save_png = keep
+    try:
+        assert plots.plot_intervals(iv, "t", tmp_path / "iv.png", "a run's final success on one split")
+    finally:
+        plots.save_png = real_save
+    iqm_bars, mean_bars = drawn["iv.png"]
+    for row, m in enumerate(iv):
+        assert iqm_bars[row] == pytest.approx((100 * iv[m]["iqm"][1], 100 * iv[m]["iqm"][2]))
+        assert mean_bars[row] == pytest.approx((100 * iv[m]["mean"][1], 100 * iv[m]["mean"][2]))
+    assert not plots.plot_intervals({}, "t", tmp_path / "none.png", "x") and not (tmp_path / "none.png").exists()
+    plt.close("all")
+
+
+def test_methods_whose_means_coincide_stay_visible(tmp_path):
+    """Two methods with equal curves: their markers are dodged apart, so neither hides the other."""
+    from analysis import plots
+    from analysis.runs import find_runs
+
+    root = tmp_path / "runs"
+    for method in ("gigpo", "grpo"):
+        for seed in (0, 1):
+            write_run(root, method, seed, (0.5, 0.5))
+    by_method = {}
+    for r in find_runs(root):
+        by_method.setdefault(r.method, []).append(r)
+    marks = {}
+    real_save = plots.save_png
+
+    def keep(fig, path, dpi):
+        ax = fig.axes[0]
+        marks.update({ln.get_color(): tuple(ln.get_xdata()) for ln in ax.get_lines() if ln.get_linestyle() == "None"})
+        real_save(fig, path, dpi)
+
+    plots.save_png = keep
+    try:
+        assert plots.plot_curves(by_method, "eval/textcraft/depth2/success_rate", "evals", "t", tmp_path / "c.png",
+                                 "success rate")
+    finally:
+        plots.save_png = real_save
+    xs = list(marks.values())
+    assert len(xs) == 2 and all(a != b for a, b in zip(*xs))
