@@ -14,29 +14,38 @@ Metric names live in one namespace (docs/conventions.md, "Metric namespace"), th
 
 ``MetricLogger.log(iteration, metrics)`` writes one JSON line per call to ``<run>/metrics.jsonl``
 (``{"iteration": i, "time": unix_seconds, <name>: value, ...}``; NaN/Inf are written as ``null``), the scalars to
-TensorBoard (``<run>/tb``) and W&B (offline by default: ``<run>/wandb/offline-run-*``; group = the experiment,
-name = estimator and seed, the resolved config attached), and advances the bar. Only rank 0 logs. On resume
-(``start_iteration=k``) lines and events after iteration k are dropped, so that a resumed run's log equals an
-uninterrupted one; lines that do not parse (a line torn by a crash) are dropped too, and reported with their
-count, file and line numbers (a warning in ``train.log`` and on the console). The loop fsyncs the JSONL files
+TensorBoard (``<run>/tb``) and W&B (offline by default: ``<run>/wandb/offline-run-*``; group = the experiment and
+the method, name = method and seed, tags env/model/estimator/method/seed/commit, the resolved config attached), and
+advances the bar. ``logging.metric_names=verl`` also writes, to TensorBoard and W&B, each metric that has a verl /
+verl-agent counterpart under that name (``VERL_NAMES``), so that panels of the two stacks overlay. Only rank 0
+logs. On resume (``start_iteration=k``) lines and events after iteration k are dropped, so that a resumed run's
+log equals an uninterrupted one; lines that do not parse (a line torn by a crash) are dropped too, and reported
+with their count, file and line numbers (a warning in ``train.log`` and on the console). The loop fsyncs the JSONL files
 (``MetricLogger.sync``) before each checkpoint, so a power loss cannot tear a line the checkpoint covers.
+
+W&B keeps what a run logged before a crash; a resumed run must not show iterations it went back on. So W&B's
+history is kept equal to ``metrics.jsonl``: a fresh start (and ``--restart``) opens a W&B run with a new id (stored in
+``<run>/wandb/run_id``); a resume from iteration k opens a new run as well, replays ``metrics.jsonl`` (already cut
+to iterations <= k) into it and, offline, deletes the superseded offline run of this folder (online, the old run
+stays on the server with the tag ``superseded``; W&B's ``resume_from`` rewind is not used because offline runs
+cannot rewind).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging as _pylogging
 import math
 import os
 import re
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from .config import METRIC_NAMESPACES, LoggingConfig
 
 __all__ = ["MetricLogger", "JsonlSink", "TensorBoardSink", "WandbSink", "ProgressBar", "check_metric_names",
-           "read_jsonl", "read_jsonl_report", "setup_text_log"]
+           "read_jsonl", "read_jsonl_report", "setup_text_log", "VERL_NAMES", "verl_named", "read_wandb_history"]
 
 _EVAL_RE = re.compile(r"^eval/[^/]+/[^/]+/.+")
 
@@ -148,13 +157,14 @@ def _iteration(row: dict) -> int:
 class TensorBoardSink:
     """Scalars under ``<run>/tb`` (events after ``start_iteration`` purged on resume)."""
 
-    def __init__(self, log_dir: str | Path, start_iteration: int = 0):
+    def __init__(self, log_dir: str | Path, start_iteration: int = 0, rename=None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(log_dir), purge_step=start_iteration + 1 if start_iteration > 0 else None)
+        self.rename = rename or (lambda m: m)
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
-        for k, v in metrics.items():
+        for k, v in self.rename(metrics).items():
             self.writer.add_scalar(k, float(v), global_step=int(iteration))
         self.writer.flush()
 
@@ -162,23 +172,141 @@ class TensorBoardSink:
         self.writer.close()
 
 
+#: this repo's metric -> the name verl (``dp_actor``, ``metric_utils``) or verl-agent (``episode/...``, ``val/...``)
+#: logs the same quantity under (``logging.metric_names=verl``). Left out where the two differ in what they measure
+#: (verl's ``critic/score`` is a per-sequence score, ``timing_s/old_log_prob`` excludes the reference pass).
+VERL_NAMES = {
+    "rollout/success_rate": "episode/success_rate",
+    "rollout/valid_action_rate": "episode/valid_action_ratio",
+    "rollout/response_tokens_mean": "response_length/mean",
+    "rollout/response_truncated_frac": "response_length/clip_ratio",
+    "rollout/prompt_tokens_mean": "prompt_length/mean",
+    "rollout/prompt_truncated_frac": "prompt_length/clip_ratio",
+    "adv/total_mean": "critic/advantages/mean",
+    "loss/policy": "actor/pg_loss",
+    "loss/entropy": "actor/entropy_loss",
+    "loss/kl": "actor/kl_loss",
+    "loss/clipfrac": "actor/pg_clipfrac",
+    "loss/clipfrac_dual": "actor/pg_clipfrac_lower",
+    "loss/approx_kl": "actor/ppo_kl",
+    "loss/grad_norm": "actor/grad_norm",
+    "loss/lr": "actor/lr",
+    "perf/time_iteration": "timing_s/step",
+    "perf/time_rollout": "timing_s/gen",
+    "perf/time_update": "timing_s/update_actor",
+}
+_EVAL_SUCCESS = re.compile(r"^eval/[^/]+/(?P<split>[^/]+)/success_rate$")
+
+
+def verl_named(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` plus their verl / verl-agent names: ``VERL_NAMES``, and ``eval/<env>/<split>/success_rate`` as
+    ``val/<split>/success_rate`` (and as ``val/success_rate`` when the row holds one split, as verl-agent's single
+    validation set)."""
+    out = dict(metrics)
+    for k, v in metrics.items():
+        if k in VERL_NAMES:
+            out[VERL_NAMES[k]] = v
+    splits = {m["split"]: v for k, v in metrics.items() if (m := _EVAL_SUCCESS.match(k))}
+    for split, v in splits.items():
+        out[f"val/{split}/success_rate"] = v
+    if len(splits) == 1:
+        out["val/success_rate"] = next(iter(splits.values()))
+    return out
+
+
 class WandbSink:
-    """Weights & Biases: project/group/name from the config; ``mode=offline`` writes ``<dir>/wandb/offline-run-*``."""
+    """Weights & Biases: project/group/name/tags from the config; ``mode=offline`` writes
+    ``<dir>/wandb/offline-run-*``. ``replay``: rows of ``metrics.jsonl`` to log first (a resume; module docstring)."""
 
     def __init__(self, directory: str | Path, *, project: str, group: str, name: str, config: dict | None,
-                 mode: str = "offline", entity: str | None = None, run_id: str | None = None):
+                 mode: str = "offline", entity: str | None = None, tags: list[str] | None = None,
+                 replay: list[dict] | None = None, rename=None):
         import wandb
 
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        directory = Path(directory)
+        (directory / "wandb").mkdir(parents=True, exist_ok=True)
+        id_file = directory / "wandb" / "run_id"
+        old_id = id_file.read_text().strip() if replay is not None and id_file.is_file() else None
+        run_id = uuid.uuid4().hex[:16]  # W&B ids: lower-case letters and digits
+        self.rename = rename or (lambda m: m)
         self.run = wandb.init(dir=str(directory), project=project, group=group, name=name, config=config or {},
-                              mode=mode, entity=entity, id=run_id, resume="allow" if run_id else None,
+                              mode=mode, entity=entity, id=run_id, tags=list(tags or []),
                               settings=wandb.Settings(console="off", silent=True))
+        id_file.write_text(run_id + "\n")
+        if old_id and old_id != run_id:
+            self.superseded(directory, old_id, mode, project, entity)
+        for row in replay or []:
+            metrics = {k: v for k, v in row.items() if k not in ("iteration", "time") and v is not None}
+            if metrics:
+                self.log(_iteration(row), metrics)
+
+    @staticmethod
+    def superseded(directory: Path, old_id: str, mode: str, project: str, entity: str | None) -> None:
+        """The run that logged past the resume point: its offline folder goes (its history holds iterations the
+        resumed run went back on); online, it is tagged ``superseded`` (best effort: no network, no tag)."""
+        import shutil
+
+        for d in (directory / "wandb").glob(f"offline-run-*-{old_id}"):
+            shutil.rmtree(d, ignore_errors=True)
+        if mode == "online":
+            try:
+                import wandb
+
+                api_run = wandb.Api().run(f"{entity + '/' if entity else ''}{project}/{old_id}")
+                api_run.tags = sorted(set(api_run.tags) | {"superseded"})
+                api_run.update()
+            except Exception as e:  # noqa: BLE001 - a tag is a courtesy; the new run is complete without it
+                _pylogging.getLogger(__name__).warning("W&B: could not tag the superseded run %s: %s", old_id, e)
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
-        self.run.log({k: float(v) for k, v in metrics.items()}, step=int(iteration))
+        self.run.log({k: float(v) for k, v in self.rename(metrics).items()}, step=int(iteration))
 
     def close(self) -> None:
         self.run.finish()
+
+
+def read_wandb_history(path: str | Path, wait_s: float = 10.0) -> list[dict]:
+    """The history rows (``{"_step": i, <name>: value, ...}``) of an offline W&B run file (``run-<id>.wandb``):
+    W&B's record log (a 7-byte ``:W&B`` header, then LevelDB-style 32 KiB blocks of records, each a 7-byte header
+    (checksum, length, type: full / first / middle / last) and a chunk of a ``Record`` protobuf). For tests and for
+    checking a run folder's W&B copy against ``metrics.jsonl``. W&B's writer process finishes the file shortly after
+    ``run.finish()`` returns: this waits up to ``wait_s`` for the run's exit record, then reads what is there."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        rows, finished = _wandb_records(Path(path))
+        if finished or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
+def _wandb_records(path: Path) -> tuple[list[dict], bool]:
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path}: not a W&B run file (no ':W&B' header)")
+    rows, finished, pos, buf, block = [], False, 7, b"", 32768
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            kind_of = rec.WhichOneof("record_type")
+            if kind_of == "history":
+                rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item})
+            finished |= kind_of == "exit"
+    return rows, finished
 
 
 class ProgressBar:
@@ -209,7 +337,8 @@ class MetricLogger:
 
     run_dir         : the run folder (``metrics.jsonl``, ``tb/``, ``wandb/`` go there)
     cfg             : ``LoggingConfig``
-    run_name, group : W&B run name (estimator and seed) and group (the experiment)
+    run_name, group : W&B run name (method and seed) and group (the experiment and the method)
+    tags            : W&B tags (the loop: env, model, estimator, method, seed, commit), plus ``logging.wandb_tags``
     config          : the resolved run config as a dict (attached to the W&B run)
     total_iterations: length of the progress bar; start_iteration: resume point (0 = fresh run)
     rank            : only rank 0 writes
@@ -217,7 +346,7 @@ class MetricLogger:
 
     def __init__(self, run_dir: str | Path, cfg: LoggingConfig | None = None, *, run_name: str = "run",
                  group: str = "default", config: dict | None = None, total_iterations: int = 0,
-                 start_iteration: int = 0, rank: int = 0, progress_file=None):
+                 start_iteration: int = 0, rank: int = 0, progress_file=None, tags: list[str] | None = None):
         cfg = cfg or LoggingConfig()
         cfg.validate()
         self.run_dir = Path(run_dir)
@@ -225,13 +354,16 @@ class MetricLogger:
         self.sinks: list = []
         if rank != 0:
             return
-        self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", start_iteration, cfg.jsonl_digits))
+        jsonl = JsonlSink(self.run_dir / "metrics.jsonl", start_iteration, cfg.jsonl_digits)
+        self.sinks.append(jsonl)
+        rename = verl_named if cfg.metric_names == "verl" else None
         if cfg.tensorboard:
-            self.sinks.append(TensorBoardSink(self.run_dir / "tb", start_iteration))
+            self.sinks.append(TensorBoardSink(self.run_dir / "tb", start_iteration, rename=rename))
         if cfg.wandb and cfg.wandb_mode != "disabled":
-            run_id = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:16]
             self.sinks.append(WandbSink(self.run_dir, project=cfg.wandb_project, group=group, name=run_name,
-                                        config=config, mode=cfg.wandb_mode, entity=cfg.wandb_entity, run_id=run_id))
+                                        config=config, mode=cfg.wandb_mode, entity=cfg.wandb_entity,
+                                        tags=[*(tags or []), *cfg.wandb_tags], rename=rename,
+                                        replay=read_jsonl(jsonl.path) if start_iteration > 0 else None))
         if cfg.progress_bar and total_iterations > 0:
             self.sinks.append(ProgressBar(total_iterations, start_iteration, desc=run_name, file=progress_file))
 

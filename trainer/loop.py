@@ -398,15 +398,25 @@ class Trainer:
         self.folder.write_config()
         self.folder.write_info("running", self.start_iteration, world_size=self.world_size,
                                resumed_from=self.start_iteration if resumed is not None else None)
-        self.logger = MetricLogger(self.folder.path, cfg.logging, run_name=cfg.run_name, group=cfg.experiment,
-                                   config=cfg.to_dict(), total_iterations=cfg.trainer.iterations,
-                                   start_iteration=self.start_iteration, rank=self.rank,
-                                   progress_file=self.progress_file)
+        self.logger = MetricLogger(self.folder.path, cfg.logging, run_name=cfg.run_name,
+                                   group=f"{cfg.experiment}/{cfg.method}", config=cfg.to_dict(),
+                                   total_iterations=cfg.trainer.iterations, start_iteration=self.start_iteration,
+                                   rank=self.rank, progress_file=self.progress_file, tags=self._wandb_tags())
         self.eval_log = JsonlSink(self.folder.eval_path, self.start_iteration) if self.rank == 0 else None
         for sink in [*(self.logger.sinks[:1] if self.rank == 0 else []), self.eval_log]:
             if sink is not None and sink.dropped_lines:
                 self._say(f"{sink.path}: {len(sink.dropped_lines)} unparseable line(s) dropped on resume (lines "
                           f"{sink.dropped_lines[:10]}; see train.log)")
+
+    def _wandb_tags(self) -> list[str]:
+        """What W&B filters by: environment, model, estimator, method, seed and the code's commit."""
+        from .run_folder import git_commit
+
+        cfg = self.cfg
+        commit, dirty = git_commit()
+        tags = [f"env:{cfg.env_name}", f"model:{cfg.model.short_name}", f"estimator:{cfg.estimator.name}",
+                f"method:{cfg.method}", f"seed:{cfg.seed}"]
+        return [t[:64] for t in tags + ([f"commit:{commit[:12]}{'+dirty' if dirty else ''}"] if commit else [])]
 
     def _check_model_settings(self) -> None:
         """``model.hidden_layer`` against the model's depth (its ``config.json``) and ``rollout.max_prompt_tokens``

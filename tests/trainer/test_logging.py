@@ -89,6 +89,83 @@ def test_wandb_offline_run_folder(tmp_path, monkeypatch):
     assert (tmp_path / "metrics.jsonl").exists()  # JSONL is written whatever the other sinks
 
 
+def _wandb_cfg(**kw):
+    return LoggingConfig(tensorboard=False, wandb=True, wandb_mode="offline", wandb_project="bipace-test",
+                         progress_bar=False, **kw)
+
+
+def _offline_history(folder):
+    from trainer.logging import read_wandb_history
+
+    runs = sorted((folder / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, f"expected one offline W&B run, found {[r.name for r in runs]}"
+    return read_wandb_history(next(runs[0].glob("*.wandb")))
+
+
+def test_a_resumed_runs_wandb_history_equals_its_metrics_jsonl(tmp_path, monkeypatch):
+    """A crash after iteration 5, a resume from the iteration-3 checkpoint: W&B must not keep iterations 4-5 of
+    the first attempt (W&B itself drops steps below its current one); its history is metrics.jsonl's."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with MetricLogger(tmp_path, _wandb_cfg(), run_name="gigpo__seed0", group="exp/gigpo") as lg:
+        for it in range(1, 6):
+            lg.log(it, {"rollout/success_rate": it / 10, "loss/policy": -it})
+    first_id = (tmp_path / "wandb" / "run_id").read_text().strip()
+    with MetricLogger(tmp_path, _wandb_cfg(), run_name="gigpo__seed0", group="exp/gigpo", start_iteration=3) as lg:
+        for it in range(4, 7):
+            lg.log(it, {"rollout/success_rate": 0.5 + it / 100, "loss/policy": it})
+    assert (tmp_path / "wandb" / "run_id").read_text().strip() != first_id
+    history = _offline_history(tmp_path)  # the first attempt's offline run is gone
+    jsonl = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [h["_step"] for h in history] == [r["iteration"] for r in jsonl] == [1, 2, 3, 4, 5, 6]
+    for h, r in zip(history, jsonl):
+        assert h["rollout/success_rate"] == pytest.approx(r["rollout/success_rate"])
+        assert h["loss/policy"] == pytest.approx(r["loss/policy"])
+    assert history[3]["loss/policy"] == 4 and history[4]["rollout/success_rate"] == pytest.approx(0.55)
+
+
+def test_a_restart_opens_a_new_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    ids = []
+    for _ in range(2):  # --restart starts the folder over: start_iteration 0 again
+        with MetricLogger(tmp_path / "run", _wandb_cfg()) as lg:
+            lg.log(1, {"rollout/success_rate": 0.5})
+            ids.append(lg.sinks[1].run.id)
+    assert ids[0] != ids[1]
+
+
+def test_wandb_group_per_method_and_tags(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with MetricLogger(tmp_path, _wandb_cfg(wandb_tags=["ablation"]), run_name="bipace_q__seed1",
+                      group="exp1/bipace_q", tags=["env:textcraft", "seed:1"]) as lg:
+        run = lg.sinks[1].run
+        assert run.group == "exp1/bipace_q"
+        assert set(run.tags) == {"env:textcraft", "seed:1", "ablation"}
+    with pytest.raises(ValueError, match="logging.wandb_tags"):
+        LoggingConfig(wandb_tags=["a\nb"]).validate()
+
+
+def test_verl_metric_names_overlay_in_tensorboard_and_wandb(tmp_path, monkeypatch):
+    from trainer.logging import VERL_NAMES, verl_named
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = LoggingConfig(tensorboard=True, wandb=True, wandb_mode="offline", wandb_project="bipace-test",
+                        progress_bar=False, metric_names="verl")
+    with MetricLogger(tmp_path, cfg) as lg:
+        lg.log(1, {"rollout/success_rate": 0.25, "loss/policy": -0.5,
+                   "eval/textcraft/eval_depth2/success_rate": 0.125})
+    tb = _tb_scalars(tmp_path / "tb")
+    assert tb["episode/success_rate"] == [(1, 0.25)] and tb["actor/pg_loss"] == [(1, -0.5)]
+    assert tb["val/eval_depth2/success_rate"] == [(1, 0.125)] and tb["val/success_rate"] == [(1, 0.125)]
+    assert tb["rollout/success_rate"] == [(1, 0.25)]  # this repo's names stay
+    h = _offline_history(tmp_path)[0]
+    assert h["episode/success_rate"] == 0.25 and h["val/success_rate"] == 0.125
+    row = read_jsonl(tmp_path / "metrics.jsonl")[0]
+    assert "episode/success_rate" not in row and "actor/pg_loss" not in row  # the JSONL keeps one namespace
+    two = verl_named({"eval/a/s1/success_rate": 0.1, "eval/a/s2/success_rate": 0.2})
+    assert "val/success_rate" not in two and two["val/s2/success_rate"] == 0.2  # two splits: no single val score
+    assert len(set(VERL_NAMES.values())) == len(VERL_NAMES)  # one verl name per metric
+
+
 def test_only_rank0_writes(tmp_path):
     with MetricLogger(tmp_path / "r1", LoggingConfig(), rank=1, total_iterations=3) as lg:
         lg.log(1, {"loss/policy": 1.0})

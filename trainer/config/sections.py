@@ -375,6 +375,14 @@ class LoggingConfig:
     """W&B project [choice]."""
     wandb_entity: str | None = None
     """W&B entity (team or user); null = the account default."""
+    wandb_tags: list[str] = field(default_factory=list)
+    """Extra W&B tags, beside the ones every run gets: ``env:<id>``, ``model:<name>``, ``estimator:<name>``,
+    ``method:<name>`` (estimator or variant), ``seed:<k>`` and ``commit:<sha>`` [choice]."""
+    metric_names: Literal["bipace", "verl"] = "bipace"
+    """Names in TensorBoard and W&B: ``bipace`` (this repo's namespace only) | ``verl`` (also, for every metric with
+    a counterpart, the name verl / verl-agent log it under, e.g. ``episode/success_rate``, ``actor/pg_loss``,
+    ``val/<split>/success_rate``: panels of the two overlay; table in ``trainer/logging.py``, ``VERL_NAMES``).
+    ``metrics.jsonl`` keeps this repo's names either way [choice]."""
     progress_bar: bool = True
     """tqdm bar over iterations with success rate and seconds per iteration [choice]."""
     jsonl_digits: int = 0
@@ -394,6 +402,10 @@ class LoggingConfig:
                      fix="0 keeps every digit; 4-6 keep a study's logs small")
         if not isinstance(self.wandb_project, str) or not self.wandb_project:
             fail(f"logging.wandb_project={self.wandb_project!r} must be a non-empty string")
+        if not isinstance(self.wandb_tags, list) or not all(
+                isinstance(t, str) and 0 < len(t) <= 64 and t.isprintable() for t in self.wandb_tags):
+            fail(f"logging.wandb_tags={self.wandb_tags!r} must be a list of printable strings of 1-64 characters "
+                 "(W&B's limit), e.g. [ablation, rerun]")
 
 
 @dataclass
@@ -460,7 +472,7 @@ class RunConfig:
     seed: int = 0
     """Seed of Python, NumPy, torch, the task sampler and the rollout sampler (``trainer.seeding``)."""
     experiment: str = "default"
-    """Experiment name: W&B group, sweep name [choice]."""
+    """Experiment name: W&B group (with the method: ``<experiment>/<method>``), sweep name [choice]."""
     variant: str | None = None
     """Method name of the run folder and reports; null = ``estimator.name``. Set it for ablations that keep the
     estimator but change a setting (e.g. ``bipace_q_eps0.10``, ``bigpo_layer-8``), so their runs do not share a
