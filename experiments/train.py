@@ -108,11 +108,12 @@ def _train(cfg, folder) -> int:
         logging.getLogger("trainer.loop").error(msg)
         folder.write_info("failed", _done(trainer, folder), world_size=trainer.world_size, error=msg)
         return 3
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; rerun the same command to resume from iteration {_done(trainer, folder)}",
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"{PROG}: {how}; rerun the same command to resume from iteration {_done(trainer, folder)}",
               file=sys.stderr)
         folder.write_info("interrupted", _done(trainer, folder), world_size=trainer.world_size)
-        return 130
+        return 143 if isinstance(e, Terminated) else 130
     except Exception as e:
         full = disk_full(e)
         if full is not None:
@@ -168,14 +169,27 @@ def _disk_full(folder, trainer, err: OSError) -> int:
     return 4
 
 
-def honour_sigint() -> None:
-    """SIGINT is how a sweep, a Slurm preemption or a user stops a run at its last checkpoint (exit 130). A process
-    started in the background by a non-interactive shell (``cmd &`` in a script) inherits SIGINT ignored, and Python
-    then installs no KeyboardInterrupt handler, so the run would go on to its end: restore the handler."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is (``scancel``, a cluster's preemption, ``timeout``, ``docker stop``): the run
+    stops as on Ctrl-C, at its last checkpoint, marked ``interrupted``, and exits 143 (128 + SIGTERM)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def honour_stop_signals() -> None:
+    """SIGINT and SIGTERM are how a sweep, Slurm (``scancel``, preemption) or a user stops a run at its last
+    checkpoint (exit 130 and 143). A process started in the background by a non-interactive shell (``cmd &`` in a
+    script) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so the run would go on
+    to its end: restore the handler. SIGTERM's default would kill the run without marking its folder: raise
+    ``Terminated`` instead (a SIGTERM deliberately ignored by the caller stays ignored)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 if __name__ == "__main__":
-    honour_sigint()
+    honour_stop_signals()
     sys.exit(main())

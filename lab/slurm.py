@@ -296,8 +296,10 @@ def _slurm_states(folder: Path, job_ids: list[str]) -> dict[str, str]:
     return out
 
 
-def state_word(run_finished: bool, has_progress: bool, job_state: str | None) -> str:
-    """The word ``--status`` shows for one run: its folder first, then its newest job's scheduler state."""
+def state_word(run_finished: bool, has_progress: bool, job_state: str | None, folder_status: str | None = None) -> str:
+    """The word ``--status`` shows for one run: its folder first, then its newest job's scheduler state. A job that
+    is over (cancelled, preempted, out of time) whose run marked itself ``interrupted`` (it caught the signal and
+    kept its last checkpoint) is ``interrupted``, as its folder says: the same command resumes it."""
     if run_finished:
         return "finished"
     if job_state is None:
@@ -308,7 +310,7 @@ def state_word(run_finished: bool, has_progress: bool, job_state: str | None) ->
     if base in _RUNNING:
         return "running"
     if base in _OVER:
-        return "failed"
+        return "interrupted" if folder_status == "interrupted" else "failed"
     return f"unknown ({job_state})"
 
 
@@ -334,7 +336,8 @@ def run_states(specs: list[RunSpec], runs_root: Path) -> list[dict]:
         st = folder.status()
         sub = last.get(s.label)
         jstate = states.get(str(sub["job_id"])) if sub else None
-        rows.append({"run": s.label, "state": state_word(folder.is_finished(), st.status is not None, jstate),
+        word = state_word(folder.is_finished(), st.status is not None, jstate, st.status)
+        rows.append({"run": s.label, "state": word,
                      "job_id": sub["job_id"] if sub else None, "scheduler": jstate,
                      "iterations": f"{int(st.iterations_done or 0)}/{s.iterations}", "run_dir": str(s.run_dir)})
     return rows

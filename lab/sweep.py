@@ -374,7 +374,8 @@ def _run_locked(specs, todo, summary, record, *, launcher, jobs, nproc, gpus, te
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total_it, initial=done_it + sum(_iterations_logged(s.run_dir) for s in todo),
-                   desc=f"sweep ({len(todo)} runs to do)", unit="it", dynamic_ncols=True, file=sys.stderr)
+                   desc=f"sweep ({len(todo)} runs to do)", unit="it", dynamic_ncols=True, file=sys.stderr,
+                   mininterval=0.1 if sys.stderr.isatty() else 60.0)  # a log file: a frame a minute, not 10 a second
 
     stop = {"signal": None}
 
@@ -454,7 +455,7 @@ def _run_locked(specs, todo, summary, record, *, launcher, jobs, nproc, gpus, te
                 elif _run_folder(a.spec).is_finished():  # a signal reached it while it closed its logs
                     summary["finished"].append(a.spec.label)
                     word = f"finished (exit {rc} after the run had finished)"
-                elif rc in (130, -signal.SIGINT) or stop["signal"] is not None:
+                elif rc in (130, 143, -signal.SIGINT) or stop["signal"] is not None:  # 143: SIGTERM, caught
                     summary["interrupted"].append(a.spec.label)
                     word = f"interrupted (exit {rc}; resumable)"
                 else:

@@ -310,12 +310,22 @@ def _wandb_records(path: Path) -> tuple[list[dict], bool]:
 
 
 class ProgressBar:
-    """tqdm over iterations; the postfix shows the training success rate and seconds per iteration."""
+    """tqdm over iterations; the postfix shows the training success rate and seconds per iteration. Where the
+    stream is not a terminal (a run's ``console.log``, a batch job's output) a plain line per iteration instead:
+    tqdm's carriage-return frames would make one long line of a log."""
 
     def __init__(self, total: int, initial: int = 0, desc: str = "train", file=None):
-        from tqdm.auto import tqdm
+        import sys
 
-        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="it", file=file, dynamic_ncols=True)
+        self.stream = file if file is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.plain = not (callable(isatty) and isatty())
+        self.total, self.desc, self.n = total, desc, initial
+        self.bar = None
+        if not self.plain:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="it", file=self.stream, dynamic_ncols=True)
         self._last = time.perf_counter()
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
@@ -325,11 +335,17 @@ class ProgressBar:
             post["success"] = f"{float(metrics['rollout/success_rate']):.3f}"
         post["s/it"] = f"{now - self._last:.1f}"
         self._last = now
+        if self.plain:
+            self.n = max(self.n, int(iteration))
+            print(f"{self.desc}: {self.n}/{self.total} it, " + ", ".join(f"{k}={v}" for k, v in post.items()),
+                  file=self.stream, flush=True)
+            return
         self.bar.set_postfix(post, refresh=False)
         self.bar.update(max(0, int(iteration) - self.bar.n))
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 class MetricLogger:

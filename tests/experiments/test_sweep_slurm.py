@@ -110,6 +110,14 @@ def test_state_words(finished, progress, job, word):
     assert slurm.state_word(finished, progress, job) == word
 
 
+@pytest.mark.parametrize("job", ["CANCELLED by 1234", "PREEMPTED", "TIMEOUT"])
+def test_a_run_that_caught_the_signal_is_interrupted_as_its_folder_says(job):
+    """scancel / preemption / time limit: the run checkpointed and wrote 'interrupted'; --status must agree."""
+    assert slurm.state_word(False, True, job, "interrupted") == "interrupted"
+    assert slurm.state_word(False, True, job, "failed") == "failed"
+    assert slurm.state_word(False, True, job, "running") == "failed"  # killed without a word: not resumable-clean
+
+
 def test_status_reads_the_run_folders_and_the_jobs(tmp_path, capsys):
     root = tmp_path / "runs"
     specs = sweep.expand([SMOKE], ["grpo", "gigpo", "bipace_q", "rloo", "hgpo"], [0], (), FAST, root)

@@ -496,6 +496,39 @@ def test_sigint_stops_a_run_started_with_sigint_ignored(tmp_path):
     assert info["status"] == "interrupted" and info["iterations_done"] < 200, info
 
 
+@pytest.mark.slow
+def test_sigterm_stops_a_run_at_its_checkpoint_and_the_same_command_resumes_it(tmp_path):
+    """scancel, a cluster's preemption and ``timeout`` send SIGTERM: the run stops as on Ctrl-C (marked
+    ``interrupted``, exit 143, checkpoint kept; before, SIGTERM killed it with run.json still 'running'), and the same
+    command resumes it to the end."""
+    out = tmp_path / "run"
+    args = [*FAST, "trainer.save_every=1", f"output_dir={out}"]
+    long = [a if a != "trainer.iterations=2" else "trainer.iterations=200" for a in args]
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.train", *long], cwd=REPO, env=child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "metrics.jsonl").exists() and any(r["iteration"] >= 1
+                                                        for r in _lines_safe(out / "metrics.jsonl")):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before iteration 1 was logged"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert "terminated (SIGTERM)" in err and "rerun the same command" in err
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["iterations_done"] < 200, info
+    from experiments.train import main
+
+    assert main([*args, "trainer.iterations=3"]) == 0  # the resume goes on from the checkpoint to the end
+    assert json.loads((out / "run.json").read_text())["status"] == "finished"
+
+
 def test_epsilon_rules_lists_its_collections_and_refuses_an_empty_report(tmp_path, capsys):
     from experiments.epsilon_rules import BATCHES, main
 

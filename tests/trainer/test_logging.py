@@ -35,6 +35,20 @@ def test_jsonl_tensorboard_and_progress_bar(tmp_path):
     assert math.isnan(tb["loss/policy"][1][1])
     text = bar.getvalue()
     assert "3/3" in text and "success=0.750" in text and "s/it=" in text
+    # not a terminal (a console.log): one plain line per iteration, no carriage-return frames
+    assert "\r" not in text and text.count("\n") == 3 and text.splitlines()[0].startswith("grpo__seed0: 1/3 it")
+
+
+def test_the_progress_bar_on_a_terminal_is_tqdm(tmp_path):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar = Tty()
+    with MetricLogger(tmp_path, LoggingConfig(tensorboard=False), total_iterations=2, progress_file=bar) as lg:
+        lg.log(1, {"rollout/success_rate": 0.5})
+        lg.log(2, {"rollout/success_rate": 0.5})
+    assert "\r" in bar.getvalue() and "2/2" in bar.getvalue()
 
 
 def test_resume_truncates_later_iterations(tmp_path):
