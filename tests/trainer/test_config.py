@@ -260,10 +260,10 @@ def test_readme_reference_is_in_sync():
 
     from trainer.config import README_END, README_START
 
-    text = (Path(__file__).resolve().parents[2] / "trainer" / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "trainer" / "CONFIG.md").read_text()
     generated = text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
     assert generated == config_reference_markdown().strip(), (
-        "trainer/README.md is stale: run `python -m trainer.config --write trainer/README.md`")
+        "trainer/CONFIG.md is stale: run `python -m trainer.config --write trainer/CONFIG.md`")
 
 
 def test_command_line_front_end(tmp_path, capsys):
