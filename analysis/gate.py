@@ -78,7 +78,11 @@ def gate_rows(runs: list[Run], warm: float, key: str) -> list[dict]:
 
 
 def verdict(gains: list[float], min_mean: float = MIN_MEAN_GAIN, min_seeds: int = MIN_SEEDS) -> str:
-    """PASS / FAIL / INCOMPLETE for one arm's per-seed gains (fractions), by the rule declared before the runs."""
+    """PASS / FAIL / INCOMPLETE for one arm's per-seed gains (fractions), by the rule declared before the runs. A
+    finished seed that is not above the warm start decides FAIL before the other seeds finish: the rule needs every
+    seed above, so no later seed can make the arm pass (a search may then move on)."""
+    if any(g <= 0 for g in gains):
+        return "FAIL"
     if len(gains) < min_seeds:
         return "INCOMPLETE"
     ok = float(np.mean(gains)) >= min_mean - 1e-12 and all(g > 0 for g in gains)

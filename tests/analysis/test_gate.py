@@ -40,6 +40,7 @@ def test_verdict_rule():
     assert verdict([0.12, 0.01, 0.0]) == "FAIL"  # mean 4.3 points but one seed not above
     assert verdict([0.03, 0.03, 0.03]) == "FAIL"  # all above, mean below 4
     assert verdict([0.10, 0.10]) == "INCOMPLETE"  # 2 seeds of 3
+    assert verdict([0.10, 0.0]) == "FAIL"  # 2 seeds of 3, one not above: no third seed can make it pass
     assert verdict([0.05, 0.05, 0.05, -0.01]) == "FAIL"  # a 4th seed below: not every seed gains
 
 
