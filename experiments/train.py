@@ -17,7 +17,8 @@ folder: a finished run says so and exits 0; an unfinished one (killed, failed, o
 starts it over, keeping the old logs in ``<run>/restarted_<date>/``. A folder another process is running, one
 whose experiment is unknown, or one with logs but no usable checkpoint is refused (exit 2, nothing changed).
 
-Exit status: 0 finished (or nothing to do), 2 configuration error or a refused run folder (nothing computed),
+Exit status: 0 finished (or nothing to do), 2 configuration error, a refused run folder or a stale DeepSpeed build
+lock (nothing computed; the message names the file or field),
 3 the run stopped on NaN/Inf or a broken estimator output (``run.json`` says why; it resumes from its last
 checkpoint once fixed), 4 the disk is full (``run.json`` says ``interrupted``; free space and rerun to resume),
 130 interrupted (resumable), 1 any other error.
@@ -86,13 +87,16 @@ def _train(cfg, folder) -> int:
     from groundtruth.live import probe_for
     from trainer.config import ConfigError
     from trainer.loop import Trainer, TrainingFailed
-    from trainer.ppo_actor import NonFiniteError
+    from trainer.ppo_actor import BuildLockError, NonFiniteError
     from trainer.run_folder import RunFolderError
 
     trainer = Trainer(cfg, folder, batch_probe=probe_for(cfg))
     try:
         trainer.run()
         return 0
+    except BuildLockError as e:  # at the start of DeepSpeed, before any compute
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
     except RunFolderError as e:  # found once the checkpoints are read: nothing was written
         print(f"{PROG}: refused: {e}", file=sys.stderr)
         return 2

@@ -57,6 +57,7 @@ from .loss import PPOLossSettings, ppo_loss
 __all__ = [
     "PPOActor",
     "NonFiniteError",
+    "BuildLockError",
     "init_distributed",
     "shutdown_distributed",
     "build_ds_config",
@@ -114,34 +115,141 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-#: a JIT build of a DeepSpeed op takes ~2 min here; a build lock older than this was left by a killed build
-STALE_BUILD_LOCK_S = 900.0
+#: a JIT build of DeepSpeed's CPU op takes 40-75 s here (~2 min on a loaded machine): a build lock older than this
+#: was left by a killed start, not held by a build [platform]
+STALE_BUILD_LOCK_S = 300.0
+
+
+class BuildLockError(RuntimeError):
+    """A DeepSpeed op is locked by a build that is not running (a lock file left by a killed start) and has to be
+    rebuilt; the message names the lock file to remove. Nothing was computed."""
+
+
+def _op_builder(name: str):
+    """DeepSpeed's builder of the op ``name`` on this accelerator (None when it has none)."""
+    from deepspeed.accelerator import get_accelerator
+
+    kinds = {"deepspeed_shm_comm": "ShareMemCommBuilder"}
+    try:
+        return get_accelerator().create_op_builder(kinds.get(name, name))
+    except Exception:  # an accelerator without that builder: nothing to pre-load
+        return None
+
+
+def built_op_is_current(name: str, build_dir: Path) -> bool:
+    """The op's compiled ``<name>.so`` in ``build_dir`` is up to date: the folder's ``build.ninja`` builds this
+    DeepSpeed's sources, and ``ninja -n`` (a dry run, which takes no lock) finds nothing to rebuild."""
+    import shutil
+    import subprocess
+
+    so, ninja_file = build_dir / f"{name}.so", build_dir / "build.ninja"
+    ninja = shutil.which("ninja")
+    if ninja is None or not so.is_file() or not ninja_file.is_file():
+        return False
+    builder = _op_builder(name)
+    if builder is None:
+        return False
+    try:
+        text = ninja_file.read_text()
+        if not all(os.path.abspath(builder.deepspeed_src_path(src)) in text for src in builder.sources()):
+            return False  # built from another DeepSpeed
+        res = subprocess.run([ninja, "-n", "-C", str(build_dir)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return res.returncode == 0 and "no work to do" in res.stdout
+
+
+def _load_built_op(name: str, build_dir: Path) -> bool:
+    """Import the compiled op from ``build_dir`` and hand it to DeepSpeed as already loaded, so that its start never
+    reaches torch's build lock. False when that is not possible (then torch builds or loads it as usual)."""
+    import importlib.util
+
+    builder = _op_builder(name)
+    owner = next((c for c in type(builder).__mro__ if "_loaded_ops" in vars(c)), None) if builder else None
+    if owner is None:
+        return False
+    if name in owner._loaded_ops:
+        return True
+    spec = importlib.util.spec_from_file_location(name, build_dir / f"{name}.so")
+    if spec is None or spec.loader is None:
+        return False
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    owner._loaded_ops[name] = module
+    return True
+
+
+def _build_lock_holders(build_dir: Path) -> list[str]:
+    """Processes of this host working in ``build_dir`` (ninja and the compiler of a running build), as
+    ``"PID (command)"``; empty when there are none or /proc cannot tell."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "cwd")) == build_dir:
+                found.append(f"{proc.name} ({(proc / 'comm').read_text().strip()})")
+        except OSError:
+            continue
+    return found
 
 
 def wait_for_build_lock(name: str = "deepspeed_shm_comm", max_age_s: float = STALE_BUILD_LOCK_S,
                         poll_s: float = 2.0) -> None:
-    """Wait while another process JIT-builds the DeepSpeed op ``name``; raise when its lock is stale.
+    """Before DeepSpeed loads its op ``name``: never wait on a build lock for an op that is already built, and wait
+    a bounded time, saying so, for one that is being built.
 
-    DeepSpeed builds its CPU communication op (``deepspeed_shm_comm``) on first use, and again whenever another venv
-    loads it, under a lock file in ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``). A build that
-    is killed leaves the lock behind, and torch then waits on it forever, silently. Here a lock is waited on while
-    it is younger than ``max_age_s`` (a build takes ~2 min), then reported with its path and the fix."""
+    DeepSpeed builds its CPU communication op (``deepspeed_shm_comm``) on first use, and every process checks the
+    build again at its start, under the lock file ``$TORCH_EXTENSIONS_DIR/<name>/lock`` (default
+    ``~/.cache/torch_extensions``), held for milliseconds when nothing is to be built. A process killed in that
+    window (torchrun stopping its sibling ranks, a ``timeout`` wrapper) leaves the lock, and torch waits on it
+    forever, silently. Here, with the lock present:
+
+    * the op's ``.so`` is current (``built_op_is_current``): it is loaded from that folder at once and the lock is
+      not consulted (one warning says so);
+    * otherwise one line says what is waited on (the lock, its age, the processes building if any, how to clear
+      it), and the lock is waited on while it is younger than ``max_age_s`` (a build takes ~2 min); an older one
+      raises ``BuildLockError`` naming the lock file to remove (that file only: the folder holds the build)."""
     import time
 
     from torch.utils.cpp_extension import _get_build_directory
 
-    lock = Path(_get_build_directory(name, verbose=False)) / "lock"
+    build_dir = Path(_get_build_directory(name, verbose=False)).resolve()
+    lock = build_dir / "lock"
+    said = False
     while True:
         try:
             age = time.time() - lock.stat().st_mtime
         except FileNotFoundError:
             return
+        if built_op_is_current(name, build_dir) and _load_built_op(name, build_dir):
+            _tell(f"DeepSpeed's op {name} is already built in {build_dir}, so its build lock {lock} ({age:.0f} s "
+                  "old) is not waited on. If no DeepSpeed start is running on this machine, the lock was left by a "
+                  f"killed one: remove that file only (rm {lock}); other programs wait on it.")
+            return
+        holders = _build_lock_holders(build_dir)
         if age > max_age_s:
-            raise RuntimeError(
-                f"DeepSpeed's op {name} has been locked by {lock} for {age / 60:.0f} minutes: a build of it was "
-                f"killed, and every start would wait on the lock forever. Remove the folder {lock.parent} and start "
-                "again (the op is rebuilt in a minute or two)")
+            raise BuildLockError(
+                f"DeepSpeed's op {name} has to be built, but its build lock {lock} is {age / 60:.1f} minutes old, "
+                f"longer than a build takes ({max_age_s / 60:.0f} minutes at most): "
+                + (f"the processes {', '.join(holders)} work in its folder. If they are stuck, stop them and "
+                   if holders else "no process of this machine is building it, so a killed start left the lock. ")
+                + f"Remove the lock file only (rm {lock}; not its folder, which holds the build) and start again: "
+                "the op is then rebuilt in a minute or two.")
+        if not said:
+            _tell(f"waiting for DeepSpeed's op {name} to be built by another process: its build lock {lock} is "
+                  f"{age:.0f} s old, "
+                  + (f"held by {', '.join(holders)}" if holders else "its holder is unknown (no process of this "
+                     "machine works in its folder)")
+                  + f". The wait ends when the lock goes, or after it is {max_age_s / 60:.0f} minutes old; if no "
+                  f"build is running, remove the lock file only (rm {lock}).")
+            said = True
         time.sleep(poll_s)
+
+
+def _tell(msg: str) -> None:
+    """A message for the console (stderr) and the run's ``train.log``."""
+    print(f"[deepspeed op] {msg}", file=sys.stderr, flush=True)
+    if log.hasHandlers():  # otherwise logging would print it a second time
+        log.warning(msg)
 
 
 #: set by ``use_venv_extensions_dir`` to the TORCH_EXTENSIONS_DIR it chose: a child process (of another venv,

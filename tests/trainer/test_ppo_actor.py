@@ -369,38 +369,96 @@ def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
     assert use_venv_extensions_dir() == mine
 
 
-def test_a_killed_op_build_is_reported_not_waited_on(tmp_path, monkeypatch):
-    """A lock left in torch's extension folder by a killed DeepSpeed op build: no lock returns at once, a lock that a
-    running build removes is waited out, a lock older than the limit is named with the folder to remove."""
+def _lock(folder: Path, age_s: float) -> Path:
     import os
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / "lock"
+    lock.touch()
+    os.utime(lock, (time.time() - age_s, time.time() - age_s))
+    return lock
+
+
+def _built_op(tmp_path: Path) -> Path:
+    """A copy of this venv's built ``deepspeed_shm_comm`` folder (built first if needed), in ``tmp_path``."""
+    import shutil
+    import subprocess
+
+    from common.procs import child_env
+    from trainer.ppo_actor import built_op_is_current, venv_extensions_dir
+
+    mine = venv_extensions_dir() / "deepspeed_shm_comm"
+    if not built_op_is_current("deepspeed_shm_comm", mine):
+        env = dict(child_env(), TORCH_EXTENSIONS_DIR=str(venv_extensions_dir()))
+        subprocess.run([sys.executable, "-c", "from trainer.ppo_actor import init_distributed; "
+                        "init_distributed('cpu')"], cwd=REPO, env=env, capture_output=True, timeout=600, check=True)
+    copy = tmp_path / "ext" / "deepspeed_shm_comm"
+    shutil.copytree(mine, copy, ignore=shutil.ignore_patterns("lock"))  # mtimes kept: ninja sees it built
+    return copy
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_build_lock_on_an_op_that_is_built_is_not_waited_on(tmp_path):
+    """A lock left by a start killed while it checked the (built) op: the next start loads the op at once, says
+    which lock it did not wait on and that only that file is to be removed, and leaves the lock alone."""
+    import subprocess
+
+    from common.procs import child_env
+
+    folder = _built_op(tmp_path)
+    lock = _lock(folder, age_s=20.0)  # a lock a live build could hold: torch would wait on it forever
+    env = dict(child_env(), TORCH_EXTENSIONS_DIR=str(folder.parent))
+    res = subprocess.run([sys.executable, "-c", "from trainer.ppo_actor import init_distributed; "
+                          "print(init_distributed('cpu'))"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "(0, 1, 0)" in res.stdout, res.stderr[-2000:]
+    import re
+
+    assert re.search(re.escape(str(lock)) + r" \(\d+ s old\) is not waited on", res.stderr), res.stderr
+    assert f"rm {lock})" in res.stderr
+    assert res.stderr.count("is not waited on") == 1 and lock.exists()
+
+
+def test_a_build_lock_is_waited_on_with_a_line_saying_so_then_refused(tmp_path, monkeypatch, capsys):
+    """An op that is not built yet: a lock that a running build removes is waited out, with one line naming the
+    lock, its age and the file to remove; a lock older than the bound raises ``BuildLockError`` naming that file."""
     import threading
     import time
 
-    from trainer.ppo_actor import wait_for_build_lock
+    from trainer.ppo_actor import BuildLockError, wait_for_build_lock
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    wait_for_build_lock()
-    folder = tmp_path / "deepspeed_shm_comm"
-    folder.mkdir(exist_ok=True)
-    lock = folder / "lock"
-    lock.touch()
+    wait_for_build_lock()  # no lock: returns at once
+    lock = _lock(tmp_path / "deepspeed_shm_comm", age_s=5.0)
     threading.Timer(0.3, lock.unlink).start()  # a build that finishes
     t = time.perf_counter()
     wait_for_build_lock(poll_s=0.05)
     assert 0.2 < time.perf_counter() - t and not lock.exists()
-    lock.touch()  # a build that never finishes: reported once the lock is older than the limit
-    with pytest.raises(RuntimeError, match=f"Remove the folder {folder}"):
+    err = capsys.readouterr().err
+    assert err.count("waiting for DeepSpeed's op deepspeed_shm_comm") == 1
+    assert f"build lock {lock} is 5 s old" in err and f"remove the lock file only (rm {lock})" in err
+    _lock(lock.parent, age_s=0.0)  # a build that never finishes: refused once the lock is older than the bound
+    with pytest.raises(BuildLockError, match=f"Remove the lock file only \\(rm {lock}; not its folder"):
         wait_for_build_lock(max_age_s=0.3, poll_s=0.05)
-    old = time.time() - 3600
-    os.utime(lock, (old, old))
-    import subprocess
-    import sys
 
-    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path), OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-c",
-                          "from trainer.ppo_actor import init_distributed; init_distributed('cpu')"],
-                         cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode != 0 and f"Remove the folder {folder}" in res.stderr
+
+def test_a_stale_build_lock_stops_train_with_exit_2_naming_the_lock_file(tmp_path):
+    """``experiments.train`` on a venv whose op is locked for longer than a build takes: one message, exit 2."""
+    import subprocess
+
+    from common.procs import child_env
+    from tests.experiments.test_train_cli import FAST
+
+    lock = _lock(tmp_path / "ext" / "deepspeed_shm_comm", age_s=3600.0)
+    env = dict(child_env(), TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    res = subprocess.run([sys.executable, "-m", "experiments.train", *FAST, f"output_dir={tmp_path / 'run'}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert f"build lock {lock} is 60." in res.stderr and f"(rm {lock}; not its folder" in res.stderr
+    assert "Traceback" not in res.stderr and lock.exists()
 
 
 def test_collective_timeout_defaults_to_two_hours_and_reads_the_environment(monkeypatch):
