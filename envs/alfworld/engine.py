@@ -9,10 +9,15 @@ Speed-ups (``install_speedups()``; on by default in ``ALFWorldEnv``) [choice]. T
 observable behaviour (a test compares whole episodes with and without them):
 
 * ``fast_downward.pddl2sas`` (PDDL -> SAS translation, ~1-3 s per call; TextWorld calls it four times per
-  load+reset) is memoised in memory and on disk (``cache_dir("alfworld", "translations")``, ~150 KB per
-  game, keyed by a hash of domain+problem). TextWorld also asks for an "optimised" translation used only
-  by its planner (``policy_commands``/walkthrough replanning), which this repo does not request: it gets
-  the plain translation instead (plans stay valid, only planner search would be slower).
+  load+reset) is memoised in memory and on disk (``cache_dir("alfworld", "translations")``, keyed by a hash of
+  domain+problem). The disk cache holds data only, never code: ``<key>.sas.json.z``, zlib-compressed JSON with the
+  format, the key and the SAS text; the parsed PDDL task that ``pddl2sas`` also returns is rebuilt from the game's
+  own PDDL (parse + normalise, the cheap part). Files of another format (the pickled ``*.pkl.z`` of older versions)
+  are never opened. A cache file that does not read, or whose SAS the engine rejects, is named in a warning,
+  removed and recomputed; the game file is blamed only when a fresh translation fails too. The cache may sit on a
+  disk shared with others (``envs/paths.py``): reading it cannot run code. TextWorld also asks for an
+  "optimised" translation used only by its planner (``policy_commands``/walkthrough replanning), which this repo
+  does not request: it gets the plain translation instead (plans stay valid, only planner search would be slower).
 * The grammar and query parsers TextWorld calls on every step (tatsu, pure Python) are memoised, and
   the text generator's context copies become shallow dict copies (the values are never mutated).
 * A game's grammar file (~0.5 s to parse) is parsed once per process: games differ only in the task
@@ -27,8 +32,8 @@ import copy
 import functools
 import hashlib
 import json
+import logging
 import os
-import pickle
 import random
 import re
 import sys
@@ -48,7 +53,11 @@ _LOCK = threading.RLock()
 _ORIGINALS: dict[str, Any] = {}
 _MEMORY_CACHE: OrderedDict = OrderedDict()
 _MEMORY_CACHE_SIZE = 16
-_TRANSLATION_FORMAT = 1
+_TRANSLATION_FORMAT = 2  # 1: pickled (task, sas), never read again; 2: JSON with the SAS text
+_TRANSLATION_SUFFIX = ".sas.json.z"
+#: disk-cache files read since the last ``_take_disk_hits()`` (a reset that fails retries without them)
+_DISK_HITS: list[Path] = []
+log = logging.getLogger("envs.alfworld.engine")
 
 
 # ====================================================================== speed-ups
@@ -68,6 +77,68 @@ def _translation_dir() -> Path | None:
     return cache_dir("alfworld", "translations")
 
 
+def _parse_task(domain: str, problem: str):
+    """The normalised PDDL task ``fast_downward.pddl2sas`` returns beside the SAS text, without the translation."""
+    import io
+
+    argv, stdout = sys.argv, sys.stdout
+    try:
+        sys.argv = ["translate.py", "domain", "task"]  # fast_downward's options module parses sys.argv on import
+        sys.stdout = io.StringIO()
+        from fast_downward.translate import normalize, options  # noqa: F401  (options first, as pddl2sas does)
+        from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+
+        task = parsing_functions.parse_task(lisp_parser.parse_nested_list(domain.split("\n")),
+                                            lisp_parser.parse_nested_list(problem.split("\n")))
+        normalize.normalize(task)
+    finally:
+        sys.argv, sys.stdout = argv, stdout
+    return task
+
+
+class TranslationCacheError(ValueError):
+    """A translation-cache file that does not hold what this version writes (the message names it)."""
+
+
+def _read_translation(path: Path, key: str) -> str:
+    """The SAS text of a cache file (``TranslationCacheError`` naming the file and what is wrong)."""
+    try:
+        record = json.loads(zlib.decompress(path.read_bytes()).decode("utf-8"))
+    except (OSError, zlib.error, UnicodeDecodeError, ValueError) as e:
+        raise TranslationCacheError(f"{path} does not read as compressed JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(record, dict) or record.get("format") != _TRANSLATION_FORMAT or record.get("key") != key \
+            or not isinstance(record.get("sas"), str) or not record["sas"].startswith("begin_version"):
+        raise TranslationCacheError(f"{path} is not a translation of format {_TRANSLATION_FORMAT} for key {key}")
+    return record["sas"]
+
+
+def _write_translation(folder: Path, path: Path, key: str, sas: str) -> None:
+    data = zlib.compress(json.dumps({"format": _TRANSLATION_FORMAT, "key": key, "sas": sas}).encode("utf-8"), 1)
+    fd, tmp = tempfile.mkstemp(dir=str(folder), suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _take_disk_hits() -> list[Path]:
+    with _LOCK:
+        hits = list(_DISK_HITS)
+        _DISK_HITS.clear()
+    return hits
+
+
+def _forget_translation(path: Path, why: str) -> None:
+    """Drop a disk-cache file and its in-memory copy, with a warning naming it (it is recomputed when next asked)."""
+    with _LOCK:
+        key = path.name.removesuffix(_TRANSLATION_SUFFIX)
+        _MEMORY_CACHE.pop(key, None)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    log.warning("ALFWorld translation cache file %s %s: removed; the translation is recomputed", path, why)
+
+
 def _cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
     """Memoised ``fast_downward.pddl2sas`` (``optimize`` ignored: see module docstring)."""
     key = _translation_key(domain, problem)
@@ -77,12 +148,14 @@ def _cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize:
             _MEMORY_CACHE.move_to_end(key)
             return hit
         folder = _translation_dir()
-        path = folder / f"{key}.pkl.z" if folder is not None else None
+        path = folder / f"{key}{_TRANSLATION_SUFFIX}" if folder is not None else None
         result = None
         if path is not None and path.exists():
             try:
-                result = pickle.loads(zlib.decompress(path.read_bytes()))
-            except Exception:  # a corrupt or foreign file: recompute and overwrite
+                result = (_parse_task(domain, problem), _read_translation(path, key))
+                _DISK_HITS.append(path)
+            except TranslationCacheError as e:  # a damaged or foreign file: recomputed and overwritten
+                log.warning("ALFWorld translation cache: %s; recomputing it", e)
                 result = None
         if result is None:
             argv, stdout = sys.argv, sys.stdout
@@ -91,11 +164,7 @@ def _cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize:
             finally:
                 sys.argv, sys.stdout = argv, stdout
             if path is not None:
-                data = zlib.compress(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), 1)
-                fd, tmp = tempfile.mkstemp(dir=str(folder), suffix=".tmp")
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, path)
+                _write_translation(folder, path, key, result[1])
         _MEMORY_CACHE[key] = result
         while len(_MEMORY_CACHE) > _MEMORY_CACHE_SIZE:
             _MEMORY_CACHE.popitem(last=False)
@@ -278,10 +347,19 @@ class Game:
     def reset(self, seed: int = 0):
         if self.gamefile is None:
             raise RuntimeError("Game.reset before load()")
+        _take_disk_hits()
         try:
             self.state = self._engine.reset()
-        except Exception as e:  # the PDDL is parsed here
-            raise _broken_game(self.gamefile, e) from e
+        except Exception as e:  # the PDDL is parsed here, and translated (or read from the translation cache)
+            hits = _take_disk_hits()
+            if not hits:
+                raise _broken_game(self.gamefile, e) from e
+            for path in hits:  # the engine rejected a cached translation: the cache file is blamed, not the game
+                _forget_translation(path, f"was rejected by the engine ({type(e).__name__}: {str(e)[:200]})")
+            try:
+                self.state = self._engine.reset()
+            except Exception as e2:  # a fresh translation fails too: the game file is broken
+                raise _broken_game(self.gamefile, e2) from e2
         self.expert_failed = False
         self.expert_action = "look"
         if self.expert_enabled:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -330,3 +331,47 @@ def test_a_broken_pddl_names_its_game_file(tmp_path):
     env = ALFWorldEnv(data_path=root)
     with pytest.raises(ALFWorldGameError, match=r"game file .*game\.tw-pddl cannot be loaded"):
         env.reset(seed=0, options={"split": "valid_seen", "task_index": 0})
+
+
+def test_the_translation_cache_holds_data_never_code_and_names_a_bad_file(tmp_path, monkeypatch, caplog):
+    """The disk cache of PDDL translations (which may sit on a shared disk) is compressed JSON: a file replaced by a
+    pickle that would run a command is reported by its path and recomputed, never unpickled; a ``*.pkl.z`` file of
+    the old format is never opened; the episodes are the same from a fresh translation and from the cache."""
+    import logging
+    import pickle
+    import zlib
+
+    from envs.alfworld import engine
+
+    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "data"
+    shutil.copytree(HANDWRITTEN, root)
+    write_game_file(next((root / "json_2.1.1" / "valid_seen").glob("*/trial_*")))
+    folder = tmp_path / "cache" / "alfworld" / "translations"
+    engine._MEMORY_CACHE.clear()
+    env = ALFWorldEnv(data_path=root)
+    fresh = play_expert(env, "valid_seen", 0)
+    files = sorted(folder.iterdir())
+    assert files and all(f.name.endswith(".sas.json.z") for f in files)
+    for f in files:
+        assert json.loads(zlib.decompress(f.read_bytes()))["sas"].startswith("begin_version")
+    engine._MEMORY_CACHE.clear()
+    assert play_expert(env, "valid_seen", 0) == fresh  # read back from the disk cache
+
+    class Payload:  # what a hostile user of a shared cache could write: unpickling it runs os.mkdir(marker)
+        def __reduce__(self):
+            return os.mkdir, (str(tmp_path / "code-ran"),)
+
+    hostile = zlib.compress(pickle.dumps(Payload()))
+    for f in files:
+        f.write_bytes(hostile)
+        (folder / (f.name.split(".")[0] + ".pkl.z")).write_bytes(hostile)  # the old format's name for the key
+    engine._MEMORY_CACHE.clear()
+    with caplog.at_level(logging.WARNING, logger="envs.alfworld.engine"):
+        assert play_expert(env, "valid_seen", 0) == fresh
+    assert not (tmp_path / "code-ran").exists()
+    said = caplog.text
+    assert all(f"{f} does not read as compressed JSON" in said for f in files), said
+    assert "game.tw-pddl" not in said
+    assert all(json.loads(zlib.decompress(f.read_bytes()))["sas"].startswith("begin_version") for f in files)
+    env.close()
