@@ -199,7 +199,18 @@ def main(argv: list[str] | None = None) -> int:
         for i, path in enumerate(args.batch):
             b = StepBatch.load(path)
             if i < len(args.hidden):
-                layers = torch.load(args.hidden[i], weights_only=False)
+                try:  # tensors only: a file named on the command line may come from anyone
+                    layers = torch.load(args.hidden[i], map_location="cpu", weights_only=True)
+                except Exception as e:  # an unpickling refusal, a damaged or missing file
+                    print(f"{PROG}: error: --hidden {args.hidden[i]} cannot be read as a torch file of tensors "
+                          f"({type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}): "
+                          "it must hold {layer: (N, D) tensor} (or {'layers': {...}}), saved with torch.save; "
+                          "other objects are not loaded, since loading them could run code", file=sys.stderr)
+                    return 2
+                if not isinstance(layers, dict):
+                    print(f"{PROG}: error: --hidden {args.hidden[i]} holds a {type(layers).__name__}, not "
+                          "{layer: (N, D) tensor}", file=sys.stderr)
+                    return 2
                 layers = layers.get("layers", layers)
                 b.hidden = layers[args.layer if args.layer is not None else next(iter(layers))]
             if b.state_key is None or b.hidden is None:
