@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None, *, runs_root: str = "results/runs") -> i
                     print(f"[train] {folder.path} is already finished ({cfg.trainer.iterations} iterations): nothing "
                           "to do (raise trainer.iterations to extend it, or rerun with --restart to start it over)")
                 return 0
-            folder.check_resumable()
+            folder.check_resumable(world_size=int(os.environ.get("WORLD_SIZE", "1")))  # before compute
         except RunFolderError as e:
             print(f"{PROG}: refused: {e}", file=sys.stderr)
             return 2

@@ -51,7 +51,7 @@ from safetensors.torch import load_file, save_file
 from common.fsio import atomic_write_text, disk_full, fsync_dir, fsync_path
 
 __all__ = ["save_checkpoint", "load_checkpoint", "list_checkpoints", "validate_checkpoint", "LoadedCheckpoint",
-           "CheckpointError", "rng_state", "set_rng_state"]
+           "CheckpointError", "CheckpointMismatch", "rng_state", "set_rng_state"]
 
 FORMAT_VERSION = 1
 _NAME_RE = re.compile(r"^iter_(\d{8})$")
@@ -59,6 +59,14 @@ _NAME_RE = re.compile(r"^iter_(\d{8})$")
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be used (the message says why)."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """A good checkpoint written by another rank count or ZeRO stage: not a reason to fall back to an older one."""
+
+    def __init__(self, message: str, path: Path, world_size, zero_stage):
+        super().__init__(message)
+        self.path, self.world_size, self.zero_stage = path, world_size, zero_stage
 
 
 @dataclass
@@ -361,6 +369,8 @@ def load_checkpoint(root: str | Path, actor, *, sampler=None,
                     warnings.warn(f"{root / 'latest'} is missing: loaded the newest complete checkpoint {cand}",
                                   stacklevel=2)
                 return LoadedCheckpoint(path=cand, iteration=it, extra=extra, fell_back=fell_back)
+            except CheckpointMismatch:  # a good checkpoint of another rank count: the older ones share it
+                raise
             except (CheckpointError, OSError, ValueError, KeyError) as e:
                 problem = f"{cand} could not be loaded ({e})"
         warnings.warn(f"skipping checkpoint: {problem}; trying the previous one", stacklevel=2)
@@ -384,10 +394,10 @@ def _load_one(path: Path, actor, sampler, generators, rank: int, world: int) -> 
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"format {state.get('format')} is not {FORMAT_VERSION}")
     if state["world_size"] != world or state["zero_stage"] != actor.zero_stage:
-        raise CheckpointError(
+        raise CheckpointMismatch(
             f"it was written by {state['world_size']} ranks with ZeRO stage {state['zero_stage']}; this run has "
-            f"{world} ranks with stage {actor.zero_stage}: resume with the same launcher and trainer.zero_stage"
-        )
+            f"{world} ranks with stage {actor.zero_stage}: resume with the same launcher and trainer.zero_stage",
+            path, state["world_size"], state["zero_stage"])
     if bool(state.get("lora")) != bool(actor.is_lora):
         raise CheckpointError("LoRA setting differs from the checkpoint's (model.lora_rank)")
     opt_file = path / "optimizer" / f"rank_{rank:05d}.safetensors"

@@ -353,7 +353,7 @@ class Trainer:
 
     def _resume(self):
         """Restore the newest usable checkpoint (``trainer.resume``); returns it, or None for a fresh start."""
-        from .checkpoint import CheckpointError, load_checkpoint
+        from .checkpoint import CheckpointError, CheckpointMismatch, load_checkpoint
 
         cfg = self.cfg
         self.start_iteration = 0
@@ -362,6 +362,8 @@ class Trainer:
             try:
                 resumed = load_checkpoint(self.folder.checkpoints, self.ppo_actor, sampler=self.sampler,
                                           generators=self._generators())
+            except CheckpointMismatch as e:  # another rank count or stage (found before compute by experiments.train)
+                raise self.folder.world_mismatch_error(e.world_size, e.zero_stage, self.world_size, e.path) from e
             except CheckpointError as e:  # every checkpoint unusable: refuse rather than start over on the logs
                 raise self.folder.no_checkpoint_error(str(e)) from e
         if resumed is None and cfg.trainer.resume:

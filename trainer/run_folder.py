@@ -28,9 +28,13 @@ What protects a folder [choice]:
   copy of the config in the newest checkpoint (``state.json``); a folder with logs or checkpoints and neither
   record is refused, never resumed under another label or reported as finished.
 * Its logs: a folder whose ``run.json`` records progress (or that holds checkpoints) but has no usable checkpoint
-  is refused with the choices; ``--restart`` (``trainer.resume=false``) starts it over and moves the old logs to
-  ``<run>/restarted_<date>/`` (checkpoints are deleted). Lines logged after the newest checkpoint are dropped on
-  resume (the resumed run writes them again).
+  is refused with the choices; so is one whose newest checkpoint (iteration k) is not covered by its logs
+  (``metrics.jsonl`` without a line of iterations 1..k, ``eval.jsonl`` without an evaluation the checkpoint lists).
+  ``--restart`` (``trainer.resume=false``) starts it over: it deletes the checkpoints first, then moves the old
+  logs to ``<run>/restarted_<date>/``, so that a kill half-way never leaves checkpoints without their logs. Lines
+  logged after the newest checkpoint are dropped on resume (the resumed run writes them again).
+* Its rank count: a checkpoint resumes only with the rank count and ZeRO stage that wrote it (``state.json``
+  records both); another is refused before any compute, saying how to relaunch.
 
 The config of a resumed run must
 equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (the folder's location, logging, the length
@@ -70,6 +74,21 @@ class RunFolderError(ConfigError):
 #: files a restart moves to ``restarted_<date>/`` (the run's record); checkpoints are deleted
 _ARCHIVED = ("config.yaml", "run.json", "metrics.jsonl", "eval.jsonl", "train.log", "epsilon.json", "epsilon_scan.md",
              "grouping_scan.jsonl", "tb", "wandb")
+
+#: ``--restart`` renames ``checkpoints/`` to this (+ its PID) before deleting it
+_DELETING = ".checkpoints.deleting-"
+
+
+def _spans(numbers: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    out, start = [], None
+    for i, n in enumerate(numbers):
+        start = n if start is None else start
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            out.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
+
 
 #: config keys (dotted prefixes) that may differ between the saved config and a resuming invocation [choice]
 #: ``sft.warmstart`` describes how ``sft.init_from`` was made; the folder it names (compared) is what a run starts from
@@ -335,22 +354,92 @@ class RunFolder:
             f"move to {self.path}/restarted_<date>/); or set output_dir=<folder> for a new run"
             + (f" (the logs cover {st.iterations_done} iteration(s))" if st.iterations_done else ""))
 
-    def check_resumable(self) -> None:
-        """Before compute: a folder that holds progress must hold a complete-looking checkpoint to resume from
-        (``RunFolderError`` otherwise). Whether it is usable (checksums) is checked when it is loaded."""
+    def check_resumable(self, world_size: int = 1) -> None:
+        """Before compute (``RunFolderError`` otherwise): a folder that holds progress holds a complete-looking
+        checkpoint to resume from; the newest one was written by ``world_size`` ranks with this run's ZeRO stage;
+        and the logs hold what it covers (``check_logs_cover``). Whether it is usable (checksums) is checked when it
+        is loaded."""
         from .checkpoint import list_checkpoints
 
-        if not self.cfg.trainer.resume or not self.holds_progress() or list_checkpoints(self.checkpoints):
+        if not self.cfg.trainer.resume:
             return
-        what = "no checkpoints/ folder" if not self.checkpoints.exists() else "no complete checkpoint in checkpoints/"
-        raise self.no_checkpoint_error(what)
+        found = list_checkpoints(self.checkpoints)
+        if not found:
+            if not self.holds_progress():
+                return
+            raise self.no_checkpoint_error("no checkpoints/ folder" if not self.checkpoints.exists()
+                                           else "no complete checkpoint in checkpoints/")
+        for ck in reversed(found):
+            try:
+                state = json.loads((ck / "state.json").read_text())
+                iteration = int(state["iteration"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # unreadable: the loader falls back past it, with a warning naming it
+            saved = (state.get("world_size"), state.get("zero_stage"))
+            if saved != (world_size, self.cfg.trainer.zero_stage):
+                raise self.world_mismatch_error(saved[0], saved[1], world_size, ck)
+            extra = state.get("extra") if isinstance(state.get("extra"), dict) else {}
+            self.check_logs_cover(iteration, extra.get("evals_done") or [], ck)
+            return
+
+    def world_mismatch_error(self, saved_world, saved_stage, world_size: int, ck: Path) -> RunFolderError:
+        """The refusal for a checkpoint written by another rank count or ZeRO stage than this run's."""
+        stage = self.cfg.trainer.zero_stage
+        how = "a plain python process" if saved_world == 1 else \
+            f"torchrun --nproc_per_node {saved_world} (or deepspeed --num_gpus {saved_world}) -m experiments.train ..."
+        return RunFolderError(
+            f"this folder's checkpoint ({ck}) was written by {saved_world} rank(s) with ZeRO stage {saved_stage}; this "
+            f"run has {world_size} rank(s) with ZeRO stage {stage}, and a checkpoint resumes only on the rank count "
+            f"and stage that wrote it (each rank's optimizer state is its own file). Relaunch with {saved_world} "
+            f"rank(s) ({how})" + (f" and trainer.zero_stage={saved_stage}" if saved_stage != stage else "")
+            + f" to resume it; or rerun with --restart to discard it and start over (the old logs move to "
+            f"{self.path}/restarted_<date>/); or set output_dir=<folder> for a new run. Nothing was changed")
+
+    def check_logs_cover(self, iteration: int, evals_done: list, ck: Path) -> None:
+        """The logs a resume from checkpoint ``iteration`` keeps: ``metrics.jsonl`` holds iterations 1..k (and 0 when
+        there was an evaluation before training), ``eval.jsonl`` the evaluations the checkpoint lists
+        (``RunFolderError`` with the choices otherwise): resuming would end a run whose logs miss them."""
+        from .logging import read_jsonl_report
+
+        evals = {int(i) for i in evals_done if isinstance(i, (int, float)) and 0 <= int(i) <= iteration}
+        problems = []
+        for path, wanted, what in ((self.metrics_path, set(range(1, iteration + 1)) | (evals & {0}), "iteration"),
+                                   (self.eval_path, evals, "evaluation at iteration")):
+            rows, _ = read_jsonl_report(path)
+            have = set()
+            for r in rows:
+                try:
+                    have.add(int(r.get("iteration")))
+                except (TypeError, ValueError):
+                    pass
+            missing = sorted(wanted - have)
+            if missing and path.exists():
+                problems.append(f"{path} has no line for {what}(s) {_spans(missing)}")
+            elif missing:
+                problems.append(f"{path} is missing (it should hold {what}(s) {_spans(missing)})")
+        if problems:
+            raise RunFolderError(
+                f"the run folder {self.path} has a checkpoint of iteration {iteration} ({ck.name}), but its logs lack "
+                f"what that checkpoint covers: {'; '.join(problems)}. Resuming would finish a run whose logs miss "
+                "those lines, so nothing was changed. Choose: restore the logs (from a backup, or from a "
+                "restarted_<date>/ folder left by a --restart that was stopped) and rerun the same command; or rerun "
+                f"with --restart to start over (the old logs move to {self.path}/restarted_<date>/); or set "
+                "output_dir=<folder> for a new run")
 
     # ----------------------------------------------------------------------------------------- writing
     def start_fresh(self) -> Path | None:
-        """``--restart`` (``trainer.resume=false``): move the previous run's logs to ``restarted_<date>/`` and
-        delete its checkpoints (rank 0). Returns that sub-folder, or None when there was nothing to keep."""
+        """``--restart`` (``trainer.resume=false``): delete the previous run's checkpoints, then move its logs to
+        ``restarted_<date>/`` (rank 0). Returns that sub-folder, or None when there was nothing to keep.
+
+        In that order, so that no kill leaves checkpoints without their logs: ``checkpoints/`` is first renamed
+        (one atomic step) and deleted; a kill after that leaves logs without a checkpoint, which a resume refuses
+        with the choices, and a second ``--restart`` completes."""
         if self.rank != 0 or not self.path.exists():
             return None
+        if self.checkpoints.exists():
+            os.replace(self.checkpoints, self.path / f"{_DELETING}{os.getpid()}")
+        for old in self.path.glob(f"{_DELETING}*"):
+            shutil.rmtree(old, ignore_errors=True)
         present = [n for n in _ARCHIVED if (self.path / n).exists()]
         present += [p.name for p in self.path.glob("train.rank*.log")]
         dest = None
@@ -364,7 +453,6 @@ class RunFolder:
             dest.mkdir()
             for name in present:
                 os.replace(self.path / name, dest / name)
-        shutil.rmtree(self.checkpoints, ignore_errors=True)
         return dest
 
     def write_config(self) -> None:
