@@ -436,10 +436,12 @@ class RunFolder:
         with the choices, and a second ``--restart`` completes."""
         if self.rank != 0 or not self.path.exists():
             return None
-        if self.checkpoints.exists():
-            os.replace(self.checkpoints, self.path / f"{_DELETING}{os.getpid()}")
-        for old in self.path.glob(f"{_DELETING}*"):
+        for old in self.path.glob(f"{_DELETING}*"):  # left by a restart that was stopped
             shutil.rmtree(old, ignore_errors=True)
+        if self.checkpoints.exists():
+            trash = self.path / f"{_DELETING}{os.getpid()}"
+            os.replace(self.checkpoints, trash)
+            shutil.rmtree(trash, ignore_errors=True)
         present = [n for n in _ARCHIVED if (self.path / n).exists()]
         present += [p.name for p in self.path.glob("train.rank*.log")]
         dest = None

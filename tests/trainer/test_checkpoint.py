@@ -173,11 +173,17 @@ def test_nothing_usable_is_an_error_and_empty_is_none(tmp_path, actor0):
 
 
 def test_other_zero_stage_is_refused(tmp_path, actor0):
+    """A good checkpoint of another stage (or rank count) is refused at once, not skipped for an older one."""
+    from trainer.checkpoint import CheckpointMismatch
+
+    _save(tmp_path, 1, actor0)
     _save(tmp_path, 2, actor0)
     eng2 = make_actor(2)
-    with pytest.warns(UserWarning, match="resume with the same launcher and trainer.zero_stage"):
-        with pytest.raises(CheckpointError):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "skipping checkpoint" fall-back
+        with pytest.raises(CheckpointMismatch, match="resume with the same launcher and trainer.zero_stage") as e:
             load_checkpoint(tmp_path, eng2)
+    assert e.value.path.name == "iter_00000002" and (e.value.world_size, e.value.zero_stage) == (1, 0)
 
 
 def test_loading_never_unpickles(tmp_path, actor0, monkeypatch):
