@@ -379,7 +379,11 @@ class RunFolder:
             if saved != (world_size, self.cfg.trainer.zero_stage):
                 raise self.world_mismatch_error(saved[0], saved[1], world_size, ck)
             extra = state.get("extra") if isinstance(state.get("extra"), dict) else {}
-            self.check_logs_cover(iteration, extra.get("evals_done") or [], ck)
+            evals = extra.get("evals_done") or []
+            tasks = extra.get("eval_tasks")
+            if isinstance(tasks, dict) and not any(isinstance(n, int) and n > 0 for n in tasks.values()):
+                evals = []  # evaluations without tasks write no eval.jsonl line
+            self.check_logs_cover(iteration, evals, ck)
             return
 
     def world_mismatch_error(self, saved_world, saved_stage, world_size: int, ck: Path) -> RunFolderError:
@@ -402,8 +406,9 @@ class RunFolder:
         from .logging import read_jsonl_report
 
         evals = {int(i) for i in evals_done if isinstance(i, (int, float)) and 0 <= int(i) <= iteration}
+        start = {0} if 0 in evals_done else set()  # the line of the evaluation before training
         problems = []
-        for path, wanted, what in ((self.metrics_path, set(range(1, iteration + 1)) | (evals & {0}), "iteration"),
+        for path, wanted, what in ((self.metrics_path, set(range(1, iteration + 1)) | start, "iteration"),
                                    (self.eval_path, evals, "evaluation at iteration")):
             rows, _ = read_jsonl_report(path)
             have = set()
