@@ -152,7 +152,8 @@ def _cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize:
         result = None
         if path is not None and path.exists():
             try:
-                result = (_parse_task(domain, problem), _read_translation(path, key))
+                sas = _read_translation(path, key)  # first: a bad file costs no parsing
+                result = (_parse_task(domain, problem), sas)
                 _DISK_HITS.append(path)
             except TranslationCacheError as e:  # a damaged or foreign file: recomputed and overwritten
                 log.warning("ALFWorld translation cache: %s; recomputing it", e)
