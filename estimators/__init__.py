@@ -3,10 +3,13 @@
     from estimators import StepBatch, EstimatorConfig, compute_advantages, ESTIMATORS
     result = compute_advantages(batch, EstimatorConfig(name="bipace_q", epsilon=0.05))
 """
-from . import algorithms as _algorithms  # noqa: F401  (registers the estimators)
 from .batch import StepBatch
 from .compute import compute_advantages
 from .config import EstimatorConfig
 from .registry import ESTIMATORS, EstimatorResult, register_estimator
 
 __all__ = ["StepBatch", "EstimatorConfig", "EstimatorResult", "ESTIMATORS", "compute_advantages", "register_estimator"]
+
+# The modules whose import registers estimators. They come after every public name above is bound, so an estimator
+# module may write ``from estimators import EstimatorResult, register_estimator``; a new one is added on this line.
+from . import algorithms  # noqa: E402, F401

@@ -38,7 +38,8 @@ class EstimatorConfig:
     ``ValueError``; ``common.config_checks``)."""
 
     name: str = "grpo"
-    """Registry key: grpo | gigpo | bigpo | bipace_v | bipace_q | hgpo | rloo (see ``estimators.ESTIMATORS``)."""
+    """Registry key of ``estimators.ESTIMATORS``: grpo | gigpo | bigpo | bipace_v | bipace_q | pace_anchor | hgpo |
+    rloo, or one added with ``@register_estimator`` (``estimators/README.md``, "Adding an estimator")."""
     gamma: float = 0.95
     """Discount of the step return R_t = r_t + gamma R_{t+1} [GiGPO]."""
     invalid_penalty: float = 0.1

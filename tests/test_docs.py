@@ -10,11 +10,18 @@ Checks over every git-tracked text file (this file excepted, since it spells the
 * no narration outside ``tests/``: the repo speaks of the project, not of who worked on it when. A work session
   (by name or ordinal: "this session", "(thirteenth session)"), a role as an author ("(lead, ...)", "other
   engineers' jobs") are refused; ``results/LOG.md`` is the dated research log and names entries by date and commit.
+
+And the extension recipes hold: the estimator samples of ``README.md`` and ``estimators/README.md``, saved and imported
+as ``estimators/README.md`` says, register an estimator; every registered estimator has its row in the table of
+``estimators/README.md`` and its defining paragraph in ``docs/method.md``.
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
+import sys
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -209,3 +216,58 @@ def test_the_checks_flag_what_they_should():
     said = ("## 2026-12-03 (b2fc7da): x\nthis entry ran; start_new_session=True; a process group of its own\n"
             "its lead is not credited to grouping; the `_run_folder` helper; 2 env workers; leading zeros\n")
     assert narration("x.md", said) == []
+
+
+# ------------------------------------------------------------------------------------------ the extension recipes
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+
+
+def estimator_doc_gaps(names, readme_table: str, method: str) -> list[str]:
+    """The registered estimators without a row ``| `key` |`` in the table of ``estimators/README.md``, or without a
+    paragraph or list item of ``docs/method.md`` that opens with the key (alone or in a list: "`a` and `b` ...")."""
+    gaps = []
+    for name in sorted(names):
+        if not re.search(rf"^\| `{name}` \|", readme_table, re.M):
+            gaps.append(f"{name}: no row in the table of estimators/README.md")
+        if not re.search(rf"^(?:\* )?(?:`\w+`(?:,| and) )*`{name}`", method, re.M):
+            gaps.append(f"{name}: no paragraph of docs/method.md opens with `{name}`")
+    return gaps
+
+
+def test_every_registered_estimator_is_in_the_formula_tables():
+    from estimators import ESTIMATORS
+
+    readme = (REPO / "estimators" / "README.md").read_text(encoding="utf-8")
+    method = (REPO / "docs" / "method.md").read_text(encoding="utf-8")
+    gaps = estimator_doc_gaps(ESTIMATORS, readme, method)
+    assert not gaps, "estimators missing from the docs:\n" + "\n".join(gaps)
+    assert estimator_doc_gaps(["no_such_estimator"], readme, method) == [
+        "no_such_estimator: no row in the table of estimators/README.md",
+        "no_such_estimator: no paragraph of docs/method.md opens with `no_such_estimator`"]
+    assert estimator_doc_gaps(["b"], "| `b` | x |", "`a` and `b` cluster") == []
+
+
+@pytest.mark.parametrize("doc", ["README.md", "estimators/README.md"])
+def test_the_estimator_recipe_works_as_written(doc, tmp_path):
+    """The sample of ``doc`` that registers an estimator, saved in a copy of the package as the module its comment
+    names, and imported by the line ``estimators/README.md`` gives for ``estimators/__init__.py``, registers it."""
+    sample = next(b for b in python_blocks((REPO / doc).read_text(encoding="utf-8")) if "@register_estimator(" in b)
+    name = re.search(r'@register_estimator\("(\w+)"', sample).group(1)
+    assert re.search(rf"# in estimators/{name}\.py", sample), f"{doc}: the sample does not say where it goes"
+    recipe = (REPO / "estimators" / "README.md").read_text(encoding="utf-8")
+    line = re.search(rf"`(from \. import algorithms, {name}\b[^`]*)`", recipe)
+    assert line, f"estimators/README.md does not give the import line of estimators/{name}.py"
+    pkg = tmp_path / "estimators"
+    shutil.copytree(REPO / "estimators", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / f"{name}.py").write_text(sample, encoding="utf-8")
+    init = (pkg / "__init__.py").read_text(encoding="utf-8")
+    old = re.search(r"^from \. import algorithms\b.*$", init, re.M)
+    (pkg / "__init__.py").write_text(init[:old.start()] + line.group(1) + init[old.end():], encoding="utf-8")
+    probe = (f"import estimators; assert estimators.__file__.startswith({str(tmp_path)!r}), estimators.__file__\n"
+             f"from estimators import ESTIMATORS, EstimatorConfig; EstimatorConfig(name={name!r}).validate()\n"
+             f"assert ESTIMATORS[{name!r}].needs_hidden is False; print('ok')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    res = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
