@@ -30,8 +30,10 @@ Usage with an env (the rollout keeps one ``Transcript`` per live env)::
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 __all__ = [
@@ -44,6 +46,8 @@ __all__ = [
     "HISTORY_MARKER",
     "CUT_MARKER",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: replaces history pairs dropped for length
 HISTORY_MARKER = "[{n} earlier step(s) omitted to fit the prompt length]"
@@ -305,10 +309,21 @@ _GENERIC = PromptBuilder(
 
 
 def get_prompt_builder(env: str) -> PromptBuilder:
-    """The builder for an env name or gymnasium id ("alfworld", "ALFWorld-v0", ...); any other text env
-    that follows the contract gets a generic wording."""
+    """The builder for an env name or gymnasium id ("alfworld", "ALFWorld-v0", ...): ``PROMPT_BUILDERS`` is keyed by
+    the id's part before "-", lower-cased. Any other text env that follows the contract gets a generic wording, with
+    a warning logged once per name (``envs/README.md``, "Adding an environment")."""
     key = str(env).split("-")[0].lower()
-    return PROMPT_BUILDERS.get(key, _GENERIC)
+    builder = PROMPT_BUILDERS.get(key)
+    if builder is None:
+        _warn_generic(key)
+        return _GENERIC
+    return builder
+
+
+@cache
+def _warn_generic(key: str) -> None:
+    logger.warning("no prompt builder for %r in agents.prompts.PROMPT_BUILDERS: its prompts use the generic wording "
+                   "(%r); add a builder to describe the environment to the model", key, _GENERIC.role)
 
 
 def build_messages(env: str, transcript: Transcript, config: PromptConfig | None = None) -> list[dict[str, str]]:

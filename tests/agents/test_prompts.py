@@ -56,9 +56,13 @@ def test_textcraft_keeps_the_recipe_block_and_omits_admissible():
     assert "craft 4 stick using 2 planks" in later and "Crafting commands you were given" in later
 
 
-def test_webshop_and_unknown_envs_get_builders():
+def test_webshop_and_unknown_envs_get_builders(caplog):
     assert get_prompt_builder("WebShop-v0").env_name == "webshop"
-    assert get_prompt_builder("MyEnv-v3").env_name == "text"
+    with caplog.at_level("WARNING", logger="agents.prompts"):
+        assert get_prompt_builder("MyEnv-v3").env_name == "text"
+        assert get_prompt_builder("MyEnv-v4").env_name == "text"  # the fallback is not silent, and said once
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "no prompt builder for 'myenv' in agents.prompts.PROMPT_BUILDERS"]
 
 
 def test_long_history_is_cut_oldest_first_with_marker():

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from common.config_checks import ConfigError, check_choices, check_number, fail
+from envs import ENV_IDS
 from estimators import EstimatorConfig
 
-KNOWN_ENV_IDS = ("TextCraft-v0", "ALFWorld-v0", "WebShop-v0")
+#: the environments this repo registers (``envs.ENV_IDS``, their one list); any other id gymnasium knows is accepted too
+KNOWN_ENV_IDS = tuple(ENV_IDS)
 TrainSampling = Literal["epoch", "replacement"]
 TRAIN_SAMPLING = get_args(TrainSampling)
 MODEL_ALIASES = ("smollm2",)
@@ -27,7 +29,8 @@ class EnvConfig:
     """Which environment, which tasks, how many parallel copies."""
 
     id: str = "TextCraft-v0"
-    """Gymnasium id: TextCraft-v0 | ALFWorld-v0 | WebShop-v0 (registered by ``import envs``)."""
+    """Gymnasium id: a key of ``envs.ENV_IDS`` (TextCraft-v0, ALFWorld-v0, WebShop-v0, ...: the table of
+    ``envs/README.md``) or any other id registered with gymnasium."""
     train_split: str | None = None
     """Split the training tasks are sampled from; null = the env's train split (``env.splits[0]``)."""
     eval_splits: list[str] | None = None
@@ -558,8 +561,6 @@ class RunConfig:
         ``env.kwargs`` must name arguments of the environment class."""
         import importlib
         import inspect
-
-        from envs import ENV_IDS
 
         entry = ENV_IDS.get(self.env.id)
         if entry is None or not self.env.kwargs:
