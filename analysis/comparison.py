@@ -1,4 +1,4 @@
-"""An estimator comparison read by held-out success (issue 52, item 3): each arm against the baseline of the same
+"""An estimator comparison read by held-out success: each arm against the baseline of the same
 seed, seeds as the unit.
 
 * **Primary**: held-out success at each run's last evaluation (at its last iteration). Per seed, the arm's rate minus

@@ -1,4 +1,4 @@
-"""The learning gate (issue 52): does RL in a given recipe raise success on held-out goals above the warm start?
+"""The learning gate: does RL in a given recipe raise success on held-out goals above the warm start?
 
 Declared before any run (``results/gate-textcraft/README.md``); this module is the whole analysis, run by
 ``python -m experiments.reanalyse gate-textcraft``.
@@ -31,9 +31,9 @@ __all__ = ["MIN_MEAN_GAIN", "MIN_SEEDS", "WARMSTART_FILE", "gate_rows", "verdict
            "false_pass_probability", "read_warmstart", "gate_report"]
 
 MIN_MEAN_GAIN = 0.04
-"""Mean gain over seeds (fraction; 0.04 = 4 points) an arm needs to pass [issue 52]."""
+"""Mean gain over seeds (fraction; 0.04 = 4 points) an arm needs to pass [choice]."""
 MIN_SEEDS = 3
-"""Finished seeds an arm needs for a verdict; every one of them must gain [issue 52: 3 of 3]."""
+"""Finished seeds an arm needs for a verdict; every one of them must gain [choice: 3 of 3]."""
 WARMSTART_FILE = "warmstart_eval.json"
 """The warm start's held-out evaluation in the study folder (``experiments.evaluate --json``)."""
 

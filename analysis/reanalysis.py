@@ -207,7 +207,7 @@ def llm_groundtruth(root: Path, baseline: str = "gigpo") -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The halves of BiPACE (issue 40, item 3a)
+# The halves of BiPACE where the anchors over-split (llm-gt-halves)
 
 HALVES = ("gigpo", "bigpo", "pace_anchor", "bipace_q", "bipace_q-cluster_std")
 _HALF_OF = {"gigpo": "neither (the baseline)", "bigpo": "state half only", "pace_anchor": "action half only",
@@ -376,7 +376,7 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
 
 
 def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None, halves: Path | None = None) -> str:
-    """``llm-groundtruth``'s same-batch readings against the every-cell truth (issue 40, item 0): per scenario, every
+    """``llm-groundtruth``'s same-batch readings against the every-cell truth: per scenario, every
     estimator on the batches of GiGPO-trained runs, beside the committed study's figures (all its runs, and its
     GiGPO-trained runs alone), then the fill isolated on the new batches (``truth_correction_md``). ``root``:
     ``results/llm-gt-rescored`` (scenarios ``exact``, ``undersplit``); the over-split scenario comes from
@@ -582,7 +582,7 @@ def heldout_rows(runs: list[Run], key: str, baseline: str = "gigpo") -> list[dic
 
 
 def halves_heldout(root: Path, baseline: str = "gigpo", split: str = "eval_depth2") -> str:
-    """The halves of BiPACE on a real environment (issue 40, item 3b): held-out success at the last evaluation
+    """The halves of BiPACE on a real environment (halves-textcraft): held-out success at the last evaluation
     (primary), training success, and each arm's PACE branch mix and scale."""
     runs = [r for r in find_runs(Path(root) / "runs") if r.method in HALVES]
     if not runs:

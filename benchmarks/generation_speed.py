@@ -61,7 +61,7 @@ def _prompts(tokenizer, n: int, group_size: int = 1) -> list[list[int]]:
 def run_cells(engine_name: str, models: dict[str, str], batches: list[int], max_tokens: int, repeats: int,
               threads: int, group_size: int = 1) -> list[dict]:
     """Time ``engine.generate`` for every (model, batch); one engine per model. Engines: ``hf`` = Hugging Face's
-    decode step, every prompt prefilled whole (the HF engine before issue 19); ``hf-lean`` = the HF engine's
+    decode step, every prompt prefilled whole (the plain HF engine); ``hf-lean`` = the HF engine's
     defaults now (lean step, shared prompt prefixes prefilled once, cascade decode attention); ``vllm``."""
     import torch
 
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "protocol-style TextCraft prompts through each model's chat template"
         + (f", in groups of G = {args.group_size} copies of one prompt (a rollout's group)" if args.group_size > 1
            else ", all distinct") + ". Tokens/s counts generated tokens only (prefill time included in the wall "
-        "time). HF step: Hugging Face's decode step, every prompt prefilled whole (the HF engine before issue 19); "
+        "time). HF step: Hugging Face's decode step, every prompt prefilled whole (the plain HF engine); "
         "HF engine now: its defaults (lean step, shared prompt prefixes prefilled once, cascade decode attention, "
         "and for models of 64 MB or more its weights packed for oneDNN: `agents/engines/lean.py`, `LeanWeights`); "
         "unpacked: the same with `pack_weights='off'` (the engine before packing). Packing runs once per set of "

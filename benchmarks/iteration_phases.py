@@ -285,7 +285,7 @@ def summarise(cells: dict[str, dict], cmd: str, load_txt: str, machine: str) -> 
                     totals[(pol, dec, tag, "rollout")] = sum(parts)
     base_pol = "passive" if "passive" in cells else next(iter(cells))  # one thread: no worker threads to wait
     lines += ["", "Iteration (rollout + reference pass + update, plus the old-log-prob pass with "
-              "`trainer.old_logprobs=recompute`; the advantages take < 0.1 s), and ratios to the path before issue 19 "
+              "`trainer.old_logprobs=recompute`; the advantages take < 0.1 s), and ratios to the plain path "
               f"(`{base_pol}`, rollout `hf`, forwards `unshared`, old log-probs recomputed; the repo ran `passive` "
               "then). "
               "The demo preset runs `default`, `cascade`, `shared`, `rollout`:", "",

@@ -6,7 +6,7 @@
 (a) **Hidden-state capture cost**: the trainer's old-log-prob pass (``trainer.actor.actor_forward``) over the
     rows of a real rollout, with the forward hook that captures the layer-L state of the last prompt token
     versus without it (same rows, same batches), and, for scale, the extra pass the paper pays (a second
-    ``output_hidden_states=True`` forward over the prompts). Target: hook <= 2% of the pass [issue 5]; the
+    ``output_hidden_states=True`` forward over the prompts). Target: hook <= 2% of the pass [choice]; the
     paper's extra pass cost 11.3% of a whole training step.
 (b) **Generation avoided** by not prompting finished episodes: the same rollout (same seeds, so identical rows)
     run live-only and the reference way (every env prompted every turn until the slowest ends,

@@ -45,7 +45,7 @@ MEANING = ("`equal`: every number compared is the reference run's of the same se
            "moves a cell by 8.3 points.")
 
 
-#: where the learning gate's verdict is committed (issue 52): does any CPU recipe make RL raise held-out success?
+#: where the learning gate's verdict is committed: does any CPU recipe make RL raise held-out success?
 GATE_REPORT = Path("results/gate-textcraft/reanalysis.md")
 
 

@@ -1,4 +1,4 @@
-"""The epsilon rules scored on first batches none of them was chosen on (issue 40, item 1): one command, resumable.
+"""The epsilon rules scored on first batches none of them was chosen on: one command, resumable.
 
     python -m experiments.epsilon_rules                 # collect what is missing, then write results/epsilon/rules.md
     python -m experiments.epsilon_rules --dry-run       # list the collections and whether each is done

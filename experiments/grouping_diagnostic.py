@@ -1,4 +1,4 @@
-"""The paper's grouping diagnostic on our environments (issue 40, item 2), from runs with ``logging.grouping_scan``.
+"""The paper's grouping diagnostic on our environments, from runs with ``logging.grouping_scan``.
 
     python -m experiments.study grouping-textcraft && python -m experiments.study grouping-alfworld   # the runs
     python -m experiments.grouping_diagnostic results/grouping/textcraft results/grouping/alfworld \\

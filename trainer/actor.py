@@ -18,7 +18,7 @@ The vocabulary log-softmax is computed in chunks of response tokens, each under 
 gradients are on, so the (tokens x V) logits never exist at once: memory is O(chunk x V) instead of
 O(N T_r V) (for Qwen2.5 V = 151,936: 2,560 tokens would need 1.5 GB of fp32 logits per row otherwise).
 
-Shared prompt prefixes [choice, issue 19]: the rows of a rollout batch repeat long prompt prefixes (the system
+Shared prompt prefixes [choice]: the rows of a rollout batch repeat long prompt prefixes (the system
 prompt and task of a group, the history of a turn that G trajectories reached alike). ``pack_rows_shared`` gives
 rows that share a prefix one copy of it: K distinct prefixes (K, L) run first, their KV cache is indexed out to
 the N rows (``row_prefix``), and each row's suffix (the rest of its prompt, then its response) attends to its

@@ -1,6 +1,6 @@
 """A lean one-token decode step for Qwen2- and Llama-family Hugging Face models (the HF engine's decode loop).
 
-Why [choice, issue 19]: on a CPU, a decode step of a small model is overhead and memory traffic, not arithmetic.
+Why [choice]: on a CPU, a decode step of a small model is overhead and memory traffic, not arithmetic.
 Each Hugging Face step rebuilds the attention mask, calls ~30 modules per layer and grows the KV cache by
 concatenation (a copy of the whole cache per step and layer). This step runs the same arithmetic on the model's own
 parameters, with the mask kept as one boolean tensor and the KV cache preallocated for the whole response and

@@ -50,7 +50,7 @@ class RewardConfig:
     # The corrections of the original's rules, one switch each; None: the mode's (original: off, corrected: on).
     exact_size_options: bool | None = None
     """options whose group name contains "size" must equal a chosen value exactly (case-insensitive); the original
-    fuzzes every option, so "large" satisfies "x-large" and "1 fl oz" satisfies "1.7 fl oz" [issue 4]"""
+    fuzzes every option, so "large" satisfies "x-large" and "1 fl oz" satisfies "1.7 fl oz" [choice]"""
     compare_values: bool | None = None
     """compare chosen values with the goal's values; the original compares them with its ``(group, value)`` pairs
     (``goal_options.items()``), whose group words then join the comparison"""
@@ -146,7 +146,7 @@ class WebShopConfig:
     results_per_page: int = 10
     """products per results page [WebShop]"""
     search_fields: tuple[str, ...] = ("title", "bullets", "description", "attributes")
-    """product text indexed by BM25 [issue 4; the original indexes title, description, first bullet, options]"""
+    """product text indexed by BM25 [choice; the original indexes title, description, first bullet, options]"""
     bm25_k1: float = 0.9
     """BM25 k1 (Pyserini's default, the original's search engine) [WebShop]"""
     bm25_b: float = 0.4

@@ -1,4 +1,4 @@
-"""The WebShop purchase score in [0, 1] [WebShop, `web_agent_site/engine/goal.py`; issue 4].
+"""The WebShop purchase score in [0, 1] [WebShop, `web_agent_site/engine/goal.py`].
 
     score = r_type * (n_att + n_opt + 1[price <= price_upper]) / (|attributes| + |options| + 1)
 
@@ -11,10 +11,10 @@
   the goal title's nouns (with repeats) that appear among the purchased title's nouns (0.2 when the goal
   title has none).
 
-``RewardConfig.mode`` [issue 21]: ``"original"`` (default) scores as the public code does, with thefuzz 0.19:
+``RewardConfig.mode`` [choice]: ``"original"`` (default) scores as the public code does, with thefuzz 0.19:
 sizes are fuzzy ("large" satisfies "x-large"); a synthetic goal's options are ``(group, value)`` pairs compared by
 their ``str``, so the group's words join the comparison ("x-small" then misses ("size", "small")); a human goal's
-options are the file's raw strings [issue 43]; non-ASCII characters are dropped before the ratio;
+options are the file's raw strings; non-ASCII characters are dropped before the ratio;
 the goal attribute is not lower-cased before the substring test; values are not lower-cased before the colour
 normalisation; an option never matches the product text. ``"corrected"``: sizes must match exactly, values are
 compared with values, lower-cased, accents kept (rapidfuzz), a human goal's options are named by their product's

@@ -1,4 +1,4 @@
-"""The estimator comparison's reading (issue 52, item 3) on hand-made runs with known answers."""
+"""The estimator comparison's reading on hand-made runs with known answers."""
 from __future__ import annotations
 
 import json

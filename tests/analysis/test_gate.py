@@ -1,4 +1,4 @@
-"""The learning gate's rule (issue 52) on hand-made runs with known verdicts, and its power figures against
+"""The learning gate's rule on hand-made runs with known verdicts, and its power figures against
 closed forms and simulation."""
 from __future__ import annotations
 

