@@ -153,7 +153,10 @@ def row_advantages(token_level_rewards: torch.Tensor, step_rewards: torch.Tensor
         traj = dense_ids(group, _canonical_codes(traj_index, "traj_index", n, device))
         if step_index is None:
             step_index = step_indices_from_order(traj_index)
-        steps = torch.as_tensor(np.asarray(step_index), dtype=torch.long, device=device)
+        steps = np.asarray(step_index)
+        if steps.dtype == object:  # verl-agent's collate_fn turns every non-tensor column into an object array
+            steps = steps.astype(np.int64)
+        steps = torch.as_tensor(steps, dtype=torch.long, device=device)
         if steps.shape != (n,) or bool((steps < 0).any()):
             raise ValueError(f"step_index must hold {n} non-negative step numbers")
         h = center_by_group(hidden, group) if center_states else hidden

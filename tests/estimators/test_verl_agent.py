@@ -201,3 +201,27 @@ def test_nan_hidden_names_the_rows():
     hidden[1, 0] = float("nan")
     with pytest.raises(ValueError, match=r"NaN/Inf at rows \[1\]"):
         compute_bipace_outcome_advantage(**_verl_agent_rows(batch, 0.95, 0.1), estimator="bigpo", hidden=hidden)
+
+
+def _collated(values) -> np.ndarray:
+    """A non-tensor column as verl-agent's rollout leaves it: one value per row, gathered into an object array."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+@pytest.mark.parametrize("estimator", ("bigpo", "bipace_v", "bipace_q"))
+def test_columns_as_the_integration_patch_passes_them(estimator):
+    """integrations/verl_agent/bipace.patch: step_index and action_key go through verl-agent's collate_fn (object
+    arrays of np.int64 / str), hidden is the old-log-prob pass's (bs, D) float32 ``bipace_hidden``, the keywords
+    come from ``algorithm.bipace``. The result equals the one from plain arrays."""
+    batch = synthetic_batch(groups=3, group_size=5, max_steps=5, hidden_size=16, states_per_group=4, seed=7)
+    inp = _verl_agent_rows(batch, 0.95, 0.1)
+    keys = action_keys_from_responses(batch.response_text)
+    plain = compute_bipace_outcome_advantage(**inp, estimator=estimator, hidden=batch.hidden, action_key=keys,
+                                             step_index=batch.step.numpy(), cluster_epsilon=0.05)[0]
+    shaped = compute_bipace_outcome_advantage(
+        **inp, estimator=estimator, hidden=batch.hidden.float(), enable_similarity=False,
+        action_key=_collated(keys), step_index=_collated([np.int64(s) for s in batch.step.tolist()]),
+        **{"cluster_epsilon": 0.05})[0]
+    torch.testing.assert_close(shaped, plain)
