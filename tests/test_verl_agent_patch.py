@@ -1,4 +1,5 @@
-"""``integrations/verl_agent/bipace.patch``: the change to verl-agent that feeds ``estimators.verl_agent``.
+"""``integrations/verl_agent/bipace.patch``: the change to verl-agent that feeds ``estimators.verl_agent``. The layer
+lookup it adds is run on a tiny Qwen2 (transformers) against ``output_hidden_states``.
 
 Without verl-agent (CI): the patch is a well-formed unified diff of the five expected files, each hunk's line counts
 match its header, the pre-image blob ids are those of verl-agent at the pinned commit, and the adapter call it adds
@@ -134,3 +135,41 @@ def test_the_patch_applies_to_the_pinned_checkout(tmp_path):
     for path in FILES:
         if path.endswith(".py"):
             py_compile.compile(str(tmp_path / path), doraise=True)
+
+
+def _added_function(path: str, name: str) -> str:
+    """A module-level function the patch adds, as source."""
+    hunk = next(body for *_, body in _files()[path]["hunks"] if any(ln.startswith(f"+def {name}(") for ln in body))
+    lines = [ln[1:] for ln in hunk if ln.startswith("+")]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"def {name}("))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() and not lines[i].startswith(" ")),
+               len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_the_hooked_module_gives_hugging_faces_hidden_states_index():
+    """The patch's layer lookup on a tiny Qwen2: the hooked module's output is ``hidden_states[k]``."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    namespace = {"nn": torch.nn}
+    exec(_added_function("verl/workers/actor/dp_actor.py", "_bipace_layer_module"), namespace)
+    lookup = namespace["_bipace_layer_module"]
+    cfg = transformers.Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (2, 5))
+    with torch.no_grad():
+        want = model(input_ids=ids, output_hidden_states=True).hidden_states
+    for k in (-1, -2, -4, 1, 3, 4):
+        seen = []
+        handle = lookup(model, k).register_forward_hook(
+            lambda _m, _i, out: seen.append(out[0] if isinstance(out, (tuple, list)) else out))
+        with torch.no_grad():
+            model(input_ids=ids)
+        handle.remove()
+        assert len(seen) == 1, k
+        torch.testing.assert_close(seen[0], want[k], msg=f"bipace_hidden_layer={k}")
+    for k in (0, -5, 5):
+        with pytest.raises(ValueError, match="bipace_hidden_layer"):
+            lookup(model, k)
