@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["RewardConfig", "WebShopConfig", "OPTION_TEXT_FALLBACKS", "REWARD_MODES", "CORRECTIONS", "GOAL_MODES",
-           "SEARCH_FIELDS", "build_config", "PRICE_GRID"]
+           "SEARCH_FIELDS", "SEARCH_FIELD_SETS", "build_config", "PRICE_GRID"]
 
 #: price bounds are drawn from this grid: $10, $20, ..., $990 [WebShop]
 PRICE_GRID: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
@@ -19,7 +19,15 @@ OPTION_TEXT_FALLBACKS = ("missing_group", "always", "never")
 #: ``RewardConfig.mode``: the public code's rules, quirks included, or this repo's corrections of them
 REWARD_MODES = ("original", "corrected")
 GOAL_MODES = ("synthetic", "human")
-SEARCH_FIELDS = ("title", "bullets", "description", "attributes", "options")
+SEARCH_FIELDS = ("title", "description", "first_bullet", "bullets", "attributes", "options")
+#: named ``search_fields``: "original" = the document the original indexes (its
+#: search_engine/convert_product_file_format.py: title, description, first bullet point, option text, lower-cased)
+#: [WebShop]; "bullets_attributes" = every bullet point and the attribute list, no options (this repo's default
+#: before 2026-12-06) [choice]
+SEARCH_FIELD_SETS: dict[str, tuple[str, ...]] = {
+    "original": ("title", "description", "first_bullet", "options"),
+    "bullets_attributes": ("title", "bullets", "description", "attributes"),
+}
 
 
 @dataclass
@@ -145,8 +153,11 @@ class WebShopConfig:
     """a search returns at most this many products [WebShop]"""
     results_per_page: int = 10
     """products per results page [WebShop]"""
-    search_fields: tuple[str, ...] = ("title", "bullets", "description", "attributes")
-    """product text indexed by BM25 [choice; the original indexes title, description, first bullet, options]"""
+    search_fields: tuple[str, ...] | str = SEARCH_FIELD_SETS["original"]
+    """product text indexed by BM25, in this order: a tuple of ``SEARCH_FIELDS`` or a name of ``SEARCH_FIELD_SETS``
+    (stored as its tuple). Default "original": title, description, first bullet point and option text, as the
+    original's search documents [WebShop]; "bullets_attributes": every bullet point and the attribute list, no
+    options (the default before 2026-12-06) [choice]"""
     bm25_k1: float = 0.9
     """BM25 k1 (Pyserini's default, the original's search engine) [WebShop]"""
     bm25_b: float = 0.4
@@ -165,12 +176,18 @@ class WebShopConfig:
     def __post_init__(self):
         if isinstance(self.reward, dict):
             self.reward = RewardConfig(**self.reward)
+        if isinstance(self.search_fields, str):
+            if self.search_fields not in SEARCH_FIELD_SETS:
+                raise ValueError(f"search_fields={self.search_fields!r}: use a name of {sorted(SEARCH_FIELD_SETS)} "
+                                 f"or a non-empty subset of {SEARCH_FIELDS}")
+            self.search_fields = SEARCH_FIELD_SETS[self.search_fields]
         self.search_fields = tuple(self.search_fields)
         if self.goals not in GOAL_MODES:
             raise ValueError(f"goals={self.goals!r}: use one of {GOAL_MODES}")
         bad = [f for f in self.search_fields if f not in SEARCH_FIELDS]
         if bad or not self.search_fields:
-            raise ValueError(f"search_fields={self.search_fields!r}: choose a non-empty subset of {SEARCH_FIELDS}")
+            raise ValueError(f"search_fields={self.search_fields!r}: choose a non-empty subset of {SEARCH_FIELDS} "
+                             f"or a name of {sorted(SEARCH_FIELD_SETS)}")
         if self.num_products is not None and self.num_products < 1:
             raise ValueError(f"num_products={self.num_products} must be >= 1 or None (all)")
         if not 100 <= self.generated_num_products <= 10_000:

@@ -1,9 +1,10 @@
 """BM25 product search (``bm25s``) with deterministic ranking.
 
-Documents: the chosen product fields joined; tokens from ``text.search_tokens`` (Lucene's English stop
-words, plural folding). Scoring: ``bm25s`` in Lucene mode with Pyserini's defaults k1 = 0.9, b = 0.4,
-the engine behind the original [WebShop]. Only products with a positive score are returned (Lucene
-returns matching documents only), at most ``k``, ordered by score and then by catalogue position, so
+Documents: the chosen product fields joined and lower-cased (``product_document``; by default the
+original's document: title, description, first bullet point, option text). Tokens from ``text.search_tokens``
+(Lucene's English stop words, plural folding). Scoring: ``bm25s`` in Lucene mode with Pyserini's defaults
+k1 = 0.9, b = 0.4, the engine behind the original [WebShop]. Only products with a positive score are returned
+(Lucene returns matching documents only), at most ``k``, ordered by score and then by catalogue position, so
 equal scores always come out in the same order.
 """
 from __future__ import annotations
@@ -19,21 +20,31 @@ __all__ = ["SearchIndex", "product_document"]
 
 
 def product_document(p, fields: Sequence[str]) -> str:
+    """The text indexed for product ``p``: its ``fields`` in order, joined by single spaces, lower-cased.
+
+    With ``SEARCH_FIELD_SETS["original"]`` this is the original's document: title, description, first bullet
+    point and option text ("<group>: <value>, <value>" per group, groups joined by ", and "), each present even
+    when empty [WebShop]. A product without bullet points gives an empty first bullet (the original's script
+    assumes one). "bullets" and "attributes" add one part per entry (none when there are none; the generator's
+    placeholder attribute "DUMMY_ATTR" is left out).
+    """
     parts: list[str] = []
     for f in fields:
         if f == "title":
             parts.append(p.title)
-        elif f == "bullets":
-            parts.extend(p.bullets)
         elif f == "description":
             parts.append(p.description)
+        elif f == "first_bullet":
+            parts.append(p.bullets[0] if p.bullets else "")
+        elif f == "bullets":
+            parts.extend(p.bullets)
         elif f == "attributes":
             parts.extend(a for a in p.attributes if a != "DUMMY_ATTR")
         elif f == "options":
-            parts.extend(f"{name}: {', '.join(values)}" for name, values in p.options.items())
+            parts.append(", and ".join(f"{name}: {', '.join(values)}" for name, values in p.options.items()))
         else:  # pragma: no cover - validated by WebShopConfig
             raise ValueError(f"unknown search field {f!r}")
-    return " ".join(parts)
+    return " ".join(parts).lower()
 
 
 class SearchIndex:

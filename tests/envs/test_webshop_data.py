@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from envs.webshop import DataFilesError, RewardConfig, WebShopConfig, load_catalogue
+from envs.webshop.config import SEARCH_FIELD_SETS
 from envs.webshop.data import WEBSHOP_DATA_ENV, Goal
 from envs.webshop.generate import ensure_generated, file_names, generate_records, main, write_catalogue
 from envs.webshop.reward import score_purchase
+from envs.webshop.search import SearchIndex, product_document
 from envs.webshop.text import NounExtractor
 from envs.webshop.vocab import PRODUCT_TYPES, check_vocabulary
 from tests.envs.webshop_helpers import make_env, small_catalogue
@@ -99,6 +101,44 @@ def test_loader_human_goals(official):
     assert g1.goal_options == (("size", "16 oz"),)  # a value is named by the group that offers it
     assert g1.instruction_text.startswith("tea tree shampoo in 16 oz please, and price lower than")
     assert goals["B000000002"].goal_options == (("color", "red"),)
+
+
+def test_default_search_document_is_the_originals(official):
+    """The original indexes, per product, its title, description, first bullet point and option text joined by
+    single spaces and lower-cased (search_engine/convert_product_file_format.py), the option text being
+    "<group>: <value>, <value>" per group with the groups joined by ", and", over the values its loader makes
+    (group names lower-cased, values stripped, "/" -> " | ", lower-cased; a null group skipped)."""
+    cat = load_catalogue(WebShopConfig(data_dir=str(official), share_catalogue=False))
+    a, b, c = cat.products
+    fields = WebShopConfig().search_fields
+    assert fields == SEARCH_FIELD_SETS["original"] == ("title", "description", "first_bullet", "options")
+    assert product_document(a, fields) == ("acme tea tree shampoo a shampoo with tea tree oil. sulfate free "
+                                           "size: 8 oz, 16 oz, and color: black | white")
+    # no description, one bullet given as a string, no options: the empty parts keep their separators
+    assert product_document(b, fields) == "zeta running shoes  lightweight running shoe "
+    # no bullet point at all (the original's script assumes one): an empty first bullet
+    assert product_document(c, fields) == "plain mug a mug.  "
+    # the earlier default, kept by name: every bullet point and the attributes, no options
+    legacy = WebShopConfig(search_fields="bullets_attributes").search_fields
+    assert legacy == ("title", "bullets", "description", "attributes")
+    assert product_document(a, legacy) == ("acme tea tree shampoo sulfate free for dry hair a shampoo with tea tree "
+                                           "oil. tea tree sulfate free")
+    with pytest.raises(ValueError, match="bullets_attributes"):
+        WebShopConfig(search_fields="everything")
+
+
+def test_default_search_finds_option_text_and_not_later_bullets(official):
+    """A word only in an option value finds the product under the original's document and not under the earlier
+    default; a word only in the second bullet point, the reverse."""
+    cat = load_catalogue(WebShopConfig(data_dir=str(official), share_catalogue=False))
+    original = SearchIndex(cat.products, SEARCH_FIELD_SETS["original"])
+    legacy = SearchIndex(cat.products, SEARCH_FIELD_SETS["bullets_attributes"])
+    assert original.search("black 16 oz") == [0] and legacy.search("black 16 oz") == []
+    assert original.search("dry hair") == [] and legacy.search("dry hair") == [0]
+    env = make_env(official, num_test_goals=1)
+    env.reset(options={"split": "test", "task_index": 0})
+    obs, *_ = env.step("search[white]")
+    assert "B000000001" in obs and env._results == [0]
 
 
 def test_env_on_official_files(official):
