@@ -158,6 +158,11 @@ class WebShopConfig:
     (stored as its tuple). Default "original": title, description, first bullet point and option text, as the
     original's search documents [WebShop]; "bullets_attributes": every bullet point and the attribute list, no
     options (the default before 2026-12-06) [choice]"""
+    explain_invalid_actions: bool = False
+    """an action that does nothing (an unknown element, a malformed action, ``click[search]``, ``search[...]`` off
+    the search page) returns the page unchanged with no added text, as the original [WebShop]; True appends
+    "Invalid action: <why>. The page is unchanged." (the default before 2026-12-06) [choice]. ``info["noop"]`` is
+    True either way, and the estimator's penalty for a malformed response does not depend on this text"""
     bm25_k1: float = 0.9
     """BM25 k1 (Pyserini's default, the original's search engine) [WebShop]"""
     bm25_b: float = 0.4

@@ -17,8 +17,10 @@ Actions are ``search[...]`` (search page only) and ``click[<element>]`` with an 
 page, compared in lower case: an ASIN, an option value, ``back to search``, ``< prev``, ``next >``,
 ``description``, ``features``, ``reviews``, ``buy now``. ``info["admissible_actions"]`` lists them as the
 verl-agent protocol shows them (``search[<your query>]`` on the search page). Anything else, however
-malformed, is a normal step that leaves the page as it was and says so. Selecting an option replaces the
-choice in its group; going back to the results forgets choices, as the original.
+malformed, is a normal step (``info["noop"]``) that leaves the page as it was and returns it without added text,
+as the original (``explain_invalid_actions=True``: followed by "Invalid action: <why>. The page is unchanged.").
+Selecting an option replaces the choice in its group; going back to the results forgets choices, as the
+original.
 
 Reward [WebShop, GiGPO]: on ``Buy Now`` the episode ends with ``raw_score`` = ``reward.score_purchase``;
 the step reward is 10 iff that score is exactly 1.0, else 0 (``won`` likewise).
@@ -210,7 +212,9 @@ class WebShopEnv(TextEnv):
         return self._noop_observation(reason), 0.0, False, info
 
     def _noop_observation(self, reason: str) -> str:
-        return f"{self._page_text()}{SEP}Invalid action: {reason}. The page is unchanged."
+        if self.config.explain_invalid_actions:
+            return f"{self._page_text()}{SEP}Invalid action: {reason}. The page is unchanged."
+        return self._page_text()  # the original answers an action that does nothing with the same page, silently
 
     def _current_info(self) -> dict:
         return self._info()

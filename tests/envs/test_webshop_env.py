@@ -214,26 +214,50 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.parametrize("explain", [False, True])
 @pytest.mark.parametrize("action", MALFORMED)
-def test_malformed_actions_leave_the_page_unchanged(folder, action):
-    env = make_env(folder)
+def test_malformed_actions_leave_the_page_unchanged(folder, action, explain):
+    """As the original, an action that does nothing returns the same page with no added text (default); with
+    ``explain_invalid_actions`` the page is followed by the reason. ``info["noop"]`` is set either way."""
+    env = make_env(folder, explain_invalid_actions=explain)
     env.reset(options={"split": "test", "task_index": 4})
     env.step(env.expert_action())
-    _, _, _, _, before = env.step(env.expert_action())  # now on an item page
+    before_obs, _, _, _, before = env.step(env.expert_action())  # now on an item page
     assert env.page == "item"
     obs, reward, term, trunc, info = env.step(action)
     assert info["noop"] and reward == 0.0 and not term
     assert info["state_key"] == before["state_key"] and info["anchor_obs"] == before["anchor_obs"]
     assert info["admissible_actions"] == before["admissible_actions"]
-    assert obs.startswith(before["anchor_obs"]) and obs.endswith("The page is unchanged.")
+    if explain:
+        assert obs.startswith(before["anchor_obs"] + " [SEP] Invalid action: ")
+        assert obs.endswith("The page is unchanged.")
+    else:
+        assert obs == before_obs == before["anchor_obs"]
 
 
 @pytest.mark.parametrize("action", [None, 12345, ["click[buy now]"], b"\xff\xfe"])
 def test_non_string_actions_are_noops(folder, action):
     env = make_env(folder)
-    _, before = env.reset(options={"split": "test", "task_index": 0})
+    before_obs, before = env.reset(options={"split": "test", "task_index": 0})
     obs, reward, term, trunc, info = env.step(action)
     assert info["noop"] and info["state_key"] == before["state_key"] and reward == 0.0
+    assert obs == before_obs  # silent, as the original
+
+
+def test_invalid_actions_are_silent_by_default_as_the_original(folder):
+    """The original's text environment answers an unknown click, a malformed action and ``click[search]`` with the
+    page it was on and nothing else; so does the default here, on every page type."""
+    env = make_env(folder)
+    assert env.config.explain_invalid_actions is False
+    page, _ = env.reset(options={"split": "test", "task_index": 2})
+    for action in ("click[search]", "click[nothing here]", "search", "search[]", "", "buy now"):
+        obs, _r, _t, _tr, info = env.step(action)
+        assert obs == page and info["noop"] and info["state_key"] == ("search",), action
+    page, *_ = env.step(env.expert_action())
+    assert env.page == "results"
+    for action in ("click[search]", "click[no such product]", "search[shoes]", "click[< prev]", "[click]"):
+        obs, _r, _t, _tr, info = env.step(action)
+        assert obs == page and info["noop"], action
 
 
 def test_search_on_search_page_is_case_insensitive_and_click_lowercases(folder):
