@@ -3,11 +3,13 @@
     python -m experiments.eval_webshop_expert                      # generated 1,000 products, test split
     python -m experiments.eval_webshop_expert --split train --tasks 500
     python -m experiments.eval_webshop_expert --goals human
+    python -m experiments.eval_webshop_expert --search-fields bullets_attributes --out /tmp/expert_old_search.md
     WEBSHOP_DATA=/path/to/official python -m experiments.eval_webshop_expert
 
 Prints a table per goal set (synthetic and human goals by default: mean score, success = score 1.0, mean steps;
-success per task family) and writes them to ``results/webshop/expert.md``. Results on the generated catalogue are not
-comparable to published WebShop numbers (template text; its "human" instructions are template-made too).
+success per task family; how often the goal product is on the first results page of the expert's first search)
+and writes them to ``results/webshop/expert.md``. Results on the generated catalogue are not comparable to
+published WebShop numbers (template text; its "human" instructions are template-made too).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import numpy as np
 
 from envs.paths import portable_text
 from envs.webshop import WebShopEnv
+from envs.webshop.config import SEARCH_FIELD_SETS
 from envs.webshop.policies import expert_policy, first_result_policy, run_episode
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "webshop" / "expert.md"
@@ -36,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=None, help="evaluate this many tasks (seeded sample); default all")
     ap.add_argument("--goals", nargs="+", default=["synthetic", "human"], choices=("synthetic", "human"),
                     help="goal sets to evaluate, one table each (default both)")
+    ap.add_argument("--search-fields", default="original", choices=sorted(SEARCH_FIELD_SETS),
+                    help="the product text searched (WebShopConfig.search_fields; default: the original's document)")
     ap.add_argument("--noun-extractor", default="auto", choices=("auto", "spacy", "heuristic"))
     ap.add_argument("--out", type=Path, default=OUT, help=f"markdown output (default {OUT})")
     if argv is None:
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _evaluate(args, goals: str) -> list[str]:
     env = WebShopEnv(generated_num_products=args.num_products, generated_seed=args.seed, goals=goals,
-                     reward={"noun_extractor": args.noun_extractor})
+                     search_fields=args.search_fields, reward={"noun_extractor": args.noun_extractor})
     n = env.num_tasks(args.split)
     tasks = list(range(n))
     if args.tasks is not None and args.tasks < n:
@@ -77,10 +82,14 @@ def _evaluate(args, goals: str) -> list[str]:
         for e in eps:
             fam[e["family"]].append(e["won"])
         families[name] = {k: (np.mean(v), len(v)) for k, v in sorted(fam.items())}
+    on_page_1 = sum(_goal_on_first_page(env, args.split, k) for k in tasks)
     lines = [
         f"Catalogue: {portable_text(str(env.catalogue.source))} ({len(env.catalogue.products)} products, "
         f"{env.catalogue.num_goals} {goals} goals); split `{args.split}`, {len(tasks)} tasks; noun extractor "
-        f"`{env.nouns.planned_backend()}`; reward mode `{env.config.reward.mode}`; horizon {env.max_steps}.",
+        f"`{env.nouns.planned_backend()}`; reward mode `{env.config.reward.mode}`; horizon {env.max_steps}; "
+        f"search fields `{args.search_fields}` ({', '.join(env.config.search_fields)}).",
+        "",
+        f"Goal product on the first results page of the expert's first search: {on_page_1} of {len(tasks)}.",
         "",
         "| policy | mean score | success (score = 1.0) | tasks below 1.0 | mean steps | env steps/s |",
         "|---|---|---|---|---|---|",
@@ -92,6 +101,13 @@ def _evaluate(args, goals: str) -> list[str]:
     for name, fam in families.items():
         lines.append(f"| {name} | " + " | ".join(f"{s:.3f} (n={c})" for s, c in fam.values()) + " |")
     return lines
+
+
+def _goal_on_first_page(env: WebShopEnv, split: str, k: int) -> bool:
+    env.reset(options={"split": split, "task_index": k})
+    env.step(env.expert_action())  # the expert's first action is its first search
+    first_page = env._results[:env.config.results_per_page]
+    return env.goal.product_index in first_page
 
 
 if __name__ == "__main__":
