@@ -64,16 +64,11 @@ def forward_flops(shape: dict, positions: int, attended: int, scored: int) -> fl
 def packed_work(prompt_ids, response_ids, bsz: int, share: bool) -> tuple[int, int, int]:
     """(token positions, attended keys, real tokens) of the no-gradient pass over these rows in batches of bsz,
     as ``PPOActor.compute_logprobs`` packs them (dense attention over each batch's padded width)."""
-    import torch
 
-    from trainer.actor import pack_rows, pack_rows_shared, prefix_order
+    from trainer.actor import length_order, pack_rows, pack_rows_shared, prefix_order
 
     n = len(prompt_ids)
-    if share:
-        order = prefix_order(prompt_ids)
-    else:
-        lengths = torch.tensor([int(p.numel() + r.numel()) for p, r in zip(prompt_ids, response_ids)])
-        order = torch.argsort(lengths, descending=True, stable=True).tolist()
+    order = prefix_order(prompt_ids) if share else length_order(prompt_ids, response_ids)
     pos = att = real = 0
     for k in range(0, n, bsz):
         idx = order[k: k + bsz]

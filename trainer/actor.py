@@ -193,6 +193,13 @@ def prefix_order(prompt_ids: Sequence[torch.Tensor]) -> list[int]:
     return sorted(range(len(keys)), key=keys.__getitem__)
 
 
+def length_order(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor]) -> list[int]:
+    """Row indices by prompt + response length, longest first (stable): batches of rows of similar length, so that
+    rows packed without shared prefixes (``pack_rows``) carry the least padding."""
+    lengths = torch.tensor([int(p.numel() + r.numel()) for p, r in zip(prompt_ids, response_ids)])
+    return torch.argsort(lengths, descending=True, stable=True).tolist()
+
+
 def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int = 0,
                      *, min_saving: float = 0.1, score_prompt: bool = False,
                      suffix_buckets: int = 1) -> PackedBatch | PrefixPackedBatch:

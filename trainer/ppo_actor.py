@@ -47,6 +47,7 @@ from .actor import (
     ActorOutput,
     causal_lm_of,
     hidden_state_module,
+    length_order,
     pack_rows,
     pack_rows_shared,
     prefix_order,
@@ -573,6 +574,15 @@ class PPOActor:
             return True
         return self.zero_stage == 2 and not grad
 
+    def row_order(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], *,
+                  grad: bool) -> list[int]:
+        """The order in which a pass cuts rows into forwards: by prompt (rows sharing a prefix side by side, so that
+        a forward computes it once) where ``sharing_allowed``, else by length (the least padding). Rows in prompt
+        order but packed unshared cost more token positions than in length order (``benchmarks.row_order``)."""
+        if self.sharing_allowed(grad=grad):
+            return prefix_order(prompt_ids)
+        return length_order(prompt_ids, response_ids)
+
     def pack(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], pad_id: int, *,
              grad: bool):
         """The rows of one forward: shared prompt prefixes computed once where ``sharing_allowed``."""
@@ -604,11 +614,7 @@ class PPOActor:
         n = len(prompt_ids)
         if n == 0:
             raise ValueError("compute_logprobs: no rows")
-        if self.cfg.prefix_sharing:  # rows sharing a prefix side by side, so that a batch computes it once
-            order = prefix_order(prompt_ids)
-        else:
-            lengths = torch.tensor([int(p.numel() + r.numel()) for p, r in zip(prompt_ids, response_ids)])
-            order = torch.argsort(lengths, descending=True, stable=True).tolist()
+        order = self.row_order(prompt_ids, response_ids, grad=False)
         bsz = self.cfg.logprob_batch_rows
         chunks = [order[i: i + bsz] for i in range(0, n, bsz)]
         n_chunks = int(self._allreduce(torch.tensor([len(chunks)]), "max").item())
@@ -732,8 +738,8 @@ class PPOActor:
         bad_rows: list = []
         settings = PPOLossSettings(clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, loss_agg_mode=cfg.loss_agg_mode,
                                    entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, kl_type=cfg.kl_type)
-        if cfg.prefix_sharing:  # the gradient is a sum over micro-batches: their make-up is free to choose
-            mb = [mb[k] for k in prefix_order([prompt_ids[i] for i in mb])]
+        # the gradient is a sum over micro-batches: their make-up is free to choose
+        mb = [mb[k] for k in self.row_order([prompt_ids[i] for i in mb], [response_ids[i] for i in mb], grad=True)]
         for micro in split_even(mb, n_micro):
             dummy = len(micro) == 0
             idx = micro if not dummy else [0]  # a zero-weight row keeps the ranks' backward counts equal

@@ -168,14 +168,16 @@ def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, 
     opt_after, _ = eng.optimizer_state()
     assert all(torch.equal(opt_before[k], opt_after[k]) for k in opt_before)  # optimizer state untouched
     # non-finite logits (a poisoned forward) are caught the same way, with the row id. The hook poisons the second
-    # row of every forward, so rows must reach the forwards in their own order: no reordering by shared prefix
+    # row of every forward, so rows must reach the forwards in their own order: no reordering by prefix or length
     eng.cfg.prefix_sharing = False
+    eng.row_order = lambda prompt_ids, response_ids, grad: list(range(len(prompt_ids)))
     h = eng.lm.model.norm.register_forward_hook(lambda mod, i, o: o.index_fill(0, torch.tensor([1]), float("inf")))
     try:
         m = eng.update(batch.prompt_ids, batch.response_ids, advantages(n, 2), old.logprobs, row_ids=row_ids)
     finally:
         h.remove()
         eng.cfg.prefix_sharing = True
+        del eng.row_order
     assert m["loss/skipped_steps"] == 1.0 and "row1" in eng.last_nonfinite_rows and eng.consecutive_skips == 2
     # a good step resets the run of skips
     m = eng.update(batch.prompt_ids, batch.response_ids, advantages(n, 3), old.logprobs)
@@ -185,6 +187,51 @@ def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, 
     with pytest.raises(NonFiniteError, match=r"3 optimizer steps in a row.*row6"):
         for _ in range(3):
             eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs, row_ids=row_ids)
+
+
+def _forward_rows(eng: PPOActor, monkeypatch) -> list[list[int]]:
+    """The rows (by response length, unique in the batch below) of every forward ``eng`` packs from now on."""
+    seen: list[list[int]] = []
+    pack = eng.pack
+
+    def spy(prompt_ids, response_ids, pad_id, *, grad):
+        seen.append([int(r.numel()) for r in response_ids])
+        return pack(prompt_ids, response_ids, pad_id, grad=grad)
+
+    monkeypatch.setattr(eng, "pack", spy)
+    return seen
+
+
+def _rows_by_prompt_and_length(n: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Rows whose prompt order (lexicographic) and length order disagree: row i has prompt [2 + i] * (5 + 3 * (i % 3))
+    and a response of 1 + i tokens, every length distinct."""
+    prompts = [torch.full((5 + 3 * (i % 3),), 2 + i) for i in range(n)]
+    responses = [torch.arange(1 + i) % 200 + 3 for i in range(n)]
+    return prompts, responses
+
+
+def test_rows_go_in_length_order_where_sharing_is_refused(monkeypatch):
+    """Sharing refused (here under gradient checkpointing in the update; as ZeRO-3 on several ranks refuses it in
+    every pass): the forwards take rows longest first, not by prompt, although ``prefix_sharing`` is on."""
+    prompts, responses = _rows_by_prompt_and_length(9)
+    lengths = [int(p.numel() + r.numel()) for p, r in zip(prompts, responses)]
+    eng = make_actor(0, gradient_checkpointing=True, mini_batch_rows=9, micro_batch_rows=3, logprob_batch_rows=3,
+                     use_kl_loss=False, shuffle_minibatches=False)
+    assert eng.cfg.prefix_sharing and eng.sharing_allowed(grad=False) and not eng.sharing_allowed(grad=True)
+    seen = _forward_rows(eng, monkeypatch)
+    old = eng.compute_logprobs(prompts, responses, hidden_layer=None)
+    by_prompt = [int(responses[i].numel()) for i in sorted(range(9), key=lambda i: prompts[i].tolist())]
+    assert [r for f in seen for r in f] == by_prompt  # allowed in the no-gradient pass: rows sharing a prefix together
+    seen.clear()
+    eng.update(prompts, responses, advantages(9, 0), old.logprobs)
+    by_length = sorted(range(9), key=lambda i: -lengths[i])
+    assert seen == [[int(responses[i].numel()) for i in by_length[k: k + 3]] for k in (0, 3, 6)]
+    # refused in every pass (ZeRO-3 on several ranks): the log-prob pass goes by length as well
+    monkeypatch.setattr(eng, "sharing_allowed", lambda *, grad: False)
+    seen.clear()
+    again = eng.compute_logprobs(prompts, responses, hidden_layer=None)
+    assert seen == [[int(responses[i].numel()) for i in by_length[k: k + 3]] for k in (0, 3, 6)]
+    assert torch.equal(again.mask, old.mask)  # each row's log-probs land in its own place
 
 
 def test_zero3_reference_model_and_hidden_states(batch):
