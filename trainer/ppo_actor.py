@@ -345,6 +345,27 @@ def init_distributed(device: str) -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), local_rank
 
 
+def optimizer_threads(setting: int, *, offload: bool, device: str, cores: int | None = None,
+                      local_ranks: int | None = None) -> int | None:
+    """Torch (OpenMP) threads for a rank's optimizer step (``trainer.optimizer_threads``), None = leave as is.
+
+    Only an offloaded optimizer steps on the CPU (DeepSpeed's CPU Adam, OpenMP-parallel over the rank's shard).
+    ``setting`` > 0 is taken as is; 0 (auto) gives, on GPU, ``cores`` (default: the cores this process may use)
+    divided by ``local_ranks`` (default: torchrun's ``LOCAL_WORLD_SIZE``), at least 1, so that the ranks of a
+    node share its cores; on CPU the run's own thread setting stays."""
+    if not offload:
+        return None
+    if setting > 0:
+        return setting
+    if device != "cuda":
+        return None
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if local_ranks is None:
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, cores // max(1, local_ranks))
+
+
 def _drop_stale_deepspeed_groups() -> None:
     """Forget DeepSpeed's cached clone of the world group when it belongs to a destroyed process group.
 
@@ -484,6 +505,10 @@ class PPOActor:
             )
             lm = peft.get_peft_model(lm, lcfg)
         self.ds_config = build_ds_config(cfg, self.device_type, self.precision)
+        n_threads = optimizer_threads(cfg.optimizer_threads, offload=cfg.offload_optimizer, device=self.device_type)
+        if n_threads is not None:  # the CPU Adam built below and every step run on this process's OpenMP threads
+            torch.set_num_threads(n_threads)
+            log.info("optimizer offloaded: %d CPU thread(s) per rank (trainer.optimizer_threads)", n_threads)
         actor = ActorModule(lm)
         params = [p for p in actor.parameters() if p.requires_grad]
         self.engine, _, _, _ = deepspeed.initialize(model=actor, model_parameters=params, config=self.ds_config)

@@ -522,3 +522,30 @@ def test_collective_timeout_defaults_to_two_hours_and_reads_the_environment(monk
         monkeypatch.setenv(TIMEOUT_ENV, bad)
         with pytest.raises(ValueError, match=TIMEOUT_ENV):
             collective_timeout()
+
+
+def test_optimizer_threads_for_an_offloaded_optimizer():
+    """torchrun gives each rank one OpenMP thread; an offloaded optimizer (DeepSpeed's CPU Adam on GPU) gets the
+    node's cores shared among its ranks, or the configured count."""
+    from trainer.ppo_actor import optimizer_threads
+
+    assert optimizer_threads(0, offload=True, device="cuda", cores=64, local_ranks=4) == 16
+    assert optimizer_threads(0, offload=True, device="cuda", cores=3, local_ranks=4) == 1
+    assert optimizer_threads(6, offload=True, device="cuda", cores=64, local_ranks=4) == 6
+    assert optimizer_threads(6, offload=True, device="cpu") == 6
+    assert optimizer_threads(0, offload=True, device="cpu") is None  # a CPU run keeps its own thread setting
+    assert optimizer_threads(6, offload=False, device="cuda") is None
+
+
+def test_offloaded_optimizer_steps_on_the_configured_threads():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # as torchrun leaves a rank
+        eng = make_actor(1, offload_optimizer=True, optimizer_threads=2, use_kl_loss=False)
+        assert torch.get_num_threads() == 2
+        b = make_rollout_batch(n=4, seed=3)
+        old = eng.compute_logprobs(b.prompt_ids, b.response_ids, hidden_layer=None)
+        m = eng.update(b.prompt_ids, b.response_ids, advantages(4, 0), old.logprobs)
+        assert m["loss/optimizer_steps"] == 1.0
+    finally:
+        torch.set_num_threads(before)

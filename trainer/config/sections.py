@@ -305,12 +305,23 @@ class TrainerConfig:
     torch_adam: bool | None = None
     """Use torch's AdamW inside DeepSpeed; null = yes, except with optimizer offload on GPU, where DeepSpeed's
     CPU Adam (compiled on first use) is much faster [platform: torch_adam avoids building cpu_adam on CPU]."""
+    optimizer_threads: int = 0
+    """CPU threads of each rank's optimizer step where the optimizer state is offloaded (``offload_optimizer``):
+    DeepSpeed's CPU Adam runs on torch's OpenMP threads, and torchrun starts every rank with
+    ``OMP_NUM_THREADS=1``, so without this the 7B presets' Adam step runs on one core. 0 = auto: on GPU, the cores
+    this process may use divided by the ranks on the node (``LOCAL_WORLD_SIZE``), on CPU unchanged; N > 0 = N
+    threads. No effect without ``offload_optimizer`` [choice; ``trainer.ppo_actor.optimizer_threads``]."""
     max_consecutive_nonfinite: int = 3
     """Optimizer steps in a row skipped for NaN/Inf before training stops with an error [choice]."""
     save_every: int = 10
     """Checkpoint every K iterations (and always at the end) [choice]."""
     keep_last: int = 2
     """Checkpoints kept on disk (the newest ones) [choice]."""
+    drop_optimizer_at_end: bool = False
+    """When the run finishes, delete the optimizer state (fp32 master + AdamW, ~12 B per trained parameter: 91 of a
+    7B checkpoint's ~107 GB) from its kept checkpoints; each keeps its Hugging Face export (``model/``), RNG state and
+    ``state.json``, so evaluation and analysis work but the run cannot be resumed or extended
+    (``trainer.checkpoint.drop_optimizer_state``) [choice; on in ``experiments.sweep`` unless --keep-optimizer]."""
     resume: bool = True
     """Continue from the newest valid checkpoint of the run folder if one exists [choice]."""
 
@@ -339,6 +350,7 @@ class TrainerConfig:
             check_number(s, "dual_clip", self.dual_clip, lo=1, lo_open=True, fix="null turns dual clip off")
         check_number(s, "entropy_coef", self.entropy_coef)
         check_number(s, "kl_coef", self.kl_coef, lo=0)
+        check_number(s, "optimizer_threads", self.optimizer_threads, lo=0, integer=True)
         check_number(s, "max_consecutive_nonfinite", self.max_consecutive_nonfinite, lo=1, integer=True)
         check_number(s, "save_every", self.save_every, lo=1, integer=True)
         check_number(s, "keep_last", self.keep_last, lo=1, integer=True)
