@@ -44,6 +44,18 @@ What is counted, per rank, following the code (``trainer/ppo_actor.py``, ``train
   (5 GiB) at a time. ``export_every_rank`` below gives, for comparison, the peak of an export that built the whole
   bf16 state dict on every rank (+2P per rank), as the code did before.
 
+* ``deepspeed.initialize`` (ZeRO-3): the model reaches it whole (loaded on the host) and sits on the GPU in bf16,
+  2P, until ZeRO-3 partitions it; the trainer builds vLLM first, awake, so this phase holds vLLM's share as well;
+* vLLM asleep keeps some GPU memory through the log-prob and update phases (its CUDA graphs' pool and buffers that
+  level-1 sleep does not release): ``--vllm-asleep-gb``, an ESTIMATE;
+* processes (ESTIMATES): each rank's Python processes besides the counted tensors (``--process-gb``) and its
+  ``env.num_workers`` environment workers (``--env-worker-gb`` each), added to the host peak per node;
+* disk (``disk_plan``): a checkpoint is the HF export (2P in bf16) + every rank's optimizer file (12P in all at
+  ZeRO >= 1) + the LoRA adapter; a run peaks at ``trainer.keep_last`` + 1 checkpoints (the new one is written
+  before the oldest is pruned) and keeps ``keep_last`` (HF exports only with ``trainer.drop_optimizer_at_end``,
+  which ``experiments.sweep`` sets); a sweep of ``--runs`` runs, ``--jobs`` at a time, keeps the finished runs'
+  folders plus the running ones at their peak.
+
 GPU peak = the resident state (weights, gradients, optimizer state kept on the GPU) plus the largest phase:
 rollout (vLLM awake), log-prob pass or update (buffers + activations). Host per node = the ranks on the node
 (min(W, --gpus-per-node)) times the per-rank host memory. GB = 1e9 bytes. Not counted: the CUDA context and
@@ -86,6 +98,13 @@ EXPORT_SHARD_BYTES = 5 * 2**30
 LM_HEAD_FP32_COPIES = 3
 #: an H100 80 GB as CUDA reports it (81,559 MiB), the presets' GPU
 DEFAULT_GPU_GB = 85.5
+#: ESTIMATES of what the model does not derive from parameter counts (each a command-line input):
+#: resident host memory of one rank's Python processes besides the tensors counted (torch, CUDA and NCCL
+#: libraries, DeepSpeed, vLLM's engine, tokenizer), of one environment worker process, and the GPU memory vLLM keeps
+#: while asleep at level 1 (its CUDA graphs' pool and buffers that sleep mode does not release)
+DEFAULT_PROCESS_GB = 5.0
+DEFAULT_ENV_WORKER_GB = 0.5
+DEFAULT_VLLM_ASLEEP_GB = 2.0
 
 
 @dataclass(frozen=True)
@@ -165,6 +184,14 @@ class Setup:
     logprob_batch_rows: int = 16
     tokens: int = 2560
     chunk_tokens: int = 1024
+    keep_last: int = 2
+    drop_optimizer: bool = False
+    runs: int = 1
+    jobs: int = 1
+    process_host: float = DEFAULT_PROCESS_GB * GB
+    env_workers: int = 0
+    env_worker_host: float = DEFAULT_ENV_WORKER_GB * GB
+    vllm_asleep_gpu: float = DEFAULT_VLLM_ASLEEP_GB * GB
 
     @property
     def ranks_per_node(self) -> int:
@@ -222,6 +249,24 @@ def checkpoint_extra(opt_copy: float, export_rank0: float, export_other: float, 
     Streamed export (the code's): ``export_rank0`` = one shard, ``export_other`` = 0; an export on every rank: both
     the whole model."""
     return max(export_rank0 + (ranks - 1) * export_other, export_rank0 + (ranks - 1) * opt_copy, ranks * opt_copy)
+
+
+def disk_plan(P: int, T: int, W: int, pb: int, opt_rank: float, lora: bool, st: Setup) -> dict:
+    """Bytes on disk (``trainer/checkpoint.py``'s layout): one checkpoint = the HF export (``model/``, the weights as
+    the model holds them, ``pb`` B x P; LoRA merged) + the LoRA adapter (``pb`` B x trainable) + every rank's
+    optimizer file (``opt_rank`` each: fp32 master + AdamW); RNG, state and manifest files are a few kB. A save
+    writes the new checkpoint before pruning the oldest, so a run peaks at keep_last + 1 checkpoints and keeps
+    keep_last (without the optimizer files once finished with ``trainer.drop_optimizer_at_end``). A sweep of
+    ``runs`` runs, ``jobs`` at a time: the finished runs' kept folders plus ``jobs`` runs at their peak."""
+    export = pb * P
+    adapter = pb * T if lora else 0
+    optimizer = opt_rank * W
+    ckpt = export + adapter + optimizer
+    kept = st.keep_last * (ckpt - optimizer if st.drop_optimizer else ckpt)
+    peak = (st.keep_last + 1) * ckpt
+    jobs = min(st.jobs, st.runs)
+    return {"disk_export": export, "disk_optimizer": optimizer, "disk_checkpoint": ckpt, "disk_run_peak": peak,
+            "disk_run_kept": kept, "disk_sweep": (st.runs - jobs) * kept + jobs * peak}
 
 
 def plan_memory(s: ModelShape, st: Setup) -> Plan:
@@ -287,6 +332,15 @@ def plan_memory(s: ModelShape, st: Setup) -> Plan:
         if st.vllm_sleep:
             comps.append(Component(f"vLLM weights asleep ({dt}, level 1)", 0.0, vllm_weights, "asleep",
                                    f"{pb} B x P" + (f" / {st.vllm_tp} (TP)" if st.vllm_tp > 1 else "")))
+            comps.append(Component("vLLM kept on the GPU asleep (estimate)", st.vllm_asleep_gpu, 0.0, "asleep",
+                                   "CUDA graphs' pool, buffers (--vllm-asleep-gb)"))
+    if z == 3:  # the module reaches deepspeed.initialize whole (loaded on the host); ZeRO-3 partitions it on the GPU
+        comps.append(Component(f"deepspeed.initialize: whole model ({dt})", pb * P, 0.0, "initialize",
+                               f"{pb} B x P on the GPU until ZeRO-3 partitions it" + (", vLLM awake" if st.vllm
+                                                                                      else "")))
+    comps.append(Component("processes (estimate)", 0.0, st.process_host + st.env_workers * st.env_worker_host,
+                           "processes", f"{st.process_host / GB:g} GB + {st.env_workers} env worker(s) x "
+                           f"{st.env_worker_host / GB:g} GB (--process-gb, --env-worker-gb)"))
     comps.append(Component("checkpoint: optimizer-state copy", 0.0, opt_bytes, "checkpoint",
                            "its master + Adam partition, serialised on the host"))
     comps.append(Component("checkpoint: HF export shard (rank 0)", 0.0, min(EXPORT_SHARD_BYTES, pb * P), "checkpoint",
@@ -297,8 +351,10 @@ def plan_memory(s: ModelShape, st: Setup) -> Plan:
 
     resident = gpu_sum({"always"})
     phases = {"rollout": resident + gpu_sum({"rollout"}),
-              "log-prob": resident + gpu_sum({"train", "log-prob"}),
-              "update": resident + gpu_sum({"train", "update"})}
+              "log-prob": resident + gpu_sum({"train", "log-prob", "asleep"}),
+              "update": resident + gpu_sum({"train", "update", "asleep"})}
+    if z == 3:  # the actor's engine is built after vLLM (trainer/loop.py), while it is awake
+        phases["initialize"] = resident + gpu_sum({"initialize", "rollout"})
     host_steady = sum(c.host for c in comps if c.when in ("always", "asleep"))
     rpn = st.ranks_per_node
     opt_copy = sum(c.host for c in comps if c.when == "checkpoint" and not c.rank0_only)
@@ -318,6 +374,9 @@ def plan_memory(s: ModelShape, st: Setup) -> Plan:
         "ranks_per_node": rpn,
         "nodes": math.ceil(W / st.gpus_per_node),
     }
+    totals["host_processes_node"] = rpn * sum(c.host for c in comps if c.when == "processes")
+    totals["host_peak_node"] = totals["host_checkpoint_node"] + totals["host_processes_node"]
+    totals.update(disk_plan(P, T, W, pb, opt_bytes, lora, st))
     notes = []
     if totals["gpu_peak"] > st.gpu_bytes:
         notes.append(f"WARNING: the GPU peak ({totals['gpu_peak'] / GB:.1f} GB, {totals['gpu_peak_phase']}) exceeds "
@@ -365,8 +424,11 @@ def resolve_shape(model_path: str, model_config: str | None = None) -> ModelShap
     return shape
 
 
-def setup_from_config(cfg, gpus: int, gpus_per_node: int = 8, gpu_gb: float = DEFAULT_GPU_GB) -> Setup:
-    """The ``Setup`` of a loaded ``RunConfig`` on ``gpus`` ranks."""
+def setup_from_config(cfg, gpus: int, gpus_per_node: int = 8, gpu_gb: float = DEFAULT_GPU_GB, *, runs: int = 1,
+                      jobs: int = 1, process_gb: float = DEFAULT_PROCESS_GB,
+                      env_worker_gb: float = DEFAULT_ENV_WORKER_GB,
+                      vllm_asleep_gb: float = DEFAULT_VLLM_ASLEEP_GB) -> Setup:
+    """The ``Setup`` of a loaded ``RunConfig`` on ``gpus`` ranks (a sweep of ``runs`` runs, ``jobs`` at a time)."""
     t, r = cfg.trainer, cfg.rollout
     bf16 = t.precision == "bf16" or (t.precision == "auto" and cfg.device != "cpu")
     return Setup(world=gpus, gpus_per_node=gpus_per_node, gpu_bytes=gpu_gb * GB, zero_stage=t.zero_stage,
@@ -376,7 +438,10 @@ def setup_from_config(cfg, gpus: int, gpus_per_node: int = 8, gpu_gb: float = DE
                  vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel,
                  vllm_sleep=cfg.device != "cpu", gradient_checkpointing=t.gradient_checkpointing,
                  micro_batch_rows=t.micro_batch_rows, logprob_batch_rows=t.logprob_batch_rows,
-                 tokens=r.max_prompt_tokens + r.max_response_tokens, chunk_tokens=t.logprob_chunk_tokens)
+                 tokens=r.max_prompt_tokens + r.max_response_tokens, chunk_tokens=t.logprob_chunk_tokens,
+                 keep_last=t.keep_last, drop_optimizer=t.drop_optimizer_at_end, runs=runs, jobs=jobs,
+                 process_host=process_gb * GB, env_workers=cfg.env.num_workers, env_worker_host=env_worker_gb * GB,
+                 vllm_asleep_gpu=vllm_asleep_gb * GB)
 
 
 def check_world(cfg, gpus: int, gpus_per_node: int) -> str | None:
@@ -406,7 +471,7 @@ def render(plan: Plan, title: str = "") -> str:
         rows.append((c.name, _gb(c.gpu) if c.gpu else "-", _gb(c.host) if c.host else "-", c.when, c.how))
     rows.append(("**GPU resident (all phases)**", _gb(t["gpu_resident"]), "", "",
                  "weights, gradients, optimizer on GPU"))
-    for ph in ("rollout", "log-prob", "update"):
+    for ph in [p for p in ("initialize", "rollout", "log-prob", "update") if f"gpu_{p}" in t]:
         rows.append((f"**GPU, {ph} phase**", _gb(t[f"gpu_{ph}"]), "", "", "resident + that phase"))
     rows.append(("**GPU peak per rank**", _gb(t["gpu_peak"]), "", t["gpu_peak_phase"],
                  f"of {_gb(t['gpu_capacity'])} GB"))
@@ -431,6 +496,13 @@ def render(plan: Plan, title: str = "") -> str:
             f"{_gb(t['host_checkpoint_node'])} GB (every rank's optimizer-state copy, or rank 0's export shard while "
             "the "
             "others hold theirs, whichever is larger).",
+            f"Host peak per node with the processes ({_gb(t['host_processes_node'])} GB, estimate): "
+            f"{_gb(t['host_peak_node'])} GB.",
+            f"Disk: a checkpoint is {_gb(t['disk_checkpoint'])} GB (HF export {_gb(t['disk_export'])} GB + every "
+            f"rank's optimizer state {_gb(t['disk_optimizer'])} GB); a run peaks at {_gb(t['disk_run_peak'])} GB "
+            f"(keep_last {st.keep_last} + the one being written) and keeps {_gb(t['disk_run_kept'])} GB when "
+            f"finished ({'optimizer state dropped' if st.drop_optimizer else 'optimizer state kept'}); "
+            f"{st.runs} run(s), {min(st.jobs, st.runs)} at a time: {_gb(t['disk_sweep'])} GB.",
             f"The HF export is streamed on rank 0 (PPOActor.export_hf); an export that built the whole bf16 state "
             f"dict on every rank would peak at {_gb(t['host_checkpoint_node_export_every_rank'])} GB per node.",
             *plan.notes,
@@ -458,6 +530,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-memory-gb", type=float, default=DEFAULT_GPU_GB,
                     help=f"memory of one GPU in GB (default {DEFAULT_GPU_GB}: an H100 80 GB as CUDA reports it)")
     ap.add_argument("--model-config", default=None, help="a config.json giving the model's shapes")
+    ap.add_argument("--runs", type=int, default=1, help="runs of a sweep, for its disk (default 1)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time in that sweep (default 1)")
+    ap.add_argument("--process-gb", type=float, default=DEFAULT_PROCESS_GB,
+                    help=f"host GB of one rank's processes besides the counted tensors (estimate, default "
+                         f"{DEFAULT_PROCESS_GB:g})")
+    ap.add_argument("--env-worker-gb", type=float, default=DEFAULT_ENV_WORKER_GB,
+                    help=f"host GB of one environment worker process (estimate, default {DEFAULT_ENV_WORKER_GB:g})")
+    ap.add_argument("--vllm-asleep-gb", type=float, default=DEFAULT_VLLM_ASLEEP_GB,
+                    help=f"GPU GB vLLM keeps asleep (estimate, default {DEFAULT_VLLM_ASLEEP_GB:g})")
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, as for experiments.train")
     args = ap.parse_intermixed_args(argv)
@@ -480,7 +561,12 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--gpu-memory-gb {args.gpu_memory_gb} must be positive")
     try:
         shape = resolve_shape(cfg.model.path, args.model_config)
-        plan = plan_memory(shape, setup_from_config(cfg, args.gpus, args.gpus_per_node, args.gpu_memory_gb))
+        if min(args.runs, args.jobs) < 1 or min(args.process_gb, args.env_worker_gb, args.vllm_asleep_gb) < 0:
+            raise ValueError("--runs and --jobs must be >= 1, the GB estimates >= 0")
+        plan = plan_memory(shape, setup_from_config(cfg, args.gpus, args.gpus_per_node, args.gpu_memory_gb,
+                                                    runs=args.runs, jobs=args.jobs, process_gb=args.process_gb,
+                                                    env_worker_gb=args.env_worker_gb,
+                                                    vllm_asleep_gb=args.vllm_asleep_gb))
     except ValueError as e:
         return fail(str(e))
     if args.json:

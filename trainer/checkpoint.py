@@ -327,6 +327,37 @@ def _prune(root: Path, keep_last: int, keep: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def drop_optimizer_state(root: str | Path) -> tuple[int, int, list[str]]:
+    """Delete the per-rank optimizer state (``optimizer/``: fp32 master + AdamW partitions, ~12 B per trained
+    parameter, most of a full-model checkpoint) of every complete checkpoint under ``root``, once a run is
+    finished; returns (checkpoints, bytes freed, what each keeps).
+
+    Each checkpoint keeps its Hugging Face export (``model/``; ``adapter.safetensors`` with LoRA), its RNG state,
+    ``state.json``, and a manifest rewritten to the files left, with ``"optimizer_dropped": true``: the weights
+    stay loadable and verifiable, but the run can no longer be resumed or extended from it (``load_checkpoint``
+    says so). Call on rank 0 only, after the last save."""
+    root = Path(root)
+    n, freed = 0, 0
+    kept: set[str] = set()
+    for ck in list_checkpoints(root):
+        man_path = ck / "manifest.json"
+        manifest = json.loads(man_path.read_text())
+        files = manifest.get("files", {})
+        opt = ck / "optimizer"
+        gone = [rel for rel in files if rel.startswith("optimizer/")]
+        if not gone and not opt.exists():
+            continue
+        manifest["files"] = {rel: e for rel, e in files.items() if not rel.startswith("optimizer/")}
+        manifest["optimizer_dropped"] = True
+        _atomic_write_text(man_path, json.dumps(manifest, indent=1))  # first: a crash leaves a loadable manifest
+        if opt.exists():
+            freed += sum(f.stat().st_size for f in opt.rglob("*") if f.is_file())
+            shutil.rmtree(opt)
+        kept.update(rel.split("/")[0] for rel in manifest["files"])
+        n += 1
+    return n, freed, sorted(kept | {"manifest.json"} if n else kept)
+
+
 # ------------------------------------------------------------------------------------------------- loading
 def _candidates(root: Path) -> tuple[list[Path], Path | None]:
     """Checkpoint folders to try, newest first, with the one ``latest`` names at the front."""
@@ -400,6 +431,9 @@ def _load_one(path: Path, actor, sampler, generators, rank: int, world: int) -> 
             path, state["world_size"], state["zero_stage"])
     if bool(state.get("lora")) != bool(actor.is_lora):
         raise CheckpointError("LoRA setting differs from the checkpoint's (model.lora_rank)")
+    if json.loads((path / "manifest.json").read_text()).get("optimizer_dropped"):
+        raise CheckpointError("its optimizer state was dropped when the run finished (trainer.drop_optimizer_at_end):"
+                              " its model/ folder holds the weights, but training cannot continue from it")
     opt_file = path / "optimizer" / f"rank_{rank:05d}.safetensors"
     with safe_open(str(opt_file), framework="pt") as h:
         opt_meta = json.loads(h.metadata()["meta"])

@@ -723,6 +723,19 @@ class Trainer:
                                "config": self.cfg.to_dict()})  # the folder's identity if config.yaml is lost
         self.saved_iteration = iteration
 
+    def drop_optimizer_state(self) -> None:
+        """Delete the kept checkpoints' optimizer state (rank 0, after every rank's last save) and say what stays."""
+        from .checkpoint import _barrier, drop_optimizer_state
+
+        _barrier()
+        if self.rank == 0:
+            n, freed, kept = drop_optimizer_state(self.folder.checkpoints)
+            if n:
+                self._say(f"dropped the optimizer state of {n} checkpoint(s) ({freed / 1e9:.1f} GB freed; "
+                          f"trainer.drop_optimizer_at_end): each keeps {', '.join(kept)}; the weights load, "
+                          "training cannot resume from them")
+        _barrier()
+
     # ======================================================================================= iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
         """rollout -> log-probs (+hidden) -> advantages -> update -> weight refresh; returns the metrics."""
@@ -789,6 +802,8 @@ class Trainer:
                 self.folder.write_info("running", it, world_size=self.world_size)
         self.folder.write_info("finished", last, world_size=self.world_size)
         self._say(f"finished {last} iterations: {self.folder.path}")
+        if cfg.trainer.drop_optimizer_at_end:
+            self.drop_optimizer_state()
         return last
 
     # ========================================================================================== closing

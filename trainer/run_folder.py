@@ -98,7 +98,8 @@ def _spans(numbers: list[int]) -> str:
 RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.resume", "trainer.save_every",
                      "trainer.keep_last", "env.num_workers", "sft.warmstart", "sft.warmstart.",
                      "trainer.prefix_sharing", "trainer.suffix_buckets", "trainer.old_logprobs", "rollout.hf_decode",
-                     "rollout.hf_share_prefixes", "rollout.hf_pack_weights")
+                     "rollout.hf_share_prefixes", "rollout.hf_pack_weights", "trainer.optimizer_threads",
+                     "trainer.drop_optimizer_at_end")
 
 
 @dataclass

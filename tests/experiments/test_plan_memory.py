@@ -131,3 +131,55 @@ def test_cli_table_and_json(capsys):
 def test_bad_input_exits_2_with_a_message(args, message, capsys):
     assert pm.main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_disk_and_host_of_the_7b_preset_by_hand():
+    """A 7B checkpoint: the bf16 HF export (2 B x P) + the 4 ranks' fp32 master + AdamW (12 B x P in all); a run
+    writes its newest checkpoint before pruning, so keep_last 2 peaks at 3; the documented 7B sweeps are 21 runs."""
+    p = _plan(P7, 4)
+    t = p.totals
+    assert t["disk_checkpoint"] == 14 * N7 and round(t["disk_checkpoint"] / 1e9) == 107
+    assert t["disk_run_peak"] == 3 * 14 * N7 and round(t["disk_run_peak"] / 1e9) == 320
+    assert t["disk_run_kept"] == 2 * 14 * N7
+    sweep = _plan(P7, 4)  # one run; 21 runs one at a time: 20 finished runs' kept folders + one at its peak
+    cfg = load_config(P7, [])
+    many = pm.plan_memory(pm.resolve_shape(cfg.model.path), pm.setup_from_config(cfg, 4, runs=21))
+    assert many.totals["disk_sweep"] == 20 * 28 * N7 + 42 * N7 and 4.5e12 < many.totals["disk_sweep"] < 4.6e12
+    dropped = _plan(P7, 4, "trainer.drop_optimizer_at_end=true").totals
+    assert dropped["disk_run_kept"] == 2 * 2 * N7 and dropped["disk_run_peak"] == t["disk_run_peak"]
+    assert sweep.totals["disk_sweep"] == t["disk_run_peak"]
+    # deepspeed.initialize while vLLM is awake: the whole bf16 model on the GPU before ZeRO-3 partitions it
+    assert t["gpu_initialize"] == pytest.approx(0.6 * pm.DEFAULT_GPU_GB * pm.GB + 2 * N7)
+    assert round(t["gpu_initialize"] / 1e9, 1) == 66.5
+    # vLLM asleep keeps its estimate on the GPU through the training phases
+    assert t["gpu_update"] - _row(p, "activations, update").gpu - _row(p, "DeepSpeed buffers").gpu == pytest.approx(
+        pm.DEFAULT_VLLM_ASLEEP_GB * pm.GB)
+    # host: 4 ranks' processes (5 GB each + 4 env workers x 0.5 GB) on top of the checkpoint peak of 40 P
+    assert t["host_processes_node"] == pytest.approx(4 * 7e9)
+    assert t["host_peak_node"] == pytest.approx(40 * N7 + 28e9) and 305e9 < t["host_peak_node"] < 335e9
+
+
+def test_disk_of_a_checkpoint_matches_the_files_written(tmp_path):
+    """The planner's checkpoint size against the bytes ``save_checkpoint`` writes for a tiny fp32 model at ZeRO-0
+    (export 4 B x P, AdamW m and v 8 B x P): equal up to the files' headers and the small RNG/state files."""
+    import torch
+
+    from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
+    from trainer.checkpoint import save_checkpoint
+    from trainer.config import ModelConfig, TrainerConfig
+    from trainer.ppo_actor import PPOActor
+
+    eng = PPOActor(tiny_qwen2(layers=2), TrainerConfig(zero_stage=0, precision="fp32", mini_batch_rows=4,
+                                                       micro_batch_rows=2, logprob_batch_rows=4, use_kl_loss=False),
+                   model_cfg=ModelConfig(path="tiny:test", hidden_layer=-1))
+    b = make_rollout_batch(n=4, seed=1)  # one step, so that AdamW's m and v exist
+    old = eng.compute_logprobs(b.prompt_ids, b.response_ids, hidden_layer=None)
+    eng.update(b.prompt_ids, b.response_ids, torch.ones(4), old.logprobs)
+    ck = save_checkpoint(tmp_path, 1, eng, keep_last=1)
+    shape = pm.resolve_shape(str(ck / "model"))
+    st = pm.Setup(world=1, zero_stage=0, bf16=False, use_kl_loss=False, vllm=False, keep_last=1)
+    plan = pm.plan_memory(shape, st)
+    on_disk = sum(f.stat().st_size for f in ck.rglob("*") if f.is_file())
+    assert plan.params == sum(p.numel() for p in eng.lm.parameters())
+    assert plan.totals["disk_checkpoint"] == 12 * plan.params
+    assert 0 <= on_disk - plan.totals["disk_checkpoint"] < 0.02 * on_disk + 64_000

@@ -278,3 +278,25 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_leaves_no_p
     assert disk_full(e.value) is e.value
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_00000002", "latest"]
     assert _load(tmp_path, actor0).iteration == 2
+
+
+def test_dropping_the_optimizer_state_keeps_the_weights_and_says_what_stays(tmp_path, actor0):
+    """A finished run frees its checkpoints' optimizer state: the model folder, RNG state and state.json stay, the
+    manifest still verifies, and a resume from it is refused with the reason."""
+    from trainer.checkpoint import drop_optimizer_state
+
+    for it in (2, 4):
+        _save(tmp_path, it, actor0, keep_last=2)
+    opt_bytes = sum(f.stat().st_size for f in tmp_path.rglob("optimizer/*") if f.is_file())
+    assert opt_bytes > 0
+    n, freed, kept = drop_optimizer_state(tmp_path)
+    assert (n, freed) == (2, opt_bytes)
+    assert kept == ["manifest.json", "model", "rng", "state.json"]
+    for ck in list_checkpoints(tmp_path):
+        assert not (ck / "optimizer").exists() and (ck / "model" / "model.safetensors").exists()
+        assert validate_checkpoint(ck) is None
+        assert json.loads((ck / "manifest.json").read_text())["optimizer_dropped"] is True
+    assert drop_optimizer_state(tmp_path)[:2] == (0, 0)  # nothing left to drop
+    with pytest.warns(UserWarning, match="optimizer state was dropped"), pytest.raises(CheckpointError,
+                                                                                       match="unusable"):
+        _load(tmp_path, actor0)
