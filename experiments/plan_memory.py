@@ -57,10 +57,11 @@ What is counted, per rank, following the code (``trainer/ppo_actor.py``, ``train
   folders plus the running ones at their peak.
 
 GPU peak = the resident state (weights, gradients, optimizer state kept on the GPU) plus the largest phase:
-rollout (vLLM awake), log-prob pass or update (buffers + activations). Host per node = the ranks on the node
-(min(W, --gpus-per-node)) times the per-rank host memory. GB = 1e9 bytes. Not counted: the CUDA context and
-allocator fragmentation (~1-3 GB per GPU), vLLM's own activations inside its share, the Python processes
-(trainer, vLLM, ``env.num_workers`` environment workers per rank), the page cache, and the start-up copies (every
+rollout (vLLM awake), log-prob pass or update (buffers + activations), ``deepspeed.initialize`` (ZeRO-3). Host per
+node = the ranks on the node (min(W, --gpus-per-node)) times the per-rank host memory; the host peak adds the
+processes' estimate. GB = 1e9 bytes. Not counted: the CUDA context and
+allocator fragmentation (~1-3 GB per GPU), vLLM's own activations inside its share, the page cache, and the
+start-up copies (every
 rank loads the model in bf16 on the host and deep-copies it as the reference: 4P per rank until DeepSpeed takes
 them over).
 
@@ -506,8 +507,9 @@ def render(plan: Plan, title: str = "") -> str:
             f"The HF export is streamed on rank 0 (PPOActor.export_hf); an export that built the whole bf16 state "
             f"dict on every rank would peak at {_gb(t['host_checkpoint_node_export_every_rank'])} GB per node.",
             *plan.notes,
-            "Estimates: activations (rows padded to T, no prefix sharing) and DeepSpeed buffers; not counted: CUDA "
-            "context and fragmentation (~1-3 GB per GPU), Python/vLLM/env-worker processes, start-up copies "
+            "Estimates: activations (rows padded to T, no prefix sharing), DeepSpeed buffers, the processes and what "
+            "vLLM keeps asleep (inputs above); not counted: CUDA "
+            "context and fragmentation (~1-3 GB per GPU), start-up copies "
             "(4P per rank on the host while loading). GB = 1e9 bytes. Rules: python -m experiments.plan_memory --help."]
     return "\n".join(head + lines + tail)
 
