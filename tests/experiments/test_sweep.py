@@ -218,8 +218,9 @@ def test_two_runs_two_at_a_time_then_interrupt_and_resume(tmp_path):
     from analysis.runs import find_runs
 
     root = tmp_path / "runs"
+    # extending a finished run below needs its optimizer state, which a sweep drops by default at a run's end
     args = ["--config", SMOKE, "--estimators", "grpo,bipace_q", "--seeds", "0", "--runs-root", str(root),
-            "--jobs", "2", "--no-progress", *FAST]
+            "--jobs", "2", "--no-progress", "--keep-optimizer", *FAST]
     t = time.perf_counter()
     res = _sweep(args)
     assert res.returncode == 0, res.stdout + res.stderr
