@@ -159,19 +159,26 @@ def hgpo(batch: StepBatch, cfg: EstimatorConfig) -> EstimatorResult:
     Level k (k = 0..K, K = ``hgpo_levels``): rows of one prompt group with equal last k+1 anchor
     observations (``estimators.grouping.history_groups`` documents the counting). Per level,
     A_k = norm_{level-k group}(R) with the biased std [HGPO's code]; a level is skipped for a row when its
-    group has one member or A_k is exactly 0; the rest are combined with weights
-    (k+1)^alpha / sum_{l kept} (l+1)^alpha. No episode term [HGPO's code]: A^ep = 0, A = w A^S.
-    cluster_id = the level-0 group.
+    group has one member or A_k is exactly 0; the rest are combined with weights c(k)^alpha / sum_{l kept}
+    c(l)^alpha. No episode term [HGPO's code]: A^ep = 0, A = w A^S. cluster_id = the level-0 group.
+
+    ``hgpo_rule``: ``verl_agent`` (default; HGPO's published code, verl-agent ``recipe/hgpo/core_hgpo.py``):
+    level k is formed only at steps t >= k and c(k) = k + 2; ``start_marker`` (this repo's earlier rule, behind
+    every HGPO figure committed before 2026-12-06): levels reaching before step 0 compare a start marker, so a
+    row at step t < k joins rows at the same step with the same observations since the start, and c(k) = k + 1.
     """
     traj = _traj(batch)
     r = step_returns(batch, cfg)
     levels = history_groups(batch.group_id, traj, batch.step, batch.anchor_obs, cfg.hgpo_levels)
+    verl_agent = cfg.hgpo_rule == "verl_agent"
     num = torch.zeros_like(r)
     den = torch.zeros_like(r)
     for k, gid in enumerate(levels):  # K + 1 levels (3 by default), each vectorised over rows
         a_k = group_normalize(r, gid, cfg.norm_mode, unbiased=False, singleton="zero")
         keep = (torch.bincount(gid)[gid] > 1) & (a_k != 0)
-        w = float(k + 1) ** cfg.hgpo_alpha
+        if verl_agent:  # a level-k group reaching before step 0 holds only rows at t < k: dropping it moves no mean
+            keep = keep & (batch.step >= k)
+        w = float(k + 2 if verl_agent else k + 1) ** cfg.hgpo_alpha
         num = num + torch.where(keep, w * a_k, torch.zeros_like(a_k))
         den = den + keep.double() * w
     st = torch.where(den > 0, num / den.clamp_min(1e-12), torch.zeros_like(num))

@@ -14,7 +14,7 @@ from common.config_checks import check_choices, check_number, fail
 from .registry import ESTIMATORS
 
 __all__ = ["EstimatorConfig", "NORM_MODES", "CENTROIDS", "CLUSTER_BACKENDS", "PACE_KEYS", "PACE_FALLBACKS",
-           "PACE_NORMS", "EPSILON_CRITERIA"]
+           "PACE_NORMS", "EPSILON_CRITERIA", "HGPO_RULES"]
 
 NormMode = Literal["mean_std_norm", "mean_norm"]
 Centroid = Literal["mean", "seed"]
@@ -23,6 +23,7 @@ PaceKey = Literal["action_tag", "first_tokens"]
 PaceFallback = Literal["either", "unique_key", "single_key", "none"]
 PaceNorm = Literal["none", "cluster_std"]
 EpsilonCriterion = Literal["anchor_recall", "anchor_f1", "singleton_match", "return_loo", "state_f1"]
+HgpoRule = Literal["verl_agent", "start_marker"]
 NORM_MODES = get_args(NormMode)
 CENTROIDS = get_args(Centroid)
 CLUSTER_BACKENDS = get_args(ClusterBackend)
@@ -30,6 +31,7 @@ PACE_KEYS = get_args(PaceKey)
 PACE_FALLBACKS = get_args(PaceFallback)
 PACE_NORMS = get_args(PaceNorm)
 EPSILON_CRITERIA = get_args(EpsilonCriterion)
+HGPO_RULES = get_args(HgpoRule)
 
 
 @dataclass
@@ -85,7 +87,14 @@ class EstimatorConfig:
     hgpo_levels: int = 2
     """K: HGPO uses history levels k = 0..K (K = the prompt's history length) [HGPO]."""
     hgpo_alpha: float = 1.0
-    """alpha: level weights (k+1)^alpha / sum_l (l+1)^alpha [HGPO]."""
+    """alpha: level weights (k+2)^alpha / sum_l (l+2)^alpha (``hgpo_rule: verl_agent``; (k+1)^alpha under
+    ``start_marker``); 0 = a plain average [HGPO]."""
+    hgpo_rule: HgpoRule = "verl_agent"
+    """Which HGPO: verl_agent = HGPO's published code (verl-agent ``recipe/hgpo/core_hgpo.py``): level k is formed
+    only for rows at step t >= k, weights (k+2)^alpha (its history length counts observations) [HGPO's code];
+    start_marker = this repo's earlier rule: positions before step 0 hold a start marker, so every row has all
+    K + 1 levels, weights (k+1)^alpha [choice]. Every HGPO figure committed before 2026-12-06 used start_marker
+    (docs/method.md, "HGPO")."""
 
     def __post_init__(self) -> None:
         self.validate()

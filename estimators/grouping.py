@@ -26,9 +26,11 @@ def history_groups(
     """HGPO level groups [HGPO]: ``out[k]`` (LongTensor (N,)) groups rows of one prompt group whose last
     k+1 anchor observations (o_{t-k}, ..., o_t) are equal, for k = 0..levels.
 
-    Level-counting convention [choice]: level k compares k+1 observations (level 0 = GiGPO's anchor
-    group); positions before the episode start (t - j < 0) hold a start marker, so a row at step t < k
-    only matches rows at the same step with the same observations since the start.
+    Level-counting convention: level k compares k+1 observations (level 0 = GiGPO's anchor group; HGPO's
+    code calls it history length k+1); positions before the episode start (t - j < 0) hold a start marker,
+    so a row at step t < k only matches rows at the same step with the same observations since the start.
+    HGPO's code forms no such group (``EstimatorConfig.hgpo_rule: verl_agent`` drops them, ``start_marker``
+    keeps them).
     traj: dense trajectory ids (N,); step: (N,).
     """
     obs = factorize(anchor_obs, device=group_id.device)  # (N,)

@@ -195,6 +195,7 @@ def reference_advantages(batch: StepBatch, cfg: EstimatorConfig) -> tuple[list[f
         episode = zeros
         obs_at = {(g[i], t[i], s[i]): batch.anchor_obs[i] for i in range(n)}
         num, den = [0.0] * n, [0.0] * n
+        verl_agent = cfg.hgpo_rule == "verl_agent"
         for k in range(cfg.hgpo_levels + 1):
             keys = [
                 (g[i],)
@@ -205,8 +206,10 @@ def reference_advantages(batch: StepBatch, cfg: EstimatorConfig) -> tuple[list[f
             for kk in keys:
                 counts[kk] += 1
             a_k = _normalise_groups(ret, keys, cfg.norm_mode, False, unbiased=False)
-            w = (k + 1) ** cfg.hgpo_alpha
+            w = (k + 2 if verl_agent else k + 1) ** cfg.hgpo_alpha
             for i in range(n):
+                if verl_agent and s[i] < k:  # verl-agent forms no level reaching before step 0
+                    continue
                 if counts[keys[i]] > 1 and a_k[i] != 0:
                     num[i] += w * a_k[i]
                     den[i] += w

@@ -51,7 +51,7 @@ WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 #: the registered estimators its runs also score take these at their defaults, as the study's plain arms do [choice:
 #: no committed study sets them for every arm; ``tests/groundtruth/test_live.py`` checks the study files]
 FORMULA_FIELDS = ("step_weight", "pace_key", "pace_key_tokens", "pace_fallback", "pace_norm", "hgpo_levels",
-                  "hgpo_alpha")
+                  "hgpo_alpha", "hgpo_rule")
 
 __all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
            "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS", "CELL_FILLS",

@@ -102,6 +102,11 @@ RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.re
                      "trainer.drop_optimizer_at_end")
 
 
+#: settings added with a default that changes what older runs computed: a saved config without the key, whose
+#: ``when`` key holds the given value, ran with ``value`` (dotted key -> (when key, its value, value))
+IMPLIED_WHEN_ABSENT = {"estimator.hgpo_rule": ("estimator.name", "hgpo", "start_marker")}
+
+
 @dataclass
 class RunStatus:
     status: str | None  # None: no run.json yet
@@ -142,8 +147,13 @@ def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMAB
 
     A key the saved config lacks is a setting added to the code after the run was made: it is no difference when
     the new config holds its default, which keeps the behaviour the run had (e.g. ``env.train_pool: null``). A key
-    only the saved config holds is a removed setting (``trainer.config.REMOVED_KEYS``): no difference either."""
+    only the saved config holds is a removed setting (``trainer.config.REMOVED_KEYS``): no difference either. Except
+    a key of ``IMPLIED_WHEN_ABSENT``, whose default changed what such runs computed: the saved run had the old value
+    (an HGPO run saved without ``estimator.hgpo_rule`` used ``start_marker``)."""
     a, b = _flatten(saved), _flatten(new)
+    for k, (when, value, implied) in IMPLIED_WHEN_ABSENT.items():
+        if k not in a and a.get(when) == value:
+            a[k] = implied
     defaults = None
     diff = []
     for k in sorted(set(a) | set(b)):

@@ -35,6 +35,7 @@ def test_unknown_estimator_name():
         ("pace_norm", "global", "pace_norm"),
         ("pace_key_tokens", 0, "pace_key_tokens"),
         ("hgpo_levels", -1, "hgpo_levels"),
+        ("hgpo_rule", "paper", "hgpo_rule"),
     ],
 )
 def test_bad_config_values(field, value, pattern):

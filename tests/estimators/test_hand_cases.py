@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
+from estimators.reference import reference_advantages
 
 from .helpers import act, make_batch, one_hot_hidden
 
@@ -163,9 +164,10 @@ def test_hgpo_by_hand():
     res = compute_advantages(b, EstimatorConfig(name="hgpo"))
     got = {(int(t), int(s)): a for t, s, a in zip(b.traj_id, b.step, res.advantages.tolist())}
     a0 = [math.sqrt(2), -S2, -S2]  # level 0 at step 2: {10, 0, 0}, biased std
-    # level 1 at step 2: (C, B) pairs trajectories 0 and 1 -> +-1; level 2: all singletons (skipped)
-    assert got[(0, 2)] == pytest.approx((1 * a0[0] + 2 * 1.0) / 3, abs=1e-5)
-    assert got[(1, 2)] == pytest.approx((1 * a0[1] + 2 * -1.0) / 3, abs=1e-5)
+    # level 1 at step 2: (C, B) pairs trajectories 0 and 1 -> +-1; level 2: all singletons (skipped);
+    # weights (k+2)^alpha (HGPO's code counts observations: level k = history length k+1, weight its length + 1)
+    assert got[(0, 2)] == pytest.approx((2 * a0[0] + 3 * 1.0) / 5, abs=1e-5)
+    assert got[(1, 2)] == pytest.approx((2 * a0[1] + 3 * -1.0) / 5, abs=1e-5)
     assert got[(2, 2)] == pytest.approx(a0[2], abs=1e-5)  # only level 0 kept
     # step 1: level 0 = "C" pairs {9.5, 0} -> +-1; (A,C) vs (D,C) differ at level 1
     assert got[(0, 1)] == pytest.approx(1.0, abs=1e-5)
@@ -181,6 +183,35 @@ def test_hgpo_by_hand():
     res = compute_advantages(b, EstimatorConfig(name="hgpo", hgpo_levels=0))
     got = {(int(t), int(s)): a for t, s, a in zip(b.traj_id, b.step, res.advantages.tolist())}
     assert got[(1, 2)] == pytest.approx(a0[1], abs=1e-5)
+    # the start_marker rule weights (k+1)^alpha
+    res = compute_advantages(b, EstimatorConfig(name="hgpo", hgpo_rule="start_marker"))
+    got = {(int(t), int(s)): a for t, s, a in zip(b.traj_id, b.step, res.advantages.tolist())}
+    assert got[(0, 2)] == pytest.approx((1 * a0[0] + 2 * 1.0) / 3, abs=1e-5)
+    assert got[(1, 2)] == pytest.approx((1 * a0[1] + 2 * -1.0) / 3, abs=1e-5)
+
+
+def test_hgpo_levels_before_step_0():
+    """HGPO's code forms level k only at steps t >= k; the start_marker rule also groups rows at t < k with the rows
+    at the same step whose observations since the start are equal (here an extra, same-step baseline)."""
+    # mean_norm, gamma 0, alpha 0 (a plain average of the kept levels); rewards on the B rows only
+    rows = [(0, 0, 0, 0.0, True, "A", act("x")), (0, 0, 1, 4.0, True, "B", act("x")),
+            (0, 1, 0, 0.0, True, "A", act("x")), (0, 1, 1, 0.0, True, "B", act("x")),
+            (0, 2, 0, 0.0, True, "C", act("x")), (0, 2, 1, 0.0, True, "A", act("x")),
+            (0, 2, 2, 6.0, True, "B", act("x"))]
+    b = make_batch(rows)
+    cfg = dict(name="hgpo", norm_mode="mean_norm", gamma=0.0, hgpo_alpha=0.0)
+    # row (0, 1): level 0 = the three B rows (mean 10/3) and level 1 = the three (A, B) rows: 4 - 10/3 each;
+    # level 2: none (step 1 < 2) under verl_agent; (start, A, B) = trajectories 0 and 1 at step 1 (mean 2) under
+    # start_marker
+    va = compute_advantages(b, EstimatorConfig(**cfg)).advantages.tolist()
+    sm = compute_advantages(b, EstimatorConfig(**cfg, hgpo_rule="start_marker")).advantages.tolist()
+    assert va[1] == pytest.approx(2 / 3, abs=1e-6)
+    assert sm[1] == pytest.approx((2 / 3 + 2 / 3 + 2.0) / 3, abs=1e-6)
+    # row (2, 2) reaches back to step 0 at level 2, alone there: both rules average levels 0 and 1 only
+    assert va[6] == pytest.approx(6 - 10 / 3, abs=1e-6) and sm[6] == pytest.approx(6 - 10 / 3, abs=1e-6)
+    for got, rule in ((va, "verl_agent"), (sm, "start_marker")):
+        ref, _, _ = reference_advantages(b, EstimatorConfig(**cfg, hgpo_rule=rule))
+        assert got == pytest.approx(ref, abs=1e-6)
 
 
 def test_rloo_by_hand():

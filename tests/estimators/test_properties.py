@@ -75,6 +75,7 @@ CONFIGS = st.fixed_dictionaries(
         "gamma": st.sampled_from([0.0, 0.5, 0.95, 1.0]),
         "hgpo_levels": st.integers(0, 3),
         "hgpo_alpha": st.sampled_from([0.0, 1.0, 2.0]),
+        "hgpo_rule": st.sampled_from(["verl_agent", "start_marker"]),
         "step_weight": st.sampled_from([1.0, 0.5]),
     }
 )

@@ -386,3 +386,17 @@ def test_speed_switches_do_not_block_a_resume():
     assert config_differences(old, other) == []  # a preset that pins a switch off still resumes an older folder
     lr = config_to_dict(load_config("configs/cpu/textcraft_demo.yaml", ["trainer.lr=0.5"]))
     assert config_differences(base, lr) == ["trainer.lr: 0.0001 -> 0.5"]
+
+
+def test_an_hgpo_folder_saved_before_hgpo_rule_resumes_only_under_its_rule():
+    """``estimator.hgpo_rule`` changed what HGPO computes: an HGPO run saved without the key used ``start_marker``,
+    so resuming it under the new default is a difference; other estimators never read the key."""
+    from trainer.config import config_to_dict, load_config
+    from trainer.run_folder import config_differences
+
+    for name, rule, diff in (("hgpo", "verl_agent", ["estimator.hgpo_rule: 'start_marker' -> 'verl_agent'"]),
+                             ("hgpo", "start_marker", []), ("gigpo", "verl_agent", [])):
+        old = config_to_dict(load_config(None, [f"estimator.name={name}"]))
+        del old["estimator"]["hgpo_rule"]
+        new = config_to_dict(load_config(None, [f"estimator.name={name}", f"estimator.hgpo_rule={rule}"]))
+        assert config_differences(old, new) == diff, (name, rule)
