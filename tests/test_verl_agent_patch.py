@@ -164,7 +164,7 @@ def test_the_hooked_module_gives_hugging_faces_hidden_states_index():
     for k in (-1, -2, -4, 1, 3, 4):
         seen = []
         handle = lookup(model, k).register_forward_hook(
-            lambda _m, _i, out: seen.append(out[0] if isinstance(out, (tuple, list)) else out))
+            lambda _m, _i, out, seen=seen: seen.append(out[0] if isinstance(out, (tuple, list)) else out))
         with torch.no_grad():
             model(input_ids=ids)
         handle.remove()
