@@ -3,6 +3,7 @@
     python -m analysis.pack results/learning              # results/learning/runs/ -> results/learning/runs.jsonl.xz
     python -m analysis.pack results/learning --unpack     # runs.jsonl.xz -> results/learning/runs/
     python -m analysis.pack results/learning --unpack --into /elsewhere/runs
+    python -m analysis.pack results/learning --force      # replace a packed file although runs would be dropped
 
 A committed study keeps its runs as one packed file (``analysis.runs.PACKED_NAME``; the format is described in
 ``analysis/runs.py``), which every reader of run folders reads in their place (``analysis.runs.find_runs``). It
@@ -13,8 +14,12 @@ report reads (``DROPPED``): ``train.log`` (progress messages) and ``epsilon_scan
 scan, which ``--unpack`` writes again from it); checkpoints, ``tb/`` and ``wandb/`` are never committed.
 
 Packing is deterministic (xz, records in path order), so packing the same folders again gives the same bytes; after
-writing, the file is read back and compared with the folders, and a difference is an error. Exit status 2 on a
-missing or unreadable input, or an ``--unpack`` target that already holds files.
+writing, the file is read back and compared with the folders, and a difference is an error. Packing never shrinks
+a study by accident: when the packed file already exists and holds runs the folders lack (a run folder deleted
+after ``--unpack``), or cannot be read, nothing is written unless ``--force`` is given. Run folders sit at
+``<env>/<model>/<method>/seed_<k>`` below ``runs/`` and a record's path is exactly that (relative, no ``..``), on
+packing and on unpacking: nothing is written outside the target folder. Exit status 2 on a missing or unreadable
+input, a run folder elsewhere, runs that packing would drop, or an ``--unpack`` target that already holds files.
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ from analysis.runs import (
     PACKED_VERSION,
     PackedRunsError,
     _rows,
+    damage_fix,
+    is_record_path,
     _write_file,
     find_runs,
     read_packed,
@@ -98,6 +105,9 @@ def _run_dirs(runs_root: Path) -> tuple[list[Path], list[str]]:
         if not (p / "metrics.jsonl").is_file():
             notes.append(f"{p}: no metrics.jsonl, not a run (left out)")
             continue
+        if not is_record_path(p.relative_to(runs_root).as_posix()):
+            raise PackError(f"{p}: a run folder sits at <env>/<model>/<method>/seed_<k> below {runs_root}; move it "
+                            "there (or out of the study) and pack again")
         dirs.append(p)
         for f in sorted(p.iterdir()):
             if f.name not in _FIELD_OF and f.name not in DROPPED:
@@ -167,13 +177,32 @@ def verify(runs_root: Path, packed: Path) -> None:
             raise PackError(f"{packed}: {a.path} reads differently from the packed file")
 
 
-def pack(study: Path, out: Path | None = None) -> tuple[Path, list[str]]:
-    """Pack ``<study>/runs/`` into ``out`` (default ``<study>/runs.jsonl.xz``), verified; (path, notes)."""
+def _dropped_runs(out: Path, runs_root: Path) -> list[str]:
+    """Record paths of the existing packed file ``out`` that the run folders below ``runs_root`` lack (``PackError``
+    when ``out`` cannot be read: which runs it holds is then unknown)."""
+    try:
+        _, records = read_packed(out)
+    except (PackedRunsError, OSError) as e:
+        raise PackError(f"{out} exists and cannot be read, so the runs it holds cannot be compared with the folders "
+                        f"({e}); `{PROG} {out.parent} --force` replaces it with the run folders of {runs_root}") from e
+    have = {d.relative_to(runs_root).as_posix() for d in _run_dirs(runs_root)[0]}
+    return sorted({rec["path"] for rec in records} - have)
+
+
+def pack(study: Path, out: Path | None = None, force: bool = False) -> tuple[Path, list[str]]:
+    """Pack ``<study>/runs/`` into ``out`` (default ``<study>/runs.jsonl.xz``), verified; (path, notes). An existing
+    ``out`` that holds runs the folders lack, or cannot be read, is a ``PackError`` unless ``force``."""
     runs_root = study / "runs"
     if not runs_root.is_dir():
         raise PackError(f"{runs_root}: no such folder (give a study folder that has runs/)")
     data, notes = pack_bytes(runs_root)
     out = out or study / PACKED_NAME
+    if out.exists() and not force:
+        dropped = _dropped_runs(out, runs_root)
+        if dropped:
+            raise PackError(f"{out} holds {len(dropped)} run(s) that {runs_root} lacks, which packing would drop: "
+                            f"{', '.join(dropped)}; unpack the missing runs (`{PROG} {study} --unpack --into DIR`, "
+                            f"then copy them into {runs_root}), or give --force to drop them")
     tmp = out.with_name(".packing-" + out.name)  # still *.jsonl.xz: verify reads it as a packed file
     tmp.write_bytes(data)
     try:
@@ -202,15 +231,19 @@ def _epsilon_scan_md(rec: dict) -> str | None:
 def unpack(packed: Path, into: Path) -> int:
     """Write the run folders of ``packed`` below ``into`` (which must be empty or absent); returns the run count.
     ``train.log`` is not in the packed file; ``epsilon_scan.md`` is written again from ``epsilon.json``."""
-    header, records = read_packed(packed)
+    header, records = read_packed(packed)  # refuses a record path other than <env>/<model>/<method>/seed_<k>
     if into.exists() and any(into.iterdir()):
         raise PackError(f"{into}: already holds files; unpack into an empty folder (--into DIR)")
     into.mkdir(parents=True, exist_ok=True)
+    root = into.resolve()
     if "sweep" in header:
         sweep = header["sweep"]
         (into / "sweep.jsonl").write_text(sweep if isinstance(sweep, str) else _write_file("sweep.jsonl", sweep))
     for rec in records:
         d = into / rec["path"]
+        if not d.resolve().is_relative_to(root):  # a link below ``into`` could still lead out
+            raise PackError(f"{packed}: the record {rec['path']!r} would be written outside {into}; "
+                            f"{damage_fix(packed)}")
         d.mkdir(parents=True, exist_ok=True)
         for name, fld in _FIELD_OF.items():
             if name in (rec.get("text") or {}):
@@ -233,9 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("study", type=Path, help="a study folder (with runs/ to pack, or runs.jsonl.xz to unpack)")
     ap.add_argument("--unpack", action="store_true", help=f"write the run folders of <study>/{PACKED_NAME} again")
     ap.add_argument("--into", type=Path, default=None, help="with --unpack: where (default <study>/runs)")
+    ap.add_argument("--force", action="store_true",
+                    help=f"replace <study>/{PACKED_NAME} although it holds runs that <study>/runs/ lacks (they are "
+                         "dropped) or cannot be read")
     args = ap.parse_args(argv)
     try:
         if args.unpack:
+            if args.force:
+                raise PackError("--force goes with packing, not --unpack")
             packed = args.study if args.study.is_file() else args.study / PACKED_NAME
             if not packed.is_file():
                 raise PackError(f"{packed}: no such file (pack the study first: {PROG} {args.study})")
@@ -246,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if args.into is not None:
                 raise PackError("--into goes with --unpack")
-            out, notes = pack(args.study)
+            out, notes = pack(args.study, force=args.force)
             for note in notes:
                 print(f"{PROG}: note: {note}", file=sys.stderr)
             print(f"{len(read_packed(out)[1])} runs -> {out} ({out.stat().st_size:,} bytes; verified against the "

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Run", "find_runs", "read_jsonl", "series", "final_eval", "CONTROL_METHOD", "PACKED_NAME", "PackedRunsError",
-           "packed_file", "read_packed", "load_run"]
+           "packed_file", "read_packed", "load_run", "is_record_path", "damage_fix"]
 
 #: method folder of the no-update control (``python -m experiments.study <study> --control``): the warm start played
 #: on the same goal draws as every method of its seed, no weight ever changed; the report reads methods against it
@@ -148,13 +148,33 @@ def packed_file(root: str | Path) -> Path | None:
     return None
 
 
+def is_record_path(path) -> bool:
+    """``path`` is ``<env>/<model>/<method>/seed_<k>``: relative, four plain names (none ``.`` or ``..``)."""
+    if not isinstance(path, str):
+        return False
+    parts = path.split("/")
+    return (len(parts) == 4 and _SEED.fullmatch(parts[3]) is not None
+            and all(p not in ("", ".", "..") and p.isprintable() and "\\" not in p and ":" not in p for p in parts))
+
+
+def damage_fix(path: str | Path) -> str:
+    """The fix for a damaged packed file ``path``: packing again where its run folders are on disk, else restoring
+    the committed file (a committed study holds no run folders to pack from)."""
+    path = Path(path)
+    runs = path.parent / "runs"
+    if runs.is_dir() and any(runs.rglob("metrics.jsonl")):
+        return (f"`python -m analysis.pack {path.parent} --force` writes it again from the run folders in {runs} "
+                "(runs the damaged file holds that these folders lack are lost)")
+    return (f"restore the committed file from git (`git checkout -- {path}`) or copy it again from where it came "
+            f"from; packing again needs the run folders, and {runs} has none")
+
+
 def _read_lines(path: Path):
     try:
         with lzma.open(path, "rt", encoding="utf-8") as f:
             yield from f
     except (lzma.LZMAError, EOFError, UnicodeDecodeError) as e:
-        raise PackedRunsError(f"{path}: not an xz file, or a damaged one ({e}); `python -m analysis.pack <study>` "
-                              "writes it again from the run folders") from e
+        raise PackedRunsError(f"{path}: not an xz file, or a damaged one ({e}); {damage_fix(path)}") from e
 
 
 def read_packed(path: str | Path) -> tuple[dict, list[dict]]:
@@ -164,9 +184,10 @@ def read_packed(path: str | Path) -> tuple[dict, list[dict]]:
     try:
         header = json.loads(next(lines))
     except (StopIteration, json.JSONDecodeError) as e:
-        raise PackedRunsError(f"{path}: no header line ({e})") from e
+        raise PackedRunsError(f"{path}: no header line ({e}); {damage_fix(path)}") from e
     if not isinstance(header, dict) or header.get("format") != PACKED_FORMAT:
-        raise PackedRunsError(f"{path}: not a packed run file (its first line should say format {PACKED_FORMAT!r})")
+        raise PackedRunsError(f"{path}: not a packed run file (its first line should say format {PACKED_FORMAT!r}); "
+                              f"{damage_fix(path)}")
     if header.get("version") != PACKED_VERSION:
         raise PackedRunsError(f"{path}: packed format version {header.get('version')!r}; this code reads version "
                               f"{PACKED_VERSION}")
@@ -175,9 +196,12 @@ def read_packed(path: str | Path) -> tuple[dict, list[dict]]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise PackedRunsError(f"{path}: line {n} is not valid JSON ({e})") from e
+            raise PackedRunsError(f"{path}: line {n} is not valid JSON ({e}); {damage_fix(path)}") from e
         if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
-            raise PackedRunsError(f"{path}: line {n} is not a run record (no \"path\")")
+            raise PackedRunsError(f"{path}: line {n} is not a run record (no \"path\"); {damage_fix(path)}")
+        if not is_record_path(rec["path"]):
+            raise PackedRunsError(f"{path}: line {n} has the record path {rec['path']!r}; a record path is "
+                                  f"<env>/<model>/<method>/seed_<k> (relative, no '..'); {damage_fix(path)}")
         records.append(rec)
     return header, records
 
@@ -222,7 +246,8 @@ def _runs_of_packed(packed: Path) -> list[Run]:
         try:
             run = _packed_run(rec, packed.parent / "runs")
         except (KeyError, IndexError, TypeError, AttributeError, StopIteration, ValueError) as e:
-            raise PackedRunsError(f"{packed}: the record of {rec['path']} is damaged ({e!r})") from e
+            raise PackedRunsError(f"{packed}: the record of {rec['path']} is damaged ({e!r}); "
+                                  f"{damage_fix(packed)}") from e
         if run is not None:
             runs.append(run)
     return runs

@@ -159,3 +159,61 @@ def test_the_committed_smoke_study_packs_back_to_the_same_bytes(tmp_path):
     committed = REPO / "results" / "smoke" / PACKED_NAME
     assert pack.unpack(committed, tmp_path / "smoke" / "runs") == 4
     assert pack.pack(tmp_path / "smoke")[0].read_bytes() == committed.read_bytes()
+
+
+def test_packing_again_refuses_to_drop_runs_the_packed_file_holds(tmp_path, capsys):
+    study = _study(tmp_path / "study")
+    out = pack.pack(study)[0]
+    before = out.read_bytes()
+    shutil.rmtree(study / "runs/textcraft/tiny/bipace_q/seed_1")  # a run folder lost after --unpack
+    assert pack.main([str(study)]) == 2
+    err = capsys.readouterr().err
+    assert "textcraft/tiny/bipace_q/seed_1" in err and "--force" in err and "drop" in err
+    assert out.read_bytes() == before
+    out.write_bytes(b"not xz")  # an unreadable packed file: which runs it holds is unknown, so it is kept too
+    assert pack.main([str(study)]) == 2 and "--force" in capsys.readouterr().err
+    assert pack.main([str(study), "--force"]) == 0
+    assert [r["path"] for r in read_packed(out)[1]] == ["textcraft/tiny/grpo/seed_0"]
+
+
+def _with_record_path(out: Path, path: str) -> None:
+    text = lzma.decompress(out.read_bytes()).decode().splitlines()
+    rec = json.loads(text[1])
+    rec["path"] = path
+    text[1] = json.dumps(rec)
+    out.write_bytes(lzma.compress(("\n".join(text) + "\n").encode()))
+
+
+@pytest.mark.parametrize("bad", ["../../escaped/tiny/grpo/seed_0", "/ABS/escaped/tiny/grpo/seed_0",
+                                 "textcraft/../../../seed_0", "textcraft/tiny/seed_0"])
+def test_unpack_accepts_only_env_model_method_seed_record_paths(tmp_path, capsys, bad):
+    study = _study(tmp_path / "s" / "study")
+    out = pack.pack(study)[0]
+    shutil.rmtree(study / "runs")
+    bad = bad.replace("/ABS", str(tmp_path))
+    _with_record_path(out, bad)
+    assert pack.main([str(study), "--unpack", "--into", str(tmp_path / "s" / "into")]) == 2
+    assert "<env>/<model>/<method>/seed_<k>" in capsys.readouterr().err
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "s" / "escaped").exists()
+    assert not list((tmp_path / "s").rglob("metrics.jsonl"))
+
+
+def test_pack_refuses_a_run_folder_outside_env_model_method_seed(tmp_path, capsys):
+    study = _study(tmp_path / "study")
+    stray = study / "runs/textcraft/tiny/seed_3"
+    stray.mkdir()
+    (stray / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    assert pack.main([str(study)]) == 2
+    assert "seed_3" in capsys.readouterr().err and not (study / PACKED_NAME).exists()
+
+
+def test_the_damage_message_gives_the_fix_that_applies(tmp_path):
+    study = _study(tmp_path / "study")
+    out = pack.pack(study)[0]
+    out.write_bytes(out.read_bytes()[:40])
+    with pytest.raises(PackedRunsError, match="--force"):  # run folders on disk: pack them again
+        read_packed(out)
+    shutil.rmtree(study / "runs")  # a committed study: no run folders to pack from
+    with pytest.raises(PackedRunsError, match="git checkout -- ") as e:
+        read_packed(out)
+    assert "--force" not in str(e.value)
