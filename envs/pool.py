@@ -19,7 +19,10 @@ Evaluation: ``tasks = eval_tasks("valid_seen", pool.num_tasks("valid_seen"))`` i
 ``load_state_dict`` go into the trainer's checkpoint so a resumed run draws the same tasks.
 
 Faults: a worker that dies (or does not answer within ``timeout_s`` per env operation of the call) is
-killed and restarted with fresh envs. Every live episode it held is ended: the env(s) stepped in that
+killed and restarted with fresh envs; each restart is a warning (logger ``envs.pool``: the worker, its exit code,
+the count so far) and is counted in ``EnvPool.restarts``, and the restart after ``max_restarts`` raises
+``EnvWorkersFailed`` instead (a run whose workers keep dying stops rather than training on truncated batches).
+A worker that exits while building its envs is reported with its exit code at once. Every live episode it held is ended: the env(s) stepped in that
 call get a ``StepResult`` with ``truncated=True``, reward 0, the last observation and
 ``info["error"]`` saying what happened; live envs of that worker not stepped in that call get the same
 at their next ``step``. Other workers' envs are untouched. An exception raised inside one env ends only
@@ -33,6 +36,7 @@ timeouts; for tests and debugging).
 from __future__ import annotations
 
 import importlib
+import logging
 import multiprocessing as mp
 import os
 import queue
@@ -45,7 +49,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Task", "TaskSampler", "training_pool", "eval_tasks", "StepResult", "EnvPool", "make_env"]
+__all__ = ["Task", "TaskSampler", "training_pool", "eval_tasks", "StepResult", "EnvPool", "EnvWorkersFailed",
+           "make_env"]
+
+log = logging.getLogger("envs.pool")
+
+
+class EnvWorkersFailed(RuntimeError):
+    """Env workers were restarted more often than the pool's ``max_restarts`` allows."""
 
 
 # ====================================================================== tasks
@@ -379,13 +390,24 @@ class _Worker:
             )
             self.thread.start()
         deadline = time.monotonic() + start_timeout
+        msg = None
         try:
-            ready = self.conn.poll(max(0.0, deadline - time.monotonic()))
-            msg = self.conn.recv() if ready else None
+            while True:  # in short polls, so a worker that exits is seen at once (a grandchild may hold the pipe)
+                left = deadline - time.monotonic()
+                if self.conn.poll(max(0.0, min(1.0, left))):
+                    msg = self.conn.recv()
+                    break
+                if left <= 0 or (self.process is not None and not self.process.is_alive()):
+                    break
         except (EOFError, OSError):
             msg = None
         if msg is None:
+            code = self.exit_code(wait=1.0)
             self.kill()
+            if code is not None:
+                raise RuntimeError(f"EnvPool worker {self.wid} exited with code {code} while building its "
+                                   "environments, before it was ready (a crash or a kill: see the lines above, and "
+                                   "the system log for an out-of-memory kill)")
             raise RuntimeError(f"EnvPool worker {self.wid} did not start within {start_timeout:.0f} s")
         if msg[0] == "failed":
             self.kill()
@@ -417,6 +439,14 @@ class _Worker:
                 self.process.join(timeout=1.0)
                 code = self.process.exitcode
             return ("dead", f"died (exit code {code}; {type(exc).__name__})")
+
+    def exit_code(self, wait: float = 0.0) -> int | None:
+        """The worker process's exit code (negative: killed by that signal), None while it runs (or for a thread)."""
+        if self.process is None:
+            return None
+        if wait > 0 and self.process.exitcode is None:
+            self.process.join(timeout=wait)
+        return self.process.exitcode
 
     def kill(self) -> None:
         if self.process is not None and self.process.is_alive():
@@ -469,6 +499,8 @@ class EnvPool:
         timeout_s: seconds one env operation may take; a call on a worker waits
             ``timeout_s * (its envs in the call)`` before declaring the worker hung.
         start_timeout_s: seconds a worker may take to build its envs.
+        max_restarts: worker restarts allowed over the pool's life; the next one raises ``EnvWorkersFailed``
+            (None: no limit).
         start_method: multiprocessing start method ("spawn" by default: safe with torch/CUDA in the
             parent; the main module needs an ``if __name__ == "__main__":`` guard).
     """
@@ -483,6 +515,7 @@ class EnvPool:
         env_kwargs: dict | None = None,
         timeout_s: float = 120.0,
         start_timeout_s: float = 600.0,
+        max_restarts: int | None = None,
         start_method: str = "spawn",
     ):
         if mode not in ("process", "thread", "inline"):
@@ -491,6 +524,10 @@ class EnvPool:
             raise ValueError(f"EnvPool: num_envs={num_envs!r} must be a positive integer")
         if timeout_s <= 0:
             raise ValueError(f"EnvPool: timeout_s={timeout_s} must be > 0")
+        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int)
+                                         or max_restarts < 0):
+            raise ValueError(f"EnvPool: max_restarts={max_restarts!r} must be an integer >= 0, or None for no limit")
+        self.max_restarts = max_restarts
         workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         if mode == "inline":
             workers = 1
@@ -518,6 +555,7 @@ class EnvPool:
         self._last_info: list[dict] = [{} for _ in range(num_envs)]
         self._lost: dict[int, str] = {}  # live slots whose worker was restarted: error to report
         self.restarts = 0
+        self.restart_log: list[str] = []  # one line per restart, in order (the trainer prints the new ones)
         try:
             self._description = self._request_one(0, "describe", None)
         except BaseException:
@@ -593,6 +631,21 @@ class EnvPool:
             if self.live[slot]:  # stays live until its next step reports the loss
                 self._lost[slot] = message
         self.restarts += 1
+        worker.kill()
+        code = worker.exit_code(wait=1.0)
+        held = sum(1 for slot in worker.slots if self.live[slot])
+        limit = "no limit" if self.max_restarts is None else f"at most {self.max_restarts}"
+        line = (f"env worker {wid} (pid {worker.pid}) {why}, exit code {code}: restart {self.restarts} ({limit}); "
+                f"{held} live episode(s) it held end truncated")
+        self.restart_log.append(line)
+        if self.max_restarts is not None and self.restarts > self.max_restarts:
+            log.error(line)
+            raise EnvWorkersFailed(
+                f"env workers of {self.env_name if hasattr(self, '_description') else self.env} were restarted "
+                f"{self.restarts} times, more than the {self.max_restarts} allowed (env.max_worker_restarts); the "
+                f"last: {line}. Find why they die (memory: an out-of-memory kill shows exit code -9; a crash in the "
+                "environment), then rerun the same command to resume, or raise env.max_worker_restarts")
+        log.warning(line)
         worker.restart(self.start_timeout_s)
 
     def _by_worker(self, items: list[tuple[int, Any]]) -> dict[int, list]:

@@ -38,8 +38,8 @@ What protects a folder [choice]:
 
 The config of a resumed run must
 equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (the folder's location, logging, the length
-of the run, checkpoint frequency, worker count, the warm start's settings, whose folder `sft.init_from` is compared,
-the speed switches that change results only by float rounding: shared prefixes, suffix buckets, the decode step,
+of the run, checkpoint frequency, worker count and the workers' timeout and restart limit, the warm start's
+settings, whose folder `sft.init_from` is compared, the speed switches that change results only by float rounding: shared prefixes, suffix buckets, the decode step,
 the source of the old log-probs):
 changing anything else would mix two experiments in one folder.
 """
@@ -96,7 +96,8 @@ def _spans(numbers: list[int]) -> str:
 #: source) change results
 #: only by float rounding (their tests).
 RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.resume", "trainer.save_every",
-                     "trainer.keep_last", "env.num_workers", "sft.warmstart", "sft.warmstart.",
+                     "trainer.keep_last", "env.num_workers", "env.worker_timeout_s",
+                     "env.max_worker_restarts", "sft.warmstart", "sft.warmstart.",
                      "trainer.prefix_sharing", "trainer.suffix_buckets", "trainer.old_logprobs", "rollout.hf_decode",
                      "rollout.hf_share_prefixes", "rollout.hf_pack_weights", "trainer.optimizer_threads",
                      "trainer.drop_optimizer_at_end")

@@ -225,3 +225,36 @@ def test_webshop_pool_and_prompt():
             idx = pool.live_indices()
             results = pool.step(idx, pool.expert_actions(idx))
         assert all(r.info["raw_score"] is not None for r in results)
+
+
+def _dies_while_building(**kwargs):
+    os._exit(7)
+
+
+def test_a_worker_that_dies_at_start_is_reported_with_its_exit_code():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="exited with code 7 while building") as e:
+        EnvPool(_dies_while_building, 2, num_workers=1, mode="process", start_timeout_s=120)
+    assert "did not start within" not in str(e.value) and time.monotonic() - start < 60
+
+
+def test_each_worker_restart_is_a_warning_with_its_exit_code_and_the_limit_stops(caplog):
+    from envs.pool import EnvWorkersFailed
+
+    with pytest.raises(ValueError, match="max_restarts"):
+        EnvPool(COUNTER, 2, mode="inline", max_restarts=-1)
+    caplog.set_level("WARNING", logger="envs.pool")
+    with EnvPool(COUNTER, 2, num_workers=1, mode="process", max_restarts=1) as pool:
+        pool.reset([Task("train", 4, 1)], group_size=2)
+        os.kill(pool.worker_pids()[0], signal.SIGKILL)
+        time.sleep(0.2)
+        results = pool.step([0, 1], ["inc", "inc"])
+        assert all(r.truncated for r in results) and pool.restarts == 1
+        warned = [r for r in caplog.records if r.name == "envs.pool" and r.levelname == "WARNING"]
+        assert len(warned) == 1 and "exit code -9" in warned[0].getMessage()
+        assert "restart 1 (at most 1)" in pool.restart_log[0]
+        pool.reset([Task("train", 4, 1)], group_size=2)
+        os.kill(pool.worker_pids()[0], signal.SIGKILL)
+        time.sleep(0.2)
+        with pytest.raises(EnvWorkersFailed, match="restarted 2 times, more than the 1 allowed"):
+            pool.step([0, 1], ["inc", "inc"])

@@ -48,6 +48,13 @@ class EnvConfig:
     num_workers: int = 0
     """Worker processes of the environment pool; 0 = step all envs in the main process (best for TextCraft,
     whose steps cost less than a worker round trip; ALFWorld gains from 2) [choice]."""
+    worker_timeout_s: float = 120.0
+    """Seconds one env operation (reset, step) may take in a worker process before the worker counts as hung and is
+    restarted; a call waits this times the worker's envs in the call [choice]."""
+    max_worker_restarts: int = 10
+    """Env worker restarts (a worker that died or hung, its live episodes truncated) allowed in one training
+    process; the next one stops the run (exit status 3) rather than training on truncated batches. Each restart is
+    a warning in ``train.log`` and on the console and counts in ``rollout/worker_restarts`` [choice]."""
     train_pool: int | list[int] | None = None
     """Training goals that repeat: null = draw from the whole train split (each goal about once per epoch: with 233
     TextCraft goals a short CPU run never trains twice on one goal); an int K = a fixed seeded subset of K goals
@@ -80,6 +87,10 @@ class EnvConfig:
                  f"trajectories per iteration is more than {MAX_TRAJECTORIES}, and each one is an environment in "
                  "memory: lower env.groups (the reference uses 16 groups of 8)")
         check_number("env", "num_workers", self.num_workers, lo=0, integer=True)
+        check_number("env", "worker_timeout_s", self.worker_timeout_s, lo=0, lo_open=True, hi=86400,
+                     fix="seconds one env step may take in a worker (default 120)")
+        check_number("env", "max_worker_restarts", self.max_worker_restarts, lo=0, integer=True,
+                     fix="restarts allowed before the run stops (default 10; 0 stops at the first)")
         pool = self.train_pool
         if pool is not None:
             if isinstance(pool, bool) or not isinstance(pool, (int, list)):
@@ -329,7 +340,8 @@ class TrainerConfig:
         s = "trainer"
         check_choices(self, s)
         check_number(s, "iterations", self.iterations, lo=0, integer=True)
-        check_number(s, "lr", self.lr, lo=0)
+        check_number(s, "lr", self.lr, lo=0, hi=1.0,
+                     fix="a learning rate above 1 diverges at once (the reference uses 1e-6; 1e-5 on the CPU presets)")
         check_number(s, "warmup_steps", self.warmup_steps, lo=0, integer=True)
         if not (isinstance(self.betas, (tuple, list)) and len(self.betas) == 2):
             fail(f"trainer.betas={self.betas!r} must be a pair [beta1, beta2], e.g. [0.9, 0.999]")
