@@ -84,6 +84,17 @@ def handles(args) -> bool:
     return getattr(args, "launcher", None) in LAUNCHERS or bool(getattr(args, "status", False))
 
 
+def _one_line(option: str, value) -> None:
+    """``value`` holds no control character: each option becomes one ``#SBATCH`` line of the job script, and a
+    newline (or a carriage return, a NUL) in it would add lines of its own to the script."""
+    if value is None:
+        return
+    bad = sorted({repr(c) for c in str(value) if ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise SweepError(f"{option} {value!r} holds control character(s) {', '.join(bad)}; an sbatch option is one "
+                         "line: give the value without newlines or other control characters")
+
+
 def slurm_parameters(args) -> dict:
     """``SlurmExecutor.update_parameters`` keywords of the sweep's options (checked; ``SweepError`` names the bad
     one)."""
@@ -96,6 +107,7 @@ def slurm_parameters(args) -> dict:
         raise SweepError(f"--gpus-per-run {args.gpus_per_run} must be >= 0")
     params = {"job_name": "bipace-sweep", "time": max(1, int(round(args.time * 60))), "nodes": 1,
               "ntasks_per_node": 1, "signal_delay_s": 120, "additional_parameters": {"requeue": True}}
+    _one_line("--partition", args.partition)
     if args.partition:
         params["partition"] = args.partition
     if args.gpus_per_run:
@@ -108,6 +120,7 @@ def slurm_parameters(args) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise SweepError(f"--slurm-arg {item!r} must look like key=value (e.g. account=myproject)")
+        _one_line("--slurm-arg", item)
         params["additional_parameters"][key.strip().replace("_", "-")] = value.strip()
     return params
 

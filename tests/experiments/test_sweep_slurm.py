@@ -52,6 +52,9 @@ def test_the_sbatch_file_asks_for_partition_gpus_time_requeue_and_the_preemption
     (dict(time=0), "--time 0 must be > 0"),
     (dict(gpus_per_run=-1), "--gpus-per-run -1"),
     (dict(slurm_arg=["account"]), "--slurm-arg 'account' must look like key=value"),
+    (dict(slurm_arg=["account=proj\n#SBATCH --wrap=rm"]), "--slurm-arg 'account=proj.*holds control character"),
+    (dict(slurm_arg=["comment=a\rb"]), "--slurm-arg 'comment=a.*holds control character"),
+    (dict(partition="gpu\nhostile"), "--partition 'gpu.*holds control character"),
 ])
 def test_bad_slurm_options_name_the_option(kw, needle):
     with pytest.raises(sweep.SweepError, match=needle.replace("(", r"\(")):
