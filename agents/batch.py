@@ -70,7 +70,10 @@ class RolloutBatch:
             if len(v) != n:
                 raise ValueError(f"RolloutBatch.{f.name} has {len(v)} entries, prompt_ids has {n}")
         if n and not torch.isfinite(self.reward).all():
-            raise ValueError("RolloutBatch.reward holds NaN/Inf")
+            bad = torch.nonzero(~torch.isfinite(self.reward)).flatten().tolist()
+            raise FloatingPointError(f"RolloutBatch.reward holds NaN/Inf in rows {bad[:8]} (task "
+                                     f"{self.task_id[bad[0]]!r}, group {int(self.group_id[bad[0]])}, trajectory "
+                                     f"{int(self.traj_id[bad[0]])}, step {int(self.step[bad[0]])})")
 
     def select(self, index: Sequence[int] | torch.Tensor) -> RolloutBatch:
         idx = torch.as_tensor(index, dtype=torch.long).tolist()

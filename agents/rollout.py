@@ -61,6 +61,7 @@ from agents.projection import NOOP_ACTION, project
 from agents.prompts import PromptConfig, Transcript, get_prompt_builder
 
 __all__ = [
+    "NonFiniteReward",
     "Actor",
     "collect",
     "evaluate",
@@ -475,7 +476,8 @@ def _run(actor: Actor, tasks, group_size: int, sampling: SamplingConfig, seed: i
             info = res.info if isinstance(res.info, dict) else {}
             error = info.get("error")
             done = bool(res.terminated or res.truncated or error)
-            e.rows.append(rows.append(e, prompt_ids[j], gens[j], action, res.reward, valid, done, trunc, cut[j]))
+            reward = _finite_reward(res.reward, actor, e, len(rows), len(e.rows))
+            e.rows.append(rows.append(e, prompt_ids[j], gens[j], action, reward, valid, done, trunc, cut[j]))
             e.valids.append(valid)
             e.won = e.won or bool(info.get("won", False))
             if info.get("raw_score") is not None:
@@ -560,6 +562,24 @@ def collect(actor: Actor, tasks, *, group_size: int, sampling: SamplingConfig, s
         if not math.isfinite(v):
             raise FloatingPointError(f"rollout metric {k} is {v}")
     return batch, metrics
+
+
+class NonFiniteReward(FloatingPointError):
+    """An environment returned a NaN/Inf (or non-numeric) reward; the message names the row, task and env."""
+
+
+def _finite_reward(reward, actor: Actor, e: Episode, row: int, step: int) -> float:
+    """``reward`` as a finite float, or ``NonFiniteReward`` naming the row, the task and the environment."""
+    try:
+        value = float(reward)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not math.isfinite(value):
+        raise NonFiniteReward(
+            f"the {actor.env} environment returned reward {reward!r} for row {row} (task {e.task}, group {e.group}, "
+            f"copy {e.copy}, step {step}, env slot {e.slot}); rewards must be finite numbers: fix the environment "
+            "(its reward or data for this task), then rerun the same command to resume from the last checkpoint")
+    return value
 
 
 def play(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int, episodes_per_task: int = 1,

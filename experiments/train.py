@@ -72,6 +72,11 @@ def main(argv: list[str] | None = None, *, runs_root: str = "results/runs") -> i
         except ConfigError as e:
             print(f"{PROG}: config error: {e}", file=sys.stderr)
             return 2
+        except OSError as e:  # the run folder cannot be made or written (a read-only or special file system)
+            print(f"{PROG}: the run folder {folder.path} cannot be created or written: "
+                  f"{e.strerror or e} ({e.filename or folder.path}); set output_dir to a folder this user can write "
+                  "(or fix its permissions), then rerun", file=sys.stderr)
+            return 2
         if not cfg.trainer.resume:
             kept = folder.start_fresh()
             if kept is not None:
@@ -87,6 +92,7 @@ def _train(cfg, folder) -> int:
     from groundtruth.live import probe_for
     from trainer.config import ConfigError
     from trainer.loop import Trainer, TrainingFailed
+    from envs.pool import EnvWorkersFailed
     from trainer.ppo_actor import BuildLockError, NonFiniteError
     from trainer.run_folder import RunFolderError
 
@@ -104,8 +110,9 @@ def _train(cfg, folder) -> int:
         print(f"{PROG}: config error: {e}", file=sys.stderr)
         folder.write_info("failed", _done(trainer, folder), error=f"config error: {e}")
         return 2
-    except (NonFiniteError, TrainingFailed) as e:
-        msg = f"training stopped at a non-finite or broken value: {e}"
+    except (NonFiniteError, TrainingFailed, EnvWorkersFailed, FloatingPointError) as e:
+        msg = (f"training stopped: {e}" if isinstance(e, EnvWorkersFailed)
+               else f"training stopped at a non-finite or broken value: {e}")
         print(f"{PROG}: {msg}", file=sys.stderr)
         import logging
 

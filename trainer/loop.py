@@ -74,7 +74,7 @@ log = logging.getLogger("trainer.loop")
 
 #: metric names ending like this are counts: with several ranks they are summed, every other metric is averaged
 SUMMED_SUFFIXES = ("/num_rows", "/num_trajectories", "/num_episodes", "/gen_tokens", "/env_errors",
-                   "/generations_avoided", "group/rows", "/num_clusters", "/num_anchor_groups")
+                   "/worker_restarts", "/generations_avoided", "group/rows", "/num_clusters", "/num_anchor_groups")
 
 
 #: with a training pool of at most this many tasks, each iteration logs ``rollout/task/<index>/success_rate``
@@ -192,6 +192,7 @@ class Trainer:
         self._log_handlers: list[tuple[logging.Logger, logging.Handler]] = []
         # built by setup() (None until then): the envs and the task lists (_build_envs)
         self.pool: EnvPool | None = None
+        self._restarts_logged = self._restarts_printed = 0  # env worker restarts in metrics / printed so far
         self.train_split: str | None = None
         self.eval_splits: list[str] = []
         self.train_pool: list[int] | None = None  # env.train_pool: the task indices training draws from
@@ -267,7 +268,8 @@ class Trainer:
         mode = "inline" if cfg.env.num_workers == 0 else "process"
         try:
             self.pool = EnvPool(cfg.env.id, num_envs=self.groups_local * cfg.env.group_size,
-                                num_workers=cfg.env.num_workers or None, mode=mode, env_kwargs=env_kwargs)
+                                num_workers=cfg.env.num_workers or None, mode=mode, env_kwargs=env_kwargs,
+                                timeout_s=cfg.env.worker_timeout_s, max_restarts=cfg.env.max_worker_restarts)
         except (FileNotFoundError, ValueError) as e:  # a data folder that is missing, empty, garbage or truncated
             raise ConfigError(f"env.id={cfg.env.id}: its data cannot be used: {e}") from e
         self.train_split = cfg.env.train_split or self.pool.splits[0]
@@ -489,6 +491,14 @@ class Trainer:
             self._log_handlers.append((lg, handler))
         logging.captureWarnings(True)
 
+    def _report_worker_restarts(self, iteration: int) -> None:
+        """Print the env worker restarts not yet printed (``train.log`` has them from the pool's logger)."""
+        restart_log = getattr(self.pool, "restart_log", [])
+        new = restart_log[self._restarts_printed:]
+        self._restarts_printed = len(restart_log)
+        for line in new:
+            self._say(f"warning: iteration {iteration}: {line}")
+
     def _say(self, msg: str) -> None:
         if self.rank == 0:
             print(f"[train] {msg}", flush=True)
@@ -497,6 +507,7 @@ class Trainer:
     def rollout(self, iteration: int):
         """Sample this rank's P/W tasks and play G trajectories of each: ``(RolloutBatch, metrics)``."""
         from agents.rollout import collect
+        from envs.pool import EnvWorkersFailed
 
         tasks = self.sampler.sample(self.cfg.env.groups)  # the same draw on every rank (same seed)
         mine = tasks[self.rank * self.groups_local: (self.rank + 1) * self.groups_local]
@@ -504,12 +515,21 @@ class Trainer:
         try:
             batch, metrics = collect(self.actor, mine, group_size=self.cfg.env.group_size,
                                      sampling=self.train_sampling, seed=iteration_seed(self.cfg.seed, iteration))
+        except FloatingPointError as e:  # a NaN/Inf reward or rollout metric: the message names row, task and env
+            raise TrainingFailed(f"iteration {iteration}: {e}") from e
+        except EnvWorkersFailed as e:
+            raise TrainingFailed(f"iteration {iteration}: {e}") from e
         finally:
             self.rollout_engine.sleep()
+            self._report_worker_restarts(iteration)
         batch.validate()
         if len(batch) == 0:
             raise TrainingFailed(f"iteration {iteration}: the rollout returned no step rows")
         metrics = dict(metrics)
+        # restarts since the last iteration's rollout (an evaluation's included): 0 on a healthy run
+        restarts = getattr(self.pool, "restarts", 0)
+        metrics["rollout/worker_restarts"] = float(restarts - self._restarts_logged)
+        self._restarts_logged = restarts
         if self.train_pool is not None and len(self.train_pool) <= MAX_TASKS_LOGGED:
             metrics.update(task_success(batch))
         return batch, metrics

@@ -200,3 +200,51 @@ def test_rollout_engine_follows_the_actor(tmp_path, engine):
         before = [g.token_ids for g in make_engine("hf", t.model_dir, dtype="float32").generate(prompts, greedy)]
     assert got == want
     assert want != before
+
+
+def test_worker_restarts_are_logged_and_a_nan_reward_stops_with_status_3_naming_the_task(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Iteration 1: an env worker restart (as the pool records one) is a console warning and
+    ``rollout/worker_restarts`` 1 in metrics.jsonl. Iteration 2: the env returns a NaN reward, and the run stops with
+    exit status 3 and a message naming the row, the task and the environment (not a traceback)."""
+    from envs.pool import EnvPool, StepResult
+    from experiments.train import main
+
+    resets = []
+    reset, step = EnvPool.reset, EnvPool.step
+
+    def counted_reset(self, *args, **kwargs):
+        resets.append(1)
+        return reset(self, *args, **kwargs)
+
+    def faulty_step(self, indices, actions):
+        out = step(self, indices, actions)
+        if len(resets) == 1 and not self.restart_log:
+            self.restarts += 1
+            self.restart_log.append("env worker 0 (pid 1) died (exit code -9; EOFError), exit code -9: restart 1")
+        if len(resets) == 2:
+            out[0] = StepResult(out[0].obs, float("nan"), *out[0][2:])
+        return out
+
+    monkeypatch.setattr(EnvPool, "reset", counted_reset)
+    monkeypatch.setattr(EnvPool, "step", faulty_step)
+    torch.set_num_threads(1)
+    out = tmp_path / "run"
+    rc = main(["--config", str(PRESET), "env.groups=2", "env.group_size=2", "env.max_steps=2", "env.num_workers=0",
+               "rollout.max_response_tokens=8", "trainer.iterations=3", "trainer.mini_batch_rows=64", "eval.every=0",
+               "logging.progress_bar=false", "logging.tensorboard=false", f"output_dir={out}"])
+    captured = capsys.readouterr()
+    assert rc == 3, captured.err
+    assert "warning: iteration 1: env worker 0 (pid 1) died" in captured.out
+    assert "textcraft environment returned reward nan for row 0 (task Task(split='train'" in captured.err
+    assert "Traceback" not in captured.err
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["rollout/worker_restarts"]) for r in lines] == [(1, 1.0)]
+
+
+def test_an_output_dir_that_cannot_be_created_is_an_exit_2_message(capsys):
+    from experiments.train import main
+
+    rc = main(["--config", str(PRESET), "output_dir=/proc/nope", "logging.tensorboard=false"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "/proc/nope" in err and "output_dir" in err and "Traceback" not in err
