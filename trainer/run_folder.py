@@ -39,8 +39,8 @@ What protects a folder [choice]:
 The config of a resumed run must
 equal the saved one except for the keys in ``RESUMABLE_CHANGES`` (the folder's location, logging, the length
 of the run, checkpoint frequency, worker count and the workers' timeout and restart limit, the warm start's
-settings, whose folder `sft.init_from` is compared, the speed switches that change results only by float rounding: shared prefixes, suffix buckets, the decode step,
-the source of the old log-probs):
+settings, whose folder `sft.init_from` is compared, the speed switches that change results only by float
+rounding: shared prefixes, suffix buckets, the decode step, the source of the old log-probs):
 changing anything else would mix two experiments in one folder.
 """
 from __future__ import annotations
