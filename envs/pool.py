@@ -25,8 +25,8 @@ the count so far) and is counted in ``EnvPool.restarts``, and the restart after 
 A worker that exits while building its envs is reported with its exit code at once. Every live episode a
 restarted worker held is ended: the env(s) stepped in that call get a ``StepResult`` with
 ``truncated=True``, reward 0, the last observation and ``info["error"]`` saying what happened; live envs of
-that worker not stepped in that call get the same at their next ``step``. Other workers' envs are untouched. An exception raised inside one env ends only
-that env's episode, the same way. A failed ``reset`` raises ``RuntimeError`` with the worker's message
+that worker not stepped in that call get the same at their next ``step``. Other workers' envs are untouched.
+An exception raised inside one env ends only that env's episode, the same way. A failed ``reset`` raises ``RuntimeError`` with the worker's message
 (after one retry on a restarted worker when the worker died).
 
 Modes: ``"process"`` (default; one OS process per worker, uses the cores), ``"thread"`` (same code in
