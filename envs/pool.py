@@ -18,16 +18,16 @@ Evaluation: ``tasks = eval_tasks("valid_seen", pool.num_tasks("valid_seen"))`` i
 ``pool.reset(chunk, group_size=1)`` (one copy per task). ``sampler.state_dict()`` /
 ``load_state_dict`` go into the trainer's checkpoint so a resumed run draws the same tasks.
 
-Faults: a worker that dies (or does not answer within ``timeout_s`` per env operation of the call) is
-killed and restarted with fresh envs; each restart is a warning (logger ``envs.pool``: the worker, its exit code,
-the count so far) and is counted in ``EnvPool.restarts``, and the restart after ``max_restarts`` raises
-``EnvWorkersFailed`` instead (a run whose workers keep dying stops rather than training on truncated batches).
-A worker that exits while building its envs is reported with its exit code at once. Every live episode a
-restarted worker held is ended: the env(s) stepped in that call get a ``StepResult`` with
-``truncated=True``, reward 0, the last observation and ``info["error"]`` saying what happened; live envs of
-that worker not stepped in that call get the same at their next ``step``. Other workers' envs are untouched.
-An exception raised inside one env ends only that env's episode, the same way. A failed ``reset`` raises ``RuntimeError`` with the worker's message
-(after one retry on a restarted worker when the worker died).
+Faults: a worker that dies (or does not answer within ``timeout_s`` per env operation of the call) is killed and
+restarted with fresh envs; each restart is a warning (logger ``envs.pool``: the worker, its exit code, the count so
+far) and is counted in ``EnvPool.restarts``, and the restart after ``max_restarts`` raises ``EnvWorkersFailed``
+instead (a run whose workers keep dying stops rather than training on truncated batches). A worker that exits while
+building its envs is reported with its exit code at once. Every live episode a restarted worker held is ended: the
+env(s) stepped in that call get a ``StepResult`` with ``truncated=True``, reward 0, the last observation and
+``info["error"]`` saying what happened; live envs of that worker not stepped in that call get the same at their
+next ``step``. Other workers' envs are untouched. An exception raised inside one env ends only that env's episode,
+the same way. A failed ``reset`` raises ``RuntimeError`` with the worker's message (after one retry on a restarted
+worker when the worker died).
 
 Modes: ``"process"`` (default; one OS process per worker, uses the cores), ``"thread"`` (same code in
 threads: timeouts abandon the stuck thread instead of killing it) and ``"inline"`` (no workers, no
