@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from analysis.reanalysis import STUDIES, reanalyse
+from analysis.runs import PackedRunsError
 
 PROG = "python -m experiments.reanalyse"
 
@@ -36,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (root / s).is_dir():
             print(f"{PROG}: error: no folder {root / s}: pass --results <folder that holds {s}/>", file=sys.stderr)
             return 2
-        text = reanalyse(s, root)
+        try:
+            text = reanalyse(s, root)
+        except PackedRunsError as e:  # the message says which file and how to restore it
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            return 2
         if args.print:
             print(text)
         else:

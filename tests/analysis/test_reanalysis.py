@@ -355,3 +355,14 @@ def test_rescored_sets_new_readings_beside_the_committed_ones(tmp_path):
     assert "| bigpo | +0.020 | 0.220, +0.010 | 0.260 [0.250, 0.270] | +0.050 [+0.050, +0.050] | 3/3 | 0.250 |" in exact
     assert "Holm p (k = 1)" in exact and "### exact: the fill isolated" not in exact  # no uniform-fill keys logged
     assert "## oversplit: no runs yet" in md and "## undersplit: no runs yet" in md
+
+
+def test_reanalyse_on_a_damaged_packed_file_is_an_exit_2_message_naming_the_fix(tmp_path, capsys):
+    from experiments.reanalyse import main
+
+    study = tmp_path / "learning"
+    study.mkdir()
+    (study / "runs.jsonl.xz").write_bytes(b"not xz at all")
+    assert main(["learning", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "runs.jsonl.xz" in err and "git checkout -- " in err and "Traceback" not in err
