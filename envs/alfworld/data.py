@@ -168,7 +168,11 @@ def _index_key(root: Path, split: str) -> str:
 
 def scan_split(root: Path, split: str) -> list[GameEntry]:
     """The playable games of ``split`` under ``root`` (see module docstring); [] when none."""
-    base = (Path(root) / "json_2.1.1" / split).resolve()
+    try:
+        base = (Path(root) / "json_2.1.1" / split).resolve()
+    except (RuntimeError, OSError) as e:  # a symbolic link that leads back to itself
+        raise ALFWorldDataError(f"{Path(root) / 'json_2.1.1' / split}: the split folder cannot be opened ({e}); "
+                                "replace the link with the folder of the split's games (or a link to it)") from e
     key = (str(base), split)
     if not base.is_dir():
         return []

@@ -375,3 +375,11 @@ def test_the_translation_cache_holds_data_never_code_and_names_a_bad_file(tmp_pa
     assert "game.tw-pddl" not in said
     assert all(json.loads(zlib.decompress(f.read_bytes()))["sas"].startswith("begin_version") for f in files)
     env.close()
+
+
+def test_a_split_that_links_to_itself_is_a_data_error_naming_the_folder(tmp_path):
+    split = tmp_path / "json_2.1.1" / "valid_seen"
+    split.parent.mkdir()
+    split.symlink_to("valid_seen")  # the link leads back to itself
+    with pytest.raises(ALFWorldDataError, match="valid_seen: the split folder cannot be opened"):
+        alf_data.scan_split(tmp_path, "valid_seen")
