@@ -38,10 +38,10 @@ from analysis.runs import (
     PACKED_VERSION,
     PackedRunsError,
     _rows,
-    damage_fix,
-    is_record_path,
     _write_file,
+    damage_fix,
     find_runs,
+    is_record_path,
     read_packed,
 )
 

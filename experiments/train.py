@@ -89,10 +89,10 @@ def main(argv: list[str] | None = None, *, runs_root: str = "results/runs") -> i
 
 def _train(cfg, folder) -> int:
     from common.fsio import disk_full
+    from envs.pool import EnvWorkersFailed
     from groundtruth.live import probe_for
     from trainer.config import ConfigError
     from trainer.loop import Trainer, TrainingFailed
-    from envs.pool import EnvWorkersFailed
     from trainer.ppo_actor import BuildLockError, NonFiniteError
     from trainer.run_folder import RunFolderError
 
