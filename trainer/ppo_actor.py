@@ -66,9 +66,15 @@ __all__ = [
     "resolve_precision",
     "split_even",
     "free_port",
+    "WORK_KEYS",
 ]
 
 log = logging.getLogger("trainer.ppo_actor")
+
+#: ``PPOActor.take_work()``'s counters: rows and response tokens of the rank's own forwards (log-prob passes and
+#: update micro-batches), all forwards, extra log-prob forwards and dummy update micro-batches (run so that every
+#: rank makes as many calls as the busiest one), LM-head chunks run and those of them that were padding.
+WORK_KEYS = ("rows", "tokens", "forwards", "extra_forwards", "dummy_micro_batches", "head_chunks", "pad_head_chunks")
 
 
 class NonFiniteError(RuntimeError):
@@ -528,6 +534,7 @@ class PPOActor:
         self.consecutive_skips = 0
         self.last_nonfinite_rows: list = []
         self._manual_grad_norm: float | None = None
+        self.work = dict.fromkeys(WORK_KEYS, 0)  # what this rank's forwards did since the last take_work()
 
     # ------------------------------------------------------------------------------------ helpers
     @property
@@ -615,6 +622,29 @@ class PPOActor:
             return pack_rows_shared(prompt_ids, response_ids, pad_id, suffix_buckets=self.cfg.suffix_buckets)
         return pack_rows(prompt_ids, response_ids, pad_id)
 
+    def take_work(self) -> dict[str, int]:
+        """This rank's work counters (``WORK_KEYS``) since the last call, then reset: how unequal the ranks' shares
+        of a batch were (the loop logs them per rank as ``perf/rank<r>/<key>``)."""
+        out, self.work = self.work, dict.fromkeys(WORK_KEYS, 0)
+        return out
+
+    def _count_forward(self, packed, head_chunks: int, *, extra: bool = False, dummy: bool = False) -> None:
+        """Add one forward over ``packed`` to ``self.work``: an extra (log-prob pass) or dummy (update) forward
+        counts only as such; the LM head ran ``max(own chunks, head_chunks)`` chunks, the excess being padding."""
+        w = self.work
+        own = math.ceil(packed.num_response_tokens / max(1, self.cfg.logprob_chunk_tokens))
+        ran = max(own, head_chunks)
+        w["forwards"] += 1
+        w["head_chunks"] += ran
+        w["pad_head_chunks"] += ran - own
+        if extra:
+            w["extra_forwards"] += 1
+        elif dummy:
+            w["dummy_micro_batches"] += 1
+        else:
+            w["rows"] += len(packed)
+            w["tokens"] += int(packed.num_response_tokens)
+
     def head_chunks(self, packed) -> int:
         """LM-head chunks every rank runs in this forward: under ZeRO-3 on several ranks the largest number any rank
         needs (``actor_forward``'s ``head_chunks``; every call of the head gathers its weights); else 0 (as needed)."""
@@ -662,9 +692,11 @@ class PPOActor:
                 idx = chunks[k] if k < len(chunks) else chunks[0][:1]  # extra chunks: equal forward counts
                 packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
                                    grad=False).to(self.device)
+                head = self.head_chunks(packed)
+                self._count_forward(packed, head, extra=k >= len(chunks))
                 out = ActorOutput(**model(packed.as_kwargs(), hidden_layer=hidden_layer,
                                           compute_entropy=compute_entropy, chunk_tokens=self.cfg.logprob_chunk_tokens,
-                                          temperature=self.temperature, head_chunks=self.head_chunks(packed)))
+                                          temperature=self.temperature, head_chunks=head))
                 if k >= len(chunks):
                     continue
                 w = out.logprobs.shape[1]
@@ -770,9 +802,11 @@ class PPOActor:
             idx = micro if not dummy else [0]  # a zero-weight row keeps the ranks' backward counts equal
             packed = self.pack([prompt_ids[i] for i in idx], [response_ids[i] for i in idx], pad_id,
                                grad=True).to(self.device)
+            head = self.head_chunks(packed)
+            self._count_forward(packed, head, dummy=dummy)
             out = ActorOutput(**self.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
                                             chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature,
-                                            head_chunks=self.head_chunks(packed)))
+                                            head_chunks=head))
             w = out.logprobs.shape[1]
             ix = torch.tensor(idx)
             mask = out.mask if not dummy else torch.zeros_like(out.mask)

@@ -1,6 +1,7 @@
 """Two ranks holding unequal rows (shared vs distinct prefixes, long vs 1-3-token responses) train exactly like one
-process holding all of them, for every ZeRO stage (0-3) x prefix sharing x gradient checkpointing
-(dist_asym_worker.py).
+process holding all of them, for every ZeRO stage (0-3) x prefix sharing x gradient checkpointing, with 8 rows per
+rank and, for every stage and sharing setting, with 12 rows on rank 0 and 4 on rank 1 (where rank 1 runs extra
+log-prob forwards and dummy update micro-batches) (dist_asym_worker.py).
 
 Before the fix, ZeRO-3 on these rows hung in the first log-prob pass (the LM head ran once per chunk of the rank's
 own response tokens, and prefix sharing and suffix buckets decided per rank how many forwards ran), and ZeRO-2 with
@@ -23,9 +24,11 @@ from trainer.ppo_actor import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("dist_asym_worker.py")
-#: STAGE:SHARING:CKPT (trainer.zero_stage, trainer.prefix_sharing, trainer.gradient_checkpointing)
-VARIANTS = [f"{z}:{s}:{c}" for z in range(4) for s in (0, 1) for c in (0, 1)]
-HANG_S = 300  # all 16 variants take ~50 s on 2 ranks here; a hang is caught, not waited out
+#: STAGE:SHARING:CKPT[:SHARE] (trainer.zero_stage, trainer.prefix_sharing, trainer.gradient_checkpointing, rank 0's
+#: rows per mini-batch of 8: 6 gives rank 0 12 rows and rank 1 4)
+VARIANTS = [f"{z}:{s}:{c}" for z in range(4) for s in (0, 1) for c in (0, 1)] + \
+    [f"{z}:{s}:1:6" for z in range(4) for s in (0, 1)]
+HANG_S = 400  # all 24 variants take ~80 s on 2 ranks here; a hang is caught, not waited out
 
 
 def _run(cmd: list[str], token: str, log: Path) -> None:
@@ -59,6 +62,16 @@ def test_unequal_ranks_match_one_process(tmp_path):
         a, b = load_file(f"{one}.{tag}"), load_file(f"{two}.{tag}")
         ja, jb = json.loads(Path(f"{one}.{tag}.json").read_text()), json.loads(Path(f"{two}.{tag}.json").read_text())
         assert ja["world"] == 1 and jb["world"] == 2
+        w0, w1 = jb["work"]
+        if v.endswith(":6"):  # 12 vs 4 rows: rank 1 pads its calls to rank 0's count
+            assert w0["rows"] == 3 * w1["rows"] > 0, (v, w0, w1)  # 12 and 4 rows in every pass
+            assert w0["extra_forwards"] == 0 and w1["extra_forwards"] > 0, (v, w0, w1)
+            assert w0["dummy_micro_batches"] == 0 and w1["dummy_micro_batches"] > 0, (v, w0, w1)
+            assert w0["forwards"] == w1["forwards"], (v, w0, w1)  # equal call counts: what keeps ZeRO-3 in step
+        else:
+            assert w0["rows"] == w1["rows"] and w0["tokens"] > w1["tokens"], (v, w0, w1)
+        if v.startswith("3:"):  # ZeRO-3 pads the short rank's LM head to the long rank's chunk count
+            assert w0["head_chunks"] == w1["head_chunks"] and w1["pad_head_chunks"] > 0, (v, w0, w1)
         diff = max(float((a[k] - b[k]).abs().max()) for k in a if k.startswith("param."))
         assert diff < 1e-6, (v, diff)  # before the fix: 8e-4 at 2:1:0 (float noise: <= 1.2e-7)
         assert float((a["logprobs"] - b["logprobs"]).abs().max()) < 1e-4, v
