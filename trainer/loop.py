@@ -340,7 +340,7 @@ class Trainer:
     def _build_rollout(self) -> None:
         """The sampling settings of training and evaluation and the ``Actor`` both phases act through."""
         from agents.engines import SamplingConfig
-        from agents.rollout import Actor
+        from agents.rollout import Actor, ExpertShare
 
         cfg = self.cfg
         from_rollout = cfg.trainer.old_logprobs == "rollout"  # the rollout's prompt forward gives the hidden state
@@ -351,7 +351,8 @@ class Trainer:
                                             max_tokens=cfg.rollout.max_response_tokens, logprobs=False)
         self.actor = Actor(pool=self.pool, engine=self.rollout_engine, tokenizer=self.tokenizer,
                            prompt_config=self.prompt_config, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-                           env_name=cfg.env_name)
+                           env_name=cfg.env_name,
+                           hook=ExpertShare(cfg.rollout.expert_share) if cfg.rollout.expert_share > 0 else None)
 
     def _resume(self):
         """Restore the newest usable checkpoint (``trainer.resume``); returns it, or None for a fresh start."""
@@ -760,6 +761,7 @@ class Trainer:
     def train_iteration(self, iteration: int) -> dict[str, float]:
         """rollout -> log-probs (+hidden) -> advantages -> update -> weight refresh; returns the metrics."""
         timer = _Timer()
+        self.ppo_actor.take_work()  # the counters cover this iteration's forwards only
         with timer("rollout"):
             batch, m_rollout = self.rollout(iteration)
         with timer("logprobs"):
@@ -787,6 +789,8 @@ class Trainer:
                      if lp is not None and lp.numel()]
             if diffs:
                 metrics["rollout/logprob_abs_diff"] = float(torch.cat(diffs).mean())
+        # each rank's own share: keys only this rank has, so that the reduction over ranks keeps them apart
+        metrics.update({f"perf/rank{self.rank}/{k}": v for k, v in self._rank_work(batch, m_rollout).items()})
         total = timer.total()
         metrics.update({f"perf/time_{k}": v for k, v in timer.times.items()})
         metrics.update({
@@ -795,7 +799,37 @@ class Trainer:
             "perf/tokens_per_s": tokens / max(total, 1e-9),
             "perf/update_tokens_per_s": tokens / max(timer.times["update"], 1e-9),
         })
-        return self._mean_over_ranks({k: float(v) for k, v in metrics.items()})
+        out = self._mean_over_ranks({k: float(v) for k, v in metrics.items()})
+        self._check_refresh(iteration, out.get("rollout/logprob_abs_diff"))  # the same value on every rank
+        return out
+
+    def _rank_work(self, batch, m_rollout: dict) -> dict[str, float]:
+        """This rank's share of the iteration: its episodes, those won and those that ended before the horizon
+        (``env.max_steps``), and the actor's work counters (``PPOActor.take_work``)."""
+        lengths: dict[tuple[int, int], int] = {}
+        for key in zip(batch.group_id.tolist(), batch.traj_id.tolist()):
+            lengths[key] = lengths.get(key, 0) + 1
+        episodes = len(lengths)
+        return {"episodes": float(episodes),
+                "won": float(round(m_rollout.get("rollout/success_rate", 0.0) * episodes)),
+                "ended_early": float(sum(n < self.cfg.env.max_steps for n in lengths.values())),
+                "batch_rows": float(len(batch)), "batch_tokens": float(_tokens(batch.response_ids)),
+                **{k: float(v) for k, v in self.ppo_actor.take_work().items()}}
+
+    def _check_refresh(self, iteration: int, diff: float | None) -> None:
+        """``rollout.max_logprob_diff``: in the first two iterations of this process, a sampler-vs-trainer log-prob
+        difference above the threshold means the rollout engine does not hold the actor's weights: stop."""
+        limit = self.cfg.rollout.max_logprob_diff
+        if limit is None or diff is None or iteration > self.start_iteration + 2:
+            return
+        if not diff <= limit:  # NaN too
+            raise TrainingFailed(
+                f"iteration {iteration}: the {self.cfg.rollout.engine} engine's log-probs of its sampled tokens differ "
+                f"from the actor's by {diff:.3g} per token on average (rollout/logprob_abs_diff), above "
+                f"rollout.max_logprob_diff={limit:g}: the engine samples with other weights than the actor's, so "
+                "the weight refresh did not take (a training run would look like one that learns nothing). Check "
+                "the refresh (docs/gpu.md, 'Smoke test'); raise the threshold only for a numerical difference "
+                "(bf16), or set it to null to log the difference without stopping")
 
     def run(self) -> int:
         """Set up (unless done), train from the resume point to ``trainer.iterations``; returns iterations done."""

@@ -34,6 +34,37 @@ def test_scale_overrides_keep_the_family_and_the_offload_the_stage_allows():
         base.trainer.lr, base.trainer.kl_coef, base.estimator.name, base.rollout.max_prompt_tokens)
 
 
+def _iteration(per_rank: dict[int, dict[str, float]]) -> dict[str, float]:
+    row = {"iteration": 1, "loss/policy": 0.0}
+    for r, w in per_rank.items():
+        row.update({f"perf/rank{r}/{k}": float(v) for k, v in w.items()})
+    return row
+
+
+def test_the_work_check_fails_when_the_ranks_did_the_same_work():
+    same = {"episodes": 2, "won": 0, "ended_early": 0, "batch_rows": 6, "batch_tokens": 96, "forwards": 9,
+            "head_chunks": 18, "pad_head_chunks": 0, "extra_forwards": 0, "dummy_micro_batches": 0}
+    assert not rehearse.unequal_work_check([_iteration({0: same, 1: same})] * 2).ok
+    assert not rehearse.unequal_work_check([_iteration({0: same})]).ok  # one rank: nothing compared
+    short = {**same, "won": 1, "ended_early": 1, "batch_rows": 4, "batch_tokens": 64, "extra_forwards": 1,
+             "dummy_micro_batches": 1, "pad_head_chunks": 2}
+    check = rehearse.unequal_work_check([_iteration({0: same, 1: same}), _iteration({0: same, 1: short})])
+    assert check.ok, check.detail
+    assert "iteration(s) [2]" in check.detail
+    work = rehearse.rank_work([_iteration({0: same, 1: short})] * 2)
+    assert work[1]["batch_rows"] == 8 and work[1]["extra_forwards"] == 2 and work[0]["won"] == 0
+    # unequal rollouts whose forwards never padded: the paths that keep ranks in step did not run
+    nopad = {**short, "extra_forwards": 0, "dummy_micro_batches": 0, "pad_head_chunks": 0}
+    assert not rehearse.unequal_work_check([_iteration({0: same, 1: nopad})]).ok
+
+
+def test_the_rehearsal_plays_some_episodes_by_the_expert():
+    over = _over("alfworld_qwen2.5-7b.yaml", 3)
+    assert over["rollout.expert_share"] == "0.5" and over["env.kwargs.expert"] == "true"
+    assert "env.kwargs.expert" not in _over("textcraft_qwen2.5-1.5b.yaml", 3)  # its expert needs no switch
+    assert int(over["trainer.logprob_batch_rows"]) == int(over["trainer.micro_batch_rows"]) == 2
+
+
 def test_bad_arguments_exit_2(tmp_path, capsys):
     assert rehearse.main([str(PAPER / "alfworld_qwen2.5-7b.yaml"), "--stages", "4"]) == 2
     assert "--stages" in capsys.readouterr().err
@@ -49,6 +80,8 @@ def test_a_preset_passes_at_zero3(tmp_path):
     failed = [(c.name, c.detail) for c in res.checks if not c.ok]
     assert res.ok, failed
     names = {c.name for c in res.checks}
-    assert {"weights: 2 ranks = 1 process", "resumed = uninterrupted (weights)", "HF export loads"} <= names
+    assert {"ranks do unequal work", "weights: 2 ranks = 1 process", "resumed = uninterrupted (weights)",
+            "HF export loads"} <= names
+    assert len(res.work) == 2 and res.work[0] != res.work[1]
     assert res.phases["time_update"] > 0 and res.phases["time_rollout"] > 0
     assert not rehearse.pids_left(tmp_path / "work")  # the killed run left no rank behind

@@ -209,6 +209,18 @@ class RolloutConfig:
     vllm_tensor_parallel: int = 1
     """vLLM tensor-parallel size; must be 1: each rank runs its own engine on its own prompt groups, so more GPUs
     means more ranks [choice: 1; GiGPO: one engine tensor-parallel over 2 H100s for 1.5B]."""
+    max_logprob_diff: float | None = 0.1
+    """Refresh check: the first two iterations of a process (the first samples with the weights the set-up's refresh
+    loaded, the second with the first update's) stop the run when ``rollout/logprob_abs_diff``, the mean |sampler -
+    trainer| log-prob per response token, exceeds this: the rollout engine then samples with other weights than the
+    actor's (a refresh that did not take, e.g. after a resume). Later iterations only log it. fp32 on CPU gives
+    ~1e-6 after a good refresh; bf16 on GPU has not been measured here (docs/gpu.md, "Smoke test"); null = never
+    stop [choice]."""
+    expert_share: float = 0.0
+    """Share of episodes (a fixed hash of task and copy decides which) whose actions come from the env's expert
+    instead of the model's response, which still fills the row: a scripted policy that wins some episodes, for the
+    rehearsal (``experiments.rehearse``); needs ``expert`` in the env (ALFWorld: ``env.kwargs.expert=true``).
+    0 = the model acts (every study) [choice]."""
 
     def validate(self) -> None:
         check_choices(self, "rollout")
@@ -220,6 +232,10 @@ class RolloutConfig:
         check_number("rollout", "vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, lo=0, lo_open=True,
                      hi=1)
         check_number("rollout", "vllm_tensor_parallel", self.vllm_tensor_parallel, lo=1, integer=True)
+        if self.max_logprob_diff is not None:
+            check_number("rollout", "max_logprob_diff", self.max_logprob_diff, lo=0, lo_open=True,
+                         fix="or null to log the difference without a check")
+        check_number("rollout", "expert_share", self.expert_share, lo=0, hi=1)
         if self.vllm_tensor_parallel > 1:
             # vLLM's external launcher would make the training ranks one tensor-parallel group, which expects
             # the same prompts on every rank; here each rank generates its own groups.
