@@ -40,7 +40,7 @@ class SamplingConfig:
     seed: int | None = None
     """base seed when ``generate`` gets no per-prompt seeds (prompt i then uses seed + i)"""
     logprobs: bool = True
-    """return the log-prob of each generated token (HF engine; vLLM returns None)"""
+    """return the log-prob of each generated token (both engines; vLLM's is computed by vLLM's own sampler)"""
     hidden_layer: int | None = None
     """also return the hidden state of the last prompt token at this layer, Hugging Face ``hidden_states``
     indexing (negative counts from the end), from the prompt's own forward: what the trainer's old-log-prob pass
@@ -78,7 +78,8 @@ class Generation:
                                        string when one fired
     finish_reason : 'stop' | 'length'  EOS or stop string / max_tokens reached
     logprobs      : list[float] (T_r,) or None  log p(token) under softmax(logits / temperature)
-                                       (temperature 1 when greedy), before top-p; HF engine only
+                                       (temperature 1 when greedy), before top-p (vLLM: after top-p; the
+                                       same when top_p is 1); None unless ``SamplingConfig.logprobs``
     stop_string   : str | None         the stop string that fired (None for EOS or length)
     hidden        : FloatTensor (D,) or None  hidden state of the last prompt token at
                                        ``SamplingConfig.hidden_layer`` (fp32, CPU); HF engine only

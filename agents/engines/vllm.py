@@ -15,14 +15,18 @@ weights into kernels), which is why the refresh goes through ``reload_weights``.
 Sampling: ``SamplingParams(seed=seeds[i])`` per prompt (vLLM draws each request from its own
 generator, so rows are reproducible for identical seeds), ``stop`` strings with
 ``include_stop_str_in_output=True`` (the closing ``</action>`` stays in the text, as in the HF
-engine), detokenised with special tokens skipped. Log-probs are not returned ([choice]: the trainer
-recomputes old log-probs with the training actor, docs/protocol.md).
+engine), detokenised with special tokens skipped. With ``SamplingConfig.logprobs`` (training rollouts) each
+request asks for the sampled token's log-prob only (``logprobs=0``), as vLLM computes it after temperature
+(``logprobs_mode="processed_logprobs"``): the trainer still recomputes old log-probs with the training actor
+(docs/protocol.md) and logs the difference of the two, ``rollout/logprob_abs_diff``, which shows whether the weight
+refresh took (``rollout.max_logprob_diff``).
 
 Scripts that start this engine need an ``if __name__ == "__main__":`` guard (vLLM may spawn helpers).
 """
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -128,6 +132,39 @@ def _hide_modules_vllm_cpu_cannot_scan(active: bool):
         sys.modules.update(hidden)
 
 
+def sampled_logprobs(token_ids: Sequence[int], entries) -> list[float]:
+    """The sampled tokens' log-probs from a vLLM output's ``logprobs`` (one ``{token id: Logprob}`` mapping per
+    generated token; with ``logprobs=0`` it holds the sampled token alone). ``RuntimeError`` when vLLM returned none
+    or fewer than the tokens."""
+    if entries is None or len(entries) < len(token_ids):
+        raise RuntimeError(f"vLLM returned {0 if entries is None else len(entries)} log-prob entries for "
+                           f"{len(token_ids)} generated tokens; the request asked for the sampled token's "
+                           "(SamplingParams(logprobs=0))")
+    out = []
+    for t, entry in zip(token_ids, entries):
+        lp = entry[int(t)]
+        out.append(float(getattr(lp, "logprob", lp)))
+    return out
+
+
+#: the logger of vLLM's in-place reload, which names (as a warning) the parameters a refresh did not load
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.inplace"
+
+
+class _NotLoaded(logging.Handler):
+    """Catches vLLM's "Following weights were not loaded" warning of one refresh (the engine runs in this process,
+    so its workers log here); ``names`` is the set it names."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.names = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Following weights were not loaded"):
+            arg = record.args[0] if isinstance(record.args, tuple) and record.args else record.getMessage()
+            self.names = set(arg) if isinstance(arg, (set, list, tuple, frozenset)) else {str(arg)}
+
+
 def _config_max_len(path) -> int:
     import json
     from pathlib import Path
@@ -209,8 +246,10 @@ class VLLMEngine(RolloutEngine):
 
         self.on_cpu = current_platform.is_cpu()
         enforce_eager = self.on_cpu if o.enforce_eager is None else o.enforce_eager
+        # the sampled tokens' log-probs after temperature (as the trainer computes them), not the raw logits'
         kwargs = dict(model=str(path), tokenizer=str(path), dtype=o.dtype, seed=o.seed, enforce_eager=enforce_eager,
-                      tensor_parallel_size=o.tensor_parallel_size, max_model_len=o.max_model_len)
+                      tensor_parallel_size=o.tensor_parallel_size, max_model_len=o.max_model_len,
+                      logprobs_mode="processed_logprobs")
         if not self.on_cpu:
             kwargs.update(gpu_memory_utilization=o.gpu_memory_utilization, enable_sleep_mode=o.enable_sleep_mode)
         if self.on_cpu:
@@ -243,23 +282,27 @@ class VLLMEngine(RolloutEngine):
             return []
         if self._asleep:
             raise RuntimeError("VLLMEngine.generate called while asleep; call wake() first")
+        want_lp = bool(sampling.logprobs)
         params = [SamplingParams(n=1, temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                                  max_tokens=sampling.max_tokens, stop=list(sampling.stop) or None,
                                  include_stop_str_in_output=True, seed=int(s), detokenize=True,
-                                 skip_special_tokens=True) for s in seeds]
+                                 skip_special_tokens=True, logprobs=0 if want_lp else None) for s in seeds]
         prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompt_token_ids]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         result = []
         for out in outs:
             o = out.outputs[0]
             stop = o.stop_reason if isinstance(o.stop_reason, str) else None
-            result.append(Generation(token_ids=list(o.token_ids), text=o.text,
+            ids = list(o.token_ids)
+            result.append(Generation(token_ids=ids, text=o.text,
                                      finish_reason="length" if o.finish_reason == "length" else "stop",
-                                     logprobs=None, stop_string=stop))
+                                     logprobs=sampled_logprobs(ids, o.logprobs) if want_lp else None,
+                                     stop_string=stop))
         return result
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Refresh vLLM's weights from (Hugging Face name, tensor) pairs, then drop the prefix cache."""
+        """Refresh vLLM's weights from (Hugging Face name, tensor) pairs, then drop the prefix cache. ``RuntimeError``
+        when vLLM left some of the model's parameters unloaded (its own check, which vLLM only logs)."""
         if self._asleep:
             raise RuntimeError("VLLMEngine.update_weights called while asleep; call wake() first")
         count = 0
@@ -270,10 +313,23 @@ class VLLMEngine(RolloutEngine):
                 count += 1
                 yield name, t.detach()
 
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
+        catch = _NotLoaded()
+        logger = logging.getLogger(RELOAD_LOGGER)
+        logger.addHandler(catch)
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
+        finally:
+            logger.removeHandler(catch)
         self.llm.reset_prefix_cache()
         if count == 0:
             raise ValueError("update_weights got no tensors")
+        if catch.names:
+            names = sorted(str(n) for n in catch.names)
+            raise RuntimeError(
+                f"vLLM's reload_weights left {len(names)} of the model's parameters unloaded (they keep their old "
+                f"values, so the engine would sample with a mix of old and new weights): {names[:8]}"
+                f"{' ...' if len(names) > 8 else ''}. The {count} tensors given must cover every parameter under "
+                "its Hugging Face name (tied weights under each of their names)")
         return count
 
     def sleep(self) -> None:

@@ -105,6 +105,33 @@ class TestTinyModel:
         assert all(g.text.endswith("</action>") and g.token_ids[-1] == close_id for g in stopped)
 
 
+    @pytest.mark.parametrize("temperature", [1.0, 0.7])
+    def test_sampled_tokens_come_with_the_actors_log_probs(self, vllm_engine, hf_engine, prompts, temperature):
+        """vLLM returns each sampled token's log-prob (after temperature), equal to what the trainer computes."""
+        import torch
+
+        from trainer.actor import actor_forward, pack_rows
+
+        cfg = SamplingConfig(temperature=temperature, max_tokens=12, stop=())
+        gens = vllm_engine.generate(prompts, cfg, seeds=[4, 5, 6])
+        assert all(g.logprobs is not None and len(g.logprobs) == len(g.token_ids) > 0 for g in gens)
+        with torch.no_grad():
+            out = actor_forward(hf_engine.model, pack_rows([torch.tensor(p) for p in prompts],
+                                                           [torch.tensor(g.token_ids) for g in gens]),
+                                compute_entropy=False, temperature=temperature)
+        for i, g in enumerate(gens):
+            assert torch.allclose(out.logprobs[i, : len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4), i
+        off = vllm_engine.generate(prompts[:1], SamplingConfig(max_tokens=4, logprobs=False))
+        assert off[0].logprobs is None  # evaluation asks for none
+
+    def test_a_refresh_that_leaves_parameters_unloaded_fails(self, vllm_engine, hf_engine, prompts):
+        """vLLM only logs the parameters a reload did not load; the engine raises, naming them."""
+        full = hf_engine.model.state_dict()
+        partial = {k: v for k, v in full.items() if k != "model.norm.weight"}
+        with pytest.raises(RuntimeError, match=r"left 1 of the model's parameters unloaded .*model\.norm\.weight"):
+            vllm_engine.update_weights(iter(partial.items()))
+        assert vllm_engine.update_weights(iter(full.items())) == len(full)  # a complete refresh passes
+
     def test_weight_refresh_without_reload(self, vllm_engine, hf_engine, tiny_dir_b, prompts):
         """After update_weights the engine generates from the new weights (= HF on them)."""
         from transformers import AutoModelForCausalLM

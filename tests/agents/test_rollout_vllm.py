@@ -37,7 +37,8 @@ def test_vllm_collect_feeds_every_estimator_and_reproduces(engines):
     batch, metrics = _collect(vllm_engine, 0, sampling)
     again, _ = _collect(vllm_engine, 0, sampling)
     other, _ = _collect(vllm_engine, 1, sampling)
-    assert len(batch) == 8 and batch.rollout_logprobs is None  # vLLM returns no log-probs [choice]
+    assert len(batch) == 8 and len(batch.rollout_logprobs) == 8  # the sampled tokens' log-probs
+    assert all(len(lp) == len(r) for lp, r in zip(batch.rollout_logprobs, batch.response_ids))
     assert batch.step.tolist() == [0, 1] * 4 and batch.done.tolist() == [False, True] * 4
     assert batch.response_text == again.response_text
     assert all(torch.equal(a, b) for a, b in zip(batch.response_ids, again.response_ids))

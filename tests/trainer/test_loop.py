@@ -248,3 +248,31 @@ def test_an_output_dir_that_cannot_be_created_is_an_exit_2_message(capsys):
     rc = main(["--config", str(PRESET), "output_dir=/proc/nope", "logging.tensorboard=false"])
     err = capsys.readouterr().err
     assert rc == 2 and "/proc/nope" in err and "output_dir" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", [pytest.param("vllm", marks=pytest.mark.vllm), "hf"])
+def test_a_skipped_weight_refresh_stops_the_run(tmp_path, engine):
+    """``rollout.max_logprob_diff``: the rollout engine returns its sampled tokens' log-probs (vLLM too), the loop
+    logs their difference to the actor's, and when the actor has moved but the refresh was skipped, the next
+    iteration stops with a message naming the check. The move is explicit: one update of a random-weight model
+    barely moves it (every episode fails, so every advantage is 0)."""
+    from trainer.loop import Trainer, TrainingFailed
+
+    cfg = load_config(PRESET, [f"rollout.engine={engine}", "env.groups=2", "env.group_size=2", "env.max_steps=2",
+                               "rollout.max_response_tokens=8", "trainer.iterations=3", "eval.every=0",
+                               "logging.progress_bar=false", "logging.tensorboard=false",
+                               f"output_dir={tmp_path / 'run'}"])
+    with Trainer(cfg, RunFolder(cfg)) as t:
+        t.setup()
+        first = t.train_iteration(1)
+        assert first["rollout/logprob_abs_diff"] < 1e-4  # the engine samples with the actor's weights
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():  # the actor moves (as updates would), the engine is not told
+            for p in t.ppo_actor.lm.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * max(float(p.std()) if p.numel() > 1 else 0.0, 0.1))
+        t.rollout_engine.update_weights = lambda named: 0  # the refresh that does not take
+        t.sync_weights()
+        with pytest.raises(TrainingFailed, match=r"rollout\.max_logprob_diff=0\.1: the engine samples with other "
+                                                 r"weights than the actor's"):
+            t.train_iteration(2)
