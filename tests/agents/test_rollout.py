@@ -447,3 +447,25 @@ def test_bad_arguments_are_explained(hf_engine, tok, request):
                 Actor(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=bad)
         with pytest.raises(ValueError, match="max_turns"):
             Actor(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=64, max_turns=0)
+
+
+def test_expert_share_plays_a_fixed_share_of_episodes_by_the_expert(tok, request):
+    """``ExpertShare``: the chosen episodes act by the env's expert whatever the model says, so they are won and end
+    early; the choice depends on task and copy only (not on the pool or the call)."""
+    from agents.rollout import ExpertShare
+
+    hook = ExpertShare(0.5)
+    picks = [hook.chooses(Task("train", i, 0), c) for i in range(20) for c in range(2)]
+    assert 0 < sum(picks) < len(picks) and picks == [hook.chooses(Task("train", i, 9), c)
+                                                      for i in range(20) for c in range(2)]
+    assert not ExpertShare(0.0).chooses(Task("train", 0, 0), 0) and ExpertShare(1.0).chooses(Task("train", 0, 0), 0)
+    tasks = [Task("train", 0, 0), Task("train", 4, 0)]
+    engine = ScriptedEngine(tok, lambda *a: "no tags here")  # the model never acts validly
+    with env_pool("counter", 4, request, max_steps=8) as pool:
+        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+                                 max_prompt_tokens=1024, hook=ExpertShare(1.0)), tasks, group_size=2,
+                           sampling=SHORT, seed=0)
+        plain, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+                                 max_prompt_tokens=1024), tasks, group_size=2, sampling=SHORT, seed=0)
+    assert bool(batch.won.all()) and len(batch) < len(plain)  # the expert wins before the horizon
+    assert not bool(plain.won.any())
