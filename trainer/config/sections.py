@@ -213,9 +213,9 @@ class RolloutConfig:
     """Refresh check: the first two iterations of a process (the first samples with the weights the set-up's refresh
     loaded, the second with the first update's) stop the run when ``rollout/logprob_abs_diff``, the mean |sampler -
     trainer| log-prob per response token, exceeds this: the rollout engine then samples with other weights than the
-    actor's (a refresh that did not take, e.g. after a resume). Later iterations only log it. fp32 on CPU gives
-    ~1e-6 after a good refresh; bf16 on GPU has not been measured here (docs/gpu.md, "Smoke test"); null = never
-    stop [choice]."""
+    actor's (a refresh that did not take, e.g. after a resume). Later iterations only log it. fp32 on CPU stays
+    below 1e-4 after a good refresh (tests/trainer/test_loop.py, HF and vLLM-CPU); bf16 on GPU has not been measured
+    here (docs/gpu.md, "Smoke test"); null = never stop [choice]."""
     expert_share: float = 0.0
     """Share of episodes (a fixed hash of task and copy decides which) whose actions come from the env's expert
     instead of the model's response, which still fills the row: a scripted policy that wins some episodes, for the
