@@ -82,7 +82,7 @@ def _evaluate(args, goals: str) -> list[str]:
         for e in eps:
             fam[e["family"]].append(e["won"])
         families[name] = {k: (np.mean(v), len(v)) for k, v in sorted(fam.items())}
-    on_page_1 = sum(_goal_on_first_page(env, args.split, k) for k in tasks)
+    on_page_1 = sum(env.goal_on_first_results_page(args.split, k) for k in tasks)
     lines = [
         f"Catalogue: {portable_text(str(env.catalogue.source))} ({len(env.catalogue.products)} products, "
         f"{env.catalogue.num_goals} {goals} goals); split `{args.split}`, {len(tasks)} tasks; noun extractor "
@@ -101,13 +101,6 @@ def _evaluate(args, goals: str) -> list[str]:
     for name, fam in families.items():
         lines.append(f"| {name} | " + " | ".join(f"{s:.3f} (n={c})" for s, c in fam.values()) + " |")
     return lines
-
-
-def _goal_on_first_page(env: WebShopEnv, split: str, k: int) -> bool:
-    env.reset(options={"split": split, "task_index": k})
-    env.step(env.expert_action())  # the expert's first action is its first search
-    first_page = env._results[:env.config.results_per_page]
-    return env.goal.product_index in first_page
 
 
 if __name__ == "__main__":

@@ -319,6 +319,14 @@ class WebShopEnv(TextEnv):
         return self._page
 
     # ------------------------------------------------------------------ expert
+    def goal_on_first_results_page(self, split: str, task_index: int) -> bool:
+        """Whether the goal product of ``task_index`` in ``split`` is on the first results page of the expert's first
+        search (a fresh episode: reset, the expert's first action, which is its search). A measure of search
+        quality apart from the policy (``experiments.eval_webshop_expert``)."""
+        self.reset(options={"split": split, "task_index": task_index})
+        self.step(self.expert_action())
+        return self.goal.product_index in self._results[:self.config.results_per_page]
+
     def expert_action(self) -> str:
         """The oracle expert's next action (it knows the goal and the scoring rule).
 
