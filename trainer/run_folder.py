@@ -103,9 +103,11 @@ RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.re
                      "trainer.drop_optimizer_at_end")
 
 
-#: settings added with a default that changes what older runs computed: a saved config without the key, whose
-#: ``when`` key holds the given value, ran with ``value`` (dotted key -> (when key, its value, value))
-IMPLIED_WHEN_ABSENT = {"estimator.hgpo_rule": ("estimator.name", "hgpo", "start_marker")}
+#: settings added with a default that changes what older runs computed: a saved config without the key, where any
+#: of the ``when`` keys holds one of its values, ran with ``value`` (dotted key -> ({when key: values}, value)). HGPO's
+#: rule entered every HGPO run, and every run on a finite world (the live ground truth scores HGPO there).
+IMPLIED_WHEN_ABSENT = {"estimator.hgpo_rule": ({"estimator.name": ("hgpo",),
+                                                "env.id": ("FiniteRooms-v0", "FiniteCraft-v0")}, "start_marker")}
 
 
 @dataclass
@@ -150,10 +152,10 @@ def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMAB
     the new config holds its default, which keeps the behaviour the run had (e.g. ``env.train_pool: null``). A key
     only the saved config holds is a removed setting (``trainer.config.REMOVED_KEYS``): no difference either. Except
     a key of ``IMPLIED_WHEN_ABSENT``, whose default changed what such runs computed: the saved run had the old value
-    (an HGPO run saved without ``estimator.hgpo_rule`` used ``start_marker``)."""
+    (an HGPO run, or any run on a finite world, saved without ``estimator.hgpo_rule`` used ``start_marker``)."""
     a, b = _flatten(saved), _flatten(new)
-    for k, (when, value, implied) in IMPLIED_WHEN_ABSENT.items():
-        if k not in a and a.get(when) == value:
+    for k, (when, implied) in IMPLIED_WHEN_ABSENT.items():
+        if k not in a and any(a.get(w) in values for w, values in when.items()):
             a[k] = implied
     defaults = None
     diff = []
