@@ -469,15 +469,12 @@ def test_an_epsilon_rule_that_cannot_decide_stops_the_run_with_its_name(tmp_path
     assert not (out / "epsilon.json").exists()
 
 
-@pytest.mark.slow
-def test_sigint_stops_a_run_started_with_sigint_ignored(tmp_path):
-    """A run started in the background by a script (``cmd &``) inherits SIGINT ignored; the sweep's Ctrl-C and a
-    Slurm preemption stop runs with SIGINT, so the run restores the handler and exits 130 at its checkpoint."""
-    out = tmp_path / "run"
-    args = [a if a != "trainer.iterations=2" else "trainer.iterations=200" for a in FAST]
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.train", *args, f"output_dir={out}"], cwd=REPO,
-                            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+def _signal_after_iteration_1(args: list[str], out, sig, preexec_fn=None) -> tuple[int, str]:
+    """Start ``experiments.train`` with ``args`` (200 iterations), send ``sig`` once iteration 1 is logged; (exit
+    status, stderr)."""
+    long = [a if a != "trainer.iterations=2" else "trainer.iterations=200" for a in args]
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.train", *long], cwd=REPO, env=child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
@@ -486,12 +483,22 @@ def test_sigint_stops_a_run_started_with_sigint_ignored(tmp_path):
                 break
             time.sleep(0.1)
         assert proc.poll() is None, "the run ended before iteration 1 was logged"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err[-2000:]
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+def test_sigint_stops_a_run_started_with_sigint_ignored(tmp_path):
+    """A run started in the background by a script (``cmd &``) inherits SIGINT ignored; the sweep's Ctrl-C and a
+    Slurm preemption stop runs with SIGINT, so the run restores the handler and exits 130 at its checkpoint."""
+    out = tmp_path / "run"
+    rc, err = _signal_after_iteration_1([*FAST, f"output_dir={out}"], out, signal.SIGINT,
+                                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert rc == 130, err[-2000:]
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "interrupted" and info["iterations_done"] < 200, info
 
@@ -503,23 +510,8 @@ def test_sigterm_stops_a_run_at_its_checkpoint_and_the_same_command_resumes_it(t
     command resumes it to the end."""
     out = tmp_path / "run"
     args = [*FAST, "trainer.save_every=1", f"output_dir={out}"]
-    long = [a if a != "trainer.iterations=2" else "trainer.iterations=200" for a in args]
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.train", *long], cwd=REPO, env=child_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (out / "metrics.jsonl").exists() and any(r["iteration"] >= 1
-                                                        for r in _lines_safe(out / "metrics.jsonl")):
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the run ended before iteration 1 was logged"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, err[-2000:]
+    rc, err = _signal_after_iteration_1(args, out, signal.SIGTERM)
+    assert rc == 143, err[-2000:]
     assert "terminated (SIGTERM)" in err and "rerun the same command" in err
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "interrupted" and info["iterations_done"] < 200, info
