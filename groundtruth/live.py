@@ -52,6 +52,8 @@ WORLD_IDS = ("FiniteCraft-v0", "FiniteRooms-v0")
 #: no committed study sets them for every arm; ``tests/groundtruth/test_live.py`` checks the study files]
 FORMULA_FIELDS = ("step_weight", "pace_key", "pace_key_tokens", "pace_fallback", "pace_norm", "hgpo_levels",
                   "hgpo_alpha", "hgpo_rule")
+#: the formula fields only HGPO reads (``arm_configs``)
+HGPO_FIELDS = ("hgpo_levels", "hgpo_alpha", "hgpo_rule")
 
 __all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
            "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS", "CELL_FILLS",
@@ -172,7 +174,10 @@ def arm_configs(method: str, cfg):
     if method == cfg.name:
         return cfg, None
     fields = {f.name: f for f in dataclasses.fields(cfg)}
-    plain = dataclasses.replace(cfg, **{k: fields[k].default for k in FORMULA_FIELDS})
+    # HGPO's own fields are a variant's change only in a variant of HGPO; elsewhere they are the study's setting for
+    # every arm (the finite-world studies pin the HGPO rule their runs were made with) and stay as they are
+    reset = [k for k in FORMULA_FIELDS if cfg.name == "hgpo" or k not in HGPO_FIELDS]
+    plain = dataclasses.replace(cfg, **{k: fields[k].default for k in reset})
     return (plain, None) if plain == cfg else (plain, (method, cfg))
 
 
