@@ -130,10 +130,9 @@ def test_no_study_sets_a_formula_field_for_every_arm():
     """``arm_configs`` scores a variant's runs' registered estimators with ``FORMULA_FIELDS`` at their defaults: that
     is each study's plain arms' config only while no study sets them in its preset or common overrides."""
     from estimators.config import EstimatorConfig
+    from groundtruth.live import HGPO_FIELDS
     from lab.study import REPO, STUDIES
     from trainer.config import load_config
-
-    from groundtruth.live import HGPO_FIELDS
 
     default = EstimatorConfig()
     checked = 0
