@@ -3,7 +3,7 @@
     python -m experiments.eval_webshop_expert                      # generated 1,000 products, test split
     python -m experiments.eval_webshop_expert --split train --tasks 500
     python -m experiments.eval_webshop_expert --goals human
-    python -m experiments.eval_webshop_expert --search-fields bullets_attributes --out /tmp/expert_old_search.md
+    python -m experiments.eval_webshop_expert --search-fields bullets_attributes --out expert_old_search.md
     WEBSHOP_DATA=/path/to/official python -m experiments.eval_webshop_expert
 
 Prints a table per goal set (synthetic and human goals by default: mean score, success = score 1.0, mean steps;

@@ -17,6 +17,7 @@ import uuid
 
 import numpy as np
 import torch
+from make_sample import verl_agent_inputs  # this folder is on sys.path when the script runs
 
 GAMMA = 0.95          # algorithm.gamma of verl-agent's HGPO scripts (recipe/hgpo/run_qwen2.5_1.5b_alfworld_train.sh)
 PENALTY = 0.1         # actor_rollout_ref.actor.invalid_action_penalty_coef of the same scripts
@@ -35,13 +36,6 @@ BATCHES = [
     ("g5_k1_one_room", 2, 5, 6, 1, 1, 1.0),         # one observation after the start: long equal histories
     ("g1_k2", 3, 1, 5, 2, 2, 1.0),                  # one trajectory per group: repeats within a trajectory only
 ]
-
-
-class _Batch:
-    """What ``compute_step_discounted_returns`` reads from a ``DataProto``."""
-
-    def __init__(self, batch: dict, non_tensor_batch: dict):
-        self.batch, self.non_tensor_batch = batch, non_tensor_batch
 
 
 def make_rows(rng: np.random.Generator, groups: int, trajs: int, max_steps: int, n_obs: int):
@@ -64,33 +58,9 @@ def make_rows(rng: np.random.Generator, groups: int, trajs: int, max_steps: int,
 
 
 def inputs(rows, rng: np.random.Generator, core_hgpo):
-    n = len(rows)
-    traj_uid = np.array([r["traj_uid"] for r in rows], dtype=object)
-    episode: dict = {}
-    for r in rows:
-        episode[r["traj_uid"]] = episode.get(r["traj_uid"], 0.0) + r["reward"]
-    resp_len = rng.integers(1, RESPONSE_LEN + 1, size=n)
-    response_mask = (np.arange(RESPONSE_LEN)[None, :] < resp_len[:, None]).astype(np.int64)
-    # step_rewards: verl-agent's own compute_step_discounted_returns from core_hgpo (hgpo_ray_trainer.fit)
-    fake = _Batch({"input_ids": torch.zeros(n, 1, dtype=torch.long)},
-                  {"rewards": np.array([r["reward"] for r in rows], dtype=object), "traj_uid": traj_uid,
-                   "active_masks": np.ones(n, dtype=object)})
-    step_rewards = core_hgpo.compute_step_discounted_returns(fake, GAMMA)
-    # EpisodeRewardManager: the episode reward on the last valid response token; apply_invalid_action_penalty
-    # subtracts coef * (1 - is_action_valid) there and from step_rewards
-    token_level_rewards = torch.zeros(n, RESPONSE_LEN, dtype=torch.float32)
-    for i, r in enumerate(rows):
-        invalid = torch.tensor(1.0 - float(r["valid"]), dtype=torch.float32)
-        token_level_rewards[i, resp_len[i] - 1] = torch.tensor(episode[r["traj_uid"]], dtype=torch.float32)
-        token_level_rewards[i, resp_len[i] - 1] -= PENALTY * invalid
-        step_rewards[i] -= PENALTY * invalid
-    return dict(token_level_rewards=token_level_rewards, step_rewards=step_rewards,
-                response_mask=torch.from_numpy(response_mask),
-                anchor_obs=np.array([r["anchor_obs"] for r in rows], dtype=object),
-                index=np.array([r["uid"] for r in rows], dtype=object), traj_index=traj_uid,
-                valid=np.array([r["valid"] for r in rows]),
-                reward=np.array([r["reward"] for r in rows], dtype=np.float32),
-                step=np.array([r["step"] for r in rows], dtype=np.int64))
+    """The inputs as verl-agent's HGPO trainer builds them: GiGPO's (``make_sample.verl_agent_inputs``), with the step
+    returns from the HGPO recipe's own ``compute_step_discounted_returns``."""
+    return verl_agent_inputs(rows, rng, core_hgpo, response_len=RESPONSE_LEN)
 
 
 def main() -> int:

@@ -62,7 +62,9 @@ def make_batch(rng: np.random.Generator, groups: int, trajs: int, max_steps: int
     return rows
 
 
-def verl_agent_inputs(rows, rng: np.random.Generator, core_gigpo):
+def verl_agent_inputs(rows, rng: np.random.Generator, core_gigpo, response_len: int = RESPONSE_LEN):
+    """The advantage function's inputs as verl-agent builds them for ``rows``; ``core_gigpo`` is the verl-agent
+    module whose ``compute_step_discounted_returns`` makes ``step_rewards`` (GiGPO's, or the HGPO recipe's)."""
     n = len(rows)
     uid = np.array([r["uid"] for r in rows], dtype=object)
     traj_uid = np.array([r["traj_uid"] for r in rows], dtype=object)
@@ -72,8 +74,8 @@ def verl_agent_inputs(rows, rng: np.random.Generator, core_gigpo):
     episode = {}
     for r in rows:
         episode[r["traj_uid"]] = episode.get(r["traj_uid"], 0.0) + r["reward"]
-    resp_len = rng.integers(1, RESPONSE_LEN + 1, size=n)
-    response_mask = (np.arange(RESPONSE_LEN)[None, :] < resp_len[:, None]).astype(np.int64)
+    resp_len = rng.integers(1, response_len + 1, size=n)
+    response_mask = (np.arange(response_len)[None, :] < resp_len[:, None]).astype(np.int64)
     # step_rewards: verl-agent's own compute_step_discounted_returns (ray_trainer.fit, GiGPO branch)
     fake = _Batch({"input_ids": torch.zeros(n, 1, dtype=torch.long)},
                   {"rewards": rewards, "traj_uid": traj_uid, "active_masks": np.ones(n, dtype=object)})
@@ -81,7 +83,7 @@ def verl_agent_inputs(rows, rng: np.random.Generator, core_gigpo):
     # token_level_scores: EpisodeRewardManager puts the episode reward on the last valid response token
     # (agent_system/reward_manager/episode.py); apply_invalid_action_penalty (ray_trainer.py) subtracts
     # coef * (1 - is_action_valid) there and from step_rewards; use_kl_in_reward off -> token_level_rewards
-    token_level_rewards = torch.zeros(n, RESPONSE_LEN, dtype=torch.float32)
+    token_level_rewards = torch.zeros(n, response_len, dtype=torch.float32)
     for i, r in enumerate(rows):
         invalid = torch.tensor(1.0 - float(r["valid"]), dtype=torch.float32)
         token_level_rewards[i, resp_len[i] - 1] = torch.tensor(episode[r["traj_uid"]], dtype=torch.float32)
