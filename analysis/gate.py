@@ -28,7 +28,7 @@ import numpy as np
 from .runs import Run, final_eval, find_runs, packed_file, series
 
 __all__ = ["MIN_MEAN_GAIN", "MIN_SEEDS", "WARMSTART_FILE", "gate_rows", "verdict", "detectable_difference",
-           "false_pass_probability", "read_warmstart", "gate_report"]
+           "false_pass_probability", "read_warmstart", "warmstart_file", "gate_report"]
 
 MIN_MEAN_GAIN = 0.04
 """Mean gain over seeds (fraction; 0.04 = 4 points) an arm needs to pass [choice]."""
@@ -41,9 +41,17 @@ _Z_ALPHA = 1.959963984540054  # two-sided 5%
 _Z_POWER = 0.8416212335729143  # 80% power
 
 
-def read_warmstart(folder: Path, split: str) -> tuple[float, int] | None:
-    """(success, episodes) of the warm start on ``split`` from ``folder / WARMSTART_FILE``; None when absent."""
-    p = Path(folder) / WARMSTART_FILE
+def warmstart_file(folder: Path, arm: str | None = None) -> Path:
+    """The warm-start evaluation an arm is read against: ``warmstart_eval.<arm>.json`` when the arm starts from a
+    warm start of its own (a study variant with ``sft.warmstart.*`` overrides) and that file exists, else
+    ``warmstart_eval.json`` (the study's warm start)."""
+    own = Path(folder) / f"{Path(WARMSTART_FILE).stem}.{arm}.json"
+    return own if arm and own.is_file() else Path(folder) / WARMSTART_FILE
+
+
+def read_warmstart(folder: Path, split: str, arm: str | None = None) -> tuple[float, int] | None:
+    """(success, episodes) of the warm start on ``split`` from ``warmstart_file(folder, arm)``; None when absent."""
+    p = warmstart_file(folder, arm)
     if not p.is_file():
         return None
     row = (json.loads(p.read_text()).get("splits") or {}).get(split)
@@ -52,19 +60,21 @@ def read_warmstart(folder: Path, split: str) -> tuple[float, int] | None:
     return float(row["success"]), int(row["episodes"])
 
 
-def gate_rows(runs: list[Run], warm: float, key: str) -> list[dict]:
-    """Per arm (run method), sorted by name: its seeds' final held-out success and gain over ``warm``.
+def gate_rows(runs: list[Run], warm: float, key: str, warm_by_arm: dict[str, float] | None = None) -> list[dict]:
+    """Per arm (run method), sorted by name: its seeds' final held-out success and gain over ``warm`` (over
+    ``warm_by_arm[arm]`` for an arm that starts from a warm start of its own).
 
     A run counts only when its last evaluation is at its last iteration (a run still going, or one whose final
     evaluation is missing, is listed under ``unfinished``)."""
     arms: dict[str, dict] = {}
     for r in sorted(runs, key=lambda r: (r.method, r.seed)):
-        a = arms.setdefault(r.method, {"arm": r.method, "per_seed": {}, "unfinished": []})
+        w = (warm_by_arm or {}).get(r.method, warm)
+        a = arms.setdefault(r.method, {"arm": r.method, "warm": w, "per_seed": {}, "unfinished": []})
         f = final_eval(r, key)
         if f is None:
             a["unfinished"].append(r.seed)
             continue
-        a["per_seed"][r.seed] = {"success": f[0], "episodes": f[1] or 0, "iteration": f[2], "gain": f[0] - warm}
+        a["per_seed"][r.seed] = {"success": f[0], "episodes": f[1] or 0, "iteration": f[2], "gain": f[0] - w}
     out = []
     for m in sorted(arms):
         a = arms[m]
@@ -163,15 +173,27 @@ def gate_report(root: Path, split: str = "eval_depth2") -> str:
     if not runs or not keys:
         return "\n".join(md + ["No runs with a held-out evaluation yet.", ""])
     key = keys[0]
-    rows = gate_rows(runs, warm, key)
+    own: dict[str, tuple[float, int]] = {}  # arms read against a warm start of their own
+    for m in sorted({r.method for r in runs}):
+        f = warmstart_file(root, m)
+        if f.name != WARMSTART_FILE:
+            got = read_warmstart(root, split, m)
+            if got is not None:
+                own[m] = got
+    for m, (w, n) in own.items():
+        md += [f"Arm `{m}` starts from a warm start of its own: **{100 * w:.1f}%** over {n} episodes "
+               f"(`{warmstart_file(root, m).name}`); its gains are read against that.", ""]
+    rows = gate_rows(runs, warm, key, {m: w for m, (w, _) in own.items()})
     n_run = max((v["episodes"] for a in rows for v in a["per_seed"].values()), default=0)
     if n_run:
-        per_seed, mean = detectable_difference(warm, n_run, n_warm, MIN_SEEDS)
-        fp = false_pass_probability(warm, n_run, n_warm, MIN_SEEDS)
-        md += [f"Power of the protocol at the warm start's rate (episode sampling only): a seed's gain is detectable "
-               f"from {100 * per_seed:.1f} points, the mean of {MIN_SEEDS} seeds from {100 * mean:.1f} points "
-               f"({n_run} episodes per run evaluation, 80% power, two-sided 5%); an arm with no true change passes "
-               f"with probability {fp:.3f}.", ""]
+        for label, (w, n_w) in [("the warm start's rate", (warm, n_warm)),
+                                *((f"arm `{m}`'s warm start's rate", v) for m, v in own.items())]:
+            per_seed, mean = detectable_difference(w, n_run, n_w, MIN_SEEDS)
+            fp = false_pass_probability(w, n_run, n_w, MIN_SEEDS)
+            md += [f"Power of the protocol at {label} (episode sampling only): a seed's gain is detectable "
+                   f"from {100 * per_seed:.1f} points, the mean of {MIN_SEEDS} seeds from {100 * mean:.1f} points "
+                   f"({n_run} episodes per run evaluation, 80% power, two-sided 5%); an arm with no true change "
+                   f"passes with probability {fp:.3f}.", ""]
     md += ["### Verdict (rule: mean gain >= +4.0 points and every seed above the warm start, >= 3 seeds)", "",
            "| arm | seeds | final held-out success per seed (%) | gain per seed (points) | mean gain | seeds above "
            "| verdict |", "|---|---|---|---|---|---|---|"]
@@ -206,9 +228,12 @@ def gate_report(root: Path, split: str = "eval_depth2") -> str:
                   f"{_mean_of(r, 'loss/entropy', True):.3f} → {_mean_of(r, 'loss/entropy', False):.3f} | "
                   f"{_mean_of(r, 'rollout/episode_length', True):.2f} → "
                   f"{_mean_of(r, 'rollout/episode_length', False):.2f} | {frac} |")
-    it0 = [row.get(key) for r in runs for row in r.evals if row.get("iteration") == 0 and key in row]
-    if it0:
-        md += ["", f"Protocol check: the runs' own iteration-0 evaluation (the warm start, {len(it0)} runs, the same "
-                   f"evaluation seed) gives {', '.join(sorted({f'{100 * v:.1f}%' for v in it0}))}, against "
-                   f"{100 * warm:.1f}% from `{WARMSTART_FILE}` (other sampling seeds)."]
+    for arms_of, (w, _), fname in [(lambda m: m not in own, ws, WARMSTART_FILE),
+                                   *((lambda m, a=a: m == a, v, warmstart_file(root, a).name) for a, v in own.items())]:
+        it0 = [row.get(key) for r in runs if arms_of(r.method) for row in r.evals
+               if row.get("iteration") == 0 and key in row]
+        if it0:
+            md += ["", f"Protocol check: the runs' own iteration-0 evaluation (their warm start, {len(it0)} runs, the "
+                       f"same evaluation seed) gives {', '.join(sorted({f'{100 * v:.1f}%' for v in it0}))}, against "
+                       f"{100 * w:.1f}% from `{fname}` (other sampling seeds)."]
     return "\n".join(md) + "\n"

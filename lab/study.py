@@ -110,6 +110,20 @@ class Study:
         start (``sft.enabled``), else None."""
         return self._warmstart[0]
 
+    def variant_warmstart_args(self, name: str) -> list[str] | None:
+        """options of ``python -m experiments.warmstart`` for variant ``name`` when its overrides change the warm
+        start (an ``sft.warmstart.*`` key, e.g. ``sft.warmstart.tiny_layers=4``): the preset's ``sft.warmstart`` with
+        the study's and the variant's overrides; None when the variant starts from the study's warm start."""
+        from trainer.config import load_config
+        from warmstart.config import from_run_config
+
+        _, extra = self.variants[name]
+        if not self.warmstart_env or not any(o.split("=", 1)[0].startswith("sft.warmstart.") for o in extra):
+            return None
+        cfg = load_config(REPO / self.preset, [*self.overrides, *extra])
+        from_run_config(cfg)  # ConfigError naming a bad sft.warmstart key or value of the variant
+        return warmstart_cli_args(cfg.sft.warmstart)
+
     @property
     def warmstart_args(self) -> list[str]:
         """options of ``python -m experiments.warmstart`` for this study's warm start: the preset's ``sft.warmstart``
@@ -312,6 +326,36 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return ap
 
 
+def _resolve_warmstart(env: str, ws_extra: list[str], args, log_path: Path) -> tuple[Path | None, str] | int:
+    """The warm start ``python -m experiments.warmstart --env <env> <ws_extra>``: (its final folder or None, a note
+    for the log), built when missing unless ``--dry-run``/``--report-only``; an exit status after printing the
+    error when it cannot be had."""
+    try:
+        have_cmd = warmstart_command(env) is not None
+    except RuntimeError:
+        have_cmd = True
+    # with the command: exactly this setting (built if missing); without it: whatever is cached
+    cached = find_warmstart(env, extra=ws_extra if have_cmd else None)
+    if args.dry_run or args.report_only:
+        return cached, (f"cached: {cached}" if cached else "not cached yet (the first run builds it once)" if have_cmd
+                        else missing_warmstart_message(env))
+    if cached is not None and not have_cmd:
+        return cached, f"cached: {cached}"
+    if not have_cmd:
+        print(f"{PROG}: error: {missing_warmstart_message(env)}", file=sys.stderr)
+        return 1
+    if cached is None:
+        print(f"[study] The SFT warm start of {env} ({shlex.join(ws_extra) or 'defaults'}) is not cached yet: this "
+              f"first run builds it once ({warmstart_estimate(env, ws_extra)}), then the runs start. Later runs reuse "
+              "it.", flush=True)
+    try:
+        folder = run_warmstart(env, ws_extra, log_path)
+    except RuntimeError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    return folder, f"{'cached' if cached else 'built'}: {folder}"
+
+
 def study_specs(study: Study, estimators: list[str], seeds: list[int], variants: dict, overrides: list[str],
                 runs_root: Path, control: bool = False) -> list:
     """The study's runs (``lab.sweep.RunSpec``), not yet planned: each estimator, then each variant (``variants``:
@@ -387,33 +431,10 @@ def main(argv: list[str] | None = None, compare=None) -> int:
     elif study.warmstart_env and not args.no_warmstart:
         ws_extra = (shlex.split(args.warmstart_args) if args.warmstart_args is not None
                     else list(study.warmstart_args))
-        try:
-            have_cmd = warmstart_command(study.warmstart_env) is not None
-        except RuntimeError:
-            have_cmd = True
-        # with the command: exactly the study's setting (built if missing); without it: whatever is cached
-        cached = find_warmstart(study.warmstart_env, extra=ws_extra if have_cmd else None)
-        if args.dry_run or args.report_only:
-            ws_folder = cached
-            ws_note = (f"cached: {cached}" if cached else "not cached yet (the first run builds it once)" if have_cmd
-                       else missing_warmstart_message(study.warmstart_env))
-        elif cached is not None and not have_cmd:
-            ws_folder, ws_note = cached, f"cached: {cached}"
-        else:
-            if not have_cmd:
-                print(f"{PROG}: error: {missing_warmstart_message(study.warmstart_env)}", file=sys.stderr)
-                return 1
-            if cached is None:
-                print(f"[study] The SFT warm start of {study.warmstart_env} is not cached yet: this first run builds "
-                      "it "
-                      f"once ({warmstart_estimate(study.warmstart_env, ws_extra)}), then the runs start. "
-                      "Later runs reuse it.", flush=True)
-            try:
-                ws_folder = run_warmstart(study.warmstart_env, ws_extra, out / "warmstart.log")
-            except RuntimeError as e:
-                print(f"{PROG}: error: {e}", file=sys.stderr)
-                return 1
-            ws_note = f"{'cached' if cached else 'built'}: {ws_folder}"
+        got = _resolve_warmstart(study.warmstart_env, ws_extra, args, out / "warmstart.log")
+        if isinstance(got, int):
+            return got
+        ws_folder, ws_note = got
     ws_ov = (warmstart_overrides(ws_folder, preset_model, preset_cfg.rollout.history_length)
              if ws_folder is not None else [])
     if ws_folder is None and study.warmstart_env and not args.no_warmstart and (args.dry_run or args.report_only):
@@ -421,12 +442,33 @@ def main(argv: list[str] | None = None, compare=None) -> int:
     if args.no_warmstart and ws_folder is None and preset_cfg.sft.enabled:
         ws_ov = ["sft.enabled=false"]  # the preset expects a warm start; RL starts from model.path's weights instead
 
+    # 1b. a variant that changes sft.warmstart.* starts from its own warm start (built once and cached the same way);
+    # --init-from, --no-warmstart and --warmstart-args apply to every run and leave the variants' own settings aside
+    variant_ws: dict[str, str] = {}
+    for name in list(variants):
+        v_extra = (study.variant_warmstart_args(name) if args.init_from is None and not args.no_warmstart
+                   and args.warmstart_args is None else None)
+        if v_extra is None:
+            continue
+        got = _resolve_warmstart(study.warmstart_env, v_extra, args, out / f"warmstart-{name}.log")
+        if isinstance(got, int):
+            return got
+        v_folder, v_note = got
+        ws_note += f"; variant {name}: {v_note}"
+        if v_folder is not None:
+            variant_ws[name] = portable_path(v_folder)
+        est, extra = variants[name]
+        v_ov = (warmstart_overrides(v_folder, preset_model, preset_cfg.rollout.history_length) if v_folder is not None
+                else ["sft.enabled=true", "sft.init_from=<warm start folder>"])
+        variants[name] = (est, [*extra, *v_ov])  # after the study's warm-start overrides: these win
+
     # 2. the runs
     overrides = [*study.overrides, *ws_ov, *args.overrides]
     try:
         specs = study_specs(study, estimators, seeds, variants, overrides, runs_root,
                             control=bool(args.control or study.control))
-        specs = sweep_mod.plan(specs) if "<warm start folder>" not in " ".join(overrides) else specs
+        placeholder = "<warm start folder>" in " ".join([*overrides, *(o for _, ov in variants.values() for o in ov)])
+        specs = sweep_mod.plan(specs) if not placeholder else specs
     except sweep_mod.SweepError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -453,8 +495,10 @@ def main(argv: list[str] | None = None, compare=None) -> int:
                                       tee=False, progress=True, deadline=deadline)
         rc = sweep_mod.report_summary(summary, f"{PROG} {study.name}")
         specs = sweep_mod.plan(specs)
+        extra_rec = {"variant_warmstarts": variant_ws} if variant_ws else {}
         write_record(study, out, runs_root, specs, {"warmstart": portable_path(ws_folder) if ws_folder else None,
-                                                    "wall_s_this_call": round(time.time() - t_start, 1)}, argv)
+                                                    **extra_rec, "wall_s_this_call": round(time.time() - t_start, 1)},
+                     argv)
         if rc != 0 or any(s.status != "finished" for s in specs):
             print(f"[study] not every run has finished: rerun `{PROG} {study.name}` to go on (the report is written "
                   "when all are done; --report-only writes it now)", file=sys.stderr)

@@ -115,3 +115,25 @@ def test_false_pass_probability_matches_an_independent_simulation():
     got = false_pass_probability(0.2, 232, 928, 3)
     assert got == pytest.approx(want, abs=0.004)
     assert 0.0 < got < 0.05  # the rule is strict enough that chance rarely passes it
+
+
+def test_an_arm_with_its_own_warm_start_is_read_against_it(tmp_path):
+    # the study's warm start at 20%; arm "deep" starts from another warm start (30%), measured into
+    # warmstart_eval.deep.json: the same final wins that pass against 20% fail against 30%
+    _warm(tmp_path, 0.2)
+    (tmp_path / "warmstart_eval.deep.json").write_text(json.dumps(
+        {"splits": {"eval_depth2": {"success": 0.3, "episodes": 928}}}))
+    for s in range(3):
+        _run(tmp_path, "shallow", s, 60)  # 25.9%: +5.9 over 20%
+        _run(tmp_path, "deep", s, 60)  # 25.9%: -4.1 under 30%
+    rows = {a["arm"]: a for a in gate_rows(find_runs(tmp_path / "runs"), 0.2, KEY, {"deep": 0.3})}
+    assert rows["shallow"]["verdict"] == "PASS" and rows["deep"]["verdict"] == "FAIL"
+    assert rows["deep"]["warm"] == 0.3 and rows["deep"]["per_seed"][0]["gain"] == pytest.approx(60 / 232 - 0.3)
+    md = gate_report(tmp_path)
+    assert "Arm `deep` starts from a warm start of its own: **30.0%** over 928 episodes" in md
+    assert "| deep | 3 | 0: 25.9, 1: 25.9, 2: 25.9 | 0: -4.1, 1: -4.1, 2: -4.1 | -4.1 | 0/3 | **FAIL** |" in md
+    assert "**The gate passes** (shallow)." in md
+    assert md.count("Protocol check:") == 2 and "from `warmstart_eval.deep.json`" in md
+    # without its own file, the arm falls back to the study's warm start
+    (tmp_path / "warmstart_eval.deep.json").unlink()
+    assert "**The gate passes** (deep, shallow)." in gate_report(tmp_path)

@@ -248,6 +248,40 @@ def test_the_estimate_counts_the_iterations_left_at_the_measured_rate(monkeypatc
     assert study._estimate(cpu, [spec("rloo", 20, "finished")], timings, jobs=2) == "nothing left to run"
 
 
+def test_a_variant_that_changes_the_warm_start_gets_its_own(tmp_path, monkeypatch):
+    """A variant with ``sft.warmstart.*`` overrides (gate-textcraft's try 4: ``tiny_layers=4``) starts from the warm
+    start of those settings, found in the cache like the study's own; the other runs keep the study's."""
+    from envs.paths import portable_path
+    from warmstart.config import cache_folder
+
+    monkeypatch.setenv("BIPACE_CACHE", str(tmp_path / "cache"))
+    s = study.STUDIES["gate-textcraft"]
+    assert s.variant_warmstart_args("gigpo-lr1e-5") is None  # an lr change keeps the study's warm start
+    v_args = s.variant_warmstart_args("gigpo-lr1e-5-4layer")
+    assert v_args == [*s.warmstart_args[:-1], "4"] and s.warmstart_args[-2:] == ["--tiny-layers", "2"]
+    folders = {}
+    for name, args, layers in (("study", s.warmstart_args, 2), ("variant", v_args, 4)):
+        entry = cache_folder(cache._config_for("textcraft", args))
+        folders[name] = fake_warmstart(entry.parent, entry.name, {"show_inventory": True}, layers=layers)
+    assert folders["study"] != folders["variant"]
+    res = _study(["gate-textcraft", "--seeds", "0", "--dry-run", "--out", str(tmp_path / "g"),
+                  "--variants", "gigpo-lr1e-5-4layer"])
+    assert res.returncode == 0, res.stderr
+    cmds = [ln for ln in res.stdout.splitlines() if "experiments.train" in ln]
+    assert len(cmds) == 2, res.stdout
+    base, deep = (next(ln for ln in cmds if ("variant=gigpo-lr1e-5-4layer" in ln) == v) for v in (False, True))
+    ws, wv = (f"sft.init_from={portable_path(folders[k])}" for k in ("study", "variant"))  # $BIPACE_CACHE/...
+    assert ws in base and wv not in base and "model.path=" not in base
+    assert deep.index(wv) > deep.index(ws)
+    assert "model.path=tiny:layers=4,hidden=128,heads=4" in deep and "sft.warmstart.tiny_layers=4" in deep
+    assert deep.endswith("/tiny-layers-4-hidden-128-heads-4/gigpo-lr1e-5-4layer/seed_0")
+    assert "variant gigpo-lr1e-5-4layer: cached: " in res.stdout
+    # --init-from applies to every run: the variant's own setting is left aside
+    res = _study(["gate-textcraft", "--seeds", "0", "--dry-run", "--out", str(tmp_path / "g"),
+                  "--variants", "gigpo-lr1e-5-4layer", "--init-from", str(folders["study"])])
+    assert res.returncode == 0 and wv not in res.stdout and "variant gigpo" not in res.stdout, res.stderr
+
+
 def test_study_files_are_checked(tmp_path):
     """configs/studies/<name>.yaml: the warm start is the preset's sft.warmstart section, turned into the warm-start
     command's options in its order (the study's overrides apply); an unknown key or a missing field fails naming the
@@ -317,11 +351,16 @@ def test_every_committed_study_run_resumes_with_todays_code(tmp_path):
         preset = load_config(REPO / s.preset)
         saved = yaml.safe_load(saved_cfgs[0].read_text())
         overrides = [*s.overrides, *_warmstart_overrides_of(saved, preset)]
+        variants = dict(s.variants)
+        for name, (est, extra) in s.variants.items():  # a variant with a warm start of its own (gate-textcraft)
+            own = sorted(runs.glob(f"**/{name}/seed_*/config.yaml")) if s.variant_warmstart_args(name) else []
+            if own:
+                variants[name] = (est, [*extra, *_warmstart_overrides_of(yaml.safe_load(own[0].read_text()), preset)])
         seeds = sorted({int(p.parent.name.removeprefix("seed_")) for p in saved_cfgs})
         cwd = os.getcwd()
         os.chdir(REPO)  # presets are repo-relative, as in the command
         try:
-            specs = study.study_specs(s, list(s.estimators), seeds, dict(s.variants), overrides,
+            specs = study.study_specs(s, list(s.estimators), seeds, variants, overrides,
                                       runs if runs.is_relative_to(tmp_path) else Path(s.out) / "runs",
                                       control=s.control)
             try:
