@@ -45,6 +45,9 @@ __all__ = [
     "build_messages",
     "HISTORY_MARKER",
     "CUT_MARKER",
+    "PROMPT_FORMATS",
+    "VerlAgentPromptBuilder",
+    "VERL_AGENT_BUILDERS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -301,6 +304,126 @@ PROMPT_BUILDERS: dict[str, PromptBuilder] = {
         action_hint="Choose the action that brings you closest to finishing the task.",
     ),
 }
+
+
+# ====================================================================== verl-agent's prompts
+#: The prompt formats a run can choose (``rollout.prompt_format``): ``bipace``, this module's wording above, for every
+#: env; ``verl_agent``, verl-agent's own prompts (``agent_system/environments/prompts/{alfworld,webshop}.py`` and the
+#: env managers of ``agent_system/environments/env_manager.py`` at commit 796ed31), for the envs it has.
+PROMPT_FORMATS = ("bipace", "verl_agent")
+
+_VA_THINK = ("You should first reason step-by-step about the current situation{more}. This reasoning process MUST be "
+             "enclosed within <think> </think> tags. \nOnce you've finished your reasoning, you should choose an "
+             "admissible action for current step and present it within <action> </action> tags.\n")
+_VA_HISTORY = ("Prior to this step, you have already taken {step_count} step(s). Below are the most recent "
+               "{history_length} observations and the corresponding actions you took: {action_history}\n")
+# verl-agent writes "e\u2011commerce" with a non-breaking hyphen; kept, since the tokens differ
+_VA_SHOP = "You are an expert autonomous agent operating in the WebShop e\u2011commerce environment."
+_VA_SHOP_THINK = _VA_THINK.format(more=", then think carefully which admissible action best advances the shopping goal")
+_VA_TEMPLATES = {
+    ("alfworld", False): ("\nYou are an expert agent operating in the ALFRED Embodied Environment.\n"
+                          "Your current observation is: {current_observation}\n"
+                          "Your admissible actions of the current situation are: [{actions}].\n\n"
+                          "Now it's your turn to take an action.\n" + _VA_THINK.format(more="")),
+    ("alfworld", True): ("\nYou are an expert agent operating in the ALFRED Embodied Environment. Your task is to: "
+                         "{task_description}\n" + _VA_HISTORY +
+                         "You are now at step {current_step} and your current observation is: {current_observation}\n"
+                         "Your admissible actions of the current situation are: [{actions}].\n\n"
+                         "Now it's your turn to take an action.\n" + _VA_THINK.format(more="")),
+    ("webshop", False): ("\n" + _VA_SHOP + " \nYour task is to: {task_description}.\n"
+                         "Your current observation is: {current_observation}.\n"
+                         "Your admissible actions of the current situation are: \n[\n{actions}\n].\n\n"
+                         "Now it's your turn to take one action for the current step.\n" + _VA_SHOP_THINK),
+    ("webshop", True): ("\n" + _VA_SHOP + "\nYour task is to: {task_description}.\n" + _VA_HISTORY +
+                        "You are now at step {current_step} and your current observation is: {current_observation}.\n"
+                        "Your admissible actions of the current situation are: \n[\n{actions}\n].\n\n"
+                        "Now it's your turn to take one action for the current step.\n" + _VA_SHOP_THINK),
+}
+_VA_TASK = "Your task is to: "
+_VA_SEP = " [SEP] "
+#: verl-agent's WebShop manager falls back to the prompt without history above this many characters
+VA_WEBSHOP_MAX_CHARS = 13_000
+
+
+@dataclass(frozen=True)
+class VerlAgentPromptBuilder:
+    """verl-agent's prompt for ALFWorld or WebShop, rendered from a ``Transcript`` (``rollout.prompt_format:
+    verl_agent``): one user message, the text its env manager builds, character for character.
+
+    * **First step** (or ``history_length`` 0): the template without history; ALFWorld's shows the observation as it
+      is (the task is inside it), WebShop's the task and the page.
+    * **Later steps**: the task, ``step_count`` steps taken, the last ``history_length`` steps as
+      ``[Observation k: '<obs>', Action k: '<action>']`` lines (k counted from 1), the current step number and
+      observation, the admissible actions.
+    * **ALFWorld** lists the admissible commands quoted, joined by a newline and a space, without ``help``; the task is
+      the text after "Your task is to: " in the first observation.
+    * **WebShop** shows each page from after the instruction, its ``[SEP]`` parts quoted (pages without the
+      instruction, e.g. the last one, as they are), in the history too; the task is the instruction (the third
+      ``[SEP]`` part of the first page); the actions are ``search[<your query>]`` and ``click[search]`` on the search
+      page (the original's search bar and its button), ``click[<element>]`` elsewhere, each quoted and followed by a
+      comma, one per line; a prompt with history longer than 13,000 characters is replaced by the one without.
+
+    What differs from verl-agent: the history's action is the action this repo executed (for a malformed response
+    verl-agent keeps the response's last 20 or 30 lower-cased characters); no length bound is applied here beyond
+    WebShop's 13,000 characters (verl-agent truncates at ``data.max_prompt_length``; here ``encode_prompt``'s hard cut
+    applies and is counted in ``rollout/prompt_cut_rate``).
+    """
+
+    env_name: str
+
+    def _task(self, t: Transcript) -> str:
+        first = t.first_observation
+        if self.env_name == "alfworld":
+            i = first.find(_VA_TASK)
+            return first[i + len(_VA_TASK):].strip() if i != -1 else t.task
+        parts = first.split(_VA_SEP)
+        return parts[2] if len(parts) > 2 and parts[1] == "Instruction:" else t.task
+
+    def _page(self, obs: str, task: str) -> str:
+        """WebShop: the parts after the instruction, quoted (verl-agent's ``format_obs``); ALFWorld: as it is."""
+        if self.env_name != "webshop":
+            return obs
+        parts = obs.split(_VA_SEP)
+        if task not in parts:
+            return obs
+        return _VA_SEP.join(f"'{p}'" for p in parts[parts.index(task) + 1:])
+
+    def _actions(self, t: Transcript) -> str:
+        if self.env_name == "alfworld":
+            return "\n ".join(f"'{a}'" for a in t.admissible if a != "help")
+        acts = list(t.admissible)
+        if "search[<your query>]" in acts:  # the search page: the original lists its bar and its button
+            acts.append("click[search]")
+        return "\n".join(f"'{a}'," for a in acts)
+
+    def build(self, t: Transcript, config: PromptConfig | None = None) -> str:
+        cfg = config or PromptConfig()
+        task = self._task(t)
+        obs = self._page(t.observation, task)
+        actions = self._actions(t)
+        short = _VA_TEMPLATES[(self.env_name, False)].format(task_description=task, current_observation=obs,
+                                                             actions=actions)
+        if not t.pairs or cfg.history_length <= 0:
+            return short
+        k = min(cfg.history_length, len(t.pairs))
+        first = len(t.pairs) - k + 1
+        history = "\n".join(f"[Observation {first + j}: '{self._page(o, task)}', Action {first + j}: '{a}']"
+                             for j, (o, a) in enumerate(t.pairs[-k:]))
+        text = _VA_TEMPLATES[(self.env_name, True)].format(
+            task_description=task, step_count=len(t.pairs), history_length=k, action_history=history,
+            current_step=len(t.pairs) + 1, current_observation=obs, actions=actions)
+        if self.env_name == "webshop" and len(text) > VA_WEBSHOP_MAX_CHARS:
+            return short
+        return text
+
+    def messages(self, t: Transcript, config: PromptConfig | None = None) -> list[dict[str, str]]:
+        """Chat messages for the tokenizer's chat template: one user message, no system prompt (as verl-agent)."""
+        return [{"role": "user", "content": self.build(t, config)}]
+
+
+VERL_AGENT_BUILDERS = {name: VerlAgentPromptBuilder(name) for name in ("alfworld", "webshop")}
+
+
 _GENERIC = PromptBuilder(
     env_name="text",
     role="You are an agent acting in a text environment.",
@@ -308,11 +431,19 @@ _GENERIC = PromptBuilder(
 )
 
 
-def get_prompt_builder(env: str) -> PromptBuilder:
+def get_prompt_builder(env: str, prompt_format: str = "bipace") -> PromptBuilder | VerlAgentPromptBuilder:
     """The builder for an env name or gymnasium id ("alfworld", "ALFWorld-v0", ...): ``PROMPT_BUILDERS`` is keyed by
     the id's part before "-", lower-cased. Any other text env that follows the contract gets a generic wording, with
-    a warning logged once per name (``envs/README.md``, "Adding an environment")."""
+    a warning logged once per name (``envs/README.md``, "Adding an environment"). ``prompt_format="verl_agent"``:
+    verl-agent's prompt (``VerlAgentPromptBuilder``), for ALFWorld and WebShop only (``ValueError`` otherwise)."""
     key = str(env).split("-")[0].lower()
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt format {prompt_format!r} is not one of {', '.join(PROMPT_FORMATS)}")
+    if prompt_format == "verl_agent":
+        if key not in VERL_AGENT_BUILDERS:
+            raise ValueError(f"prompt format 'verl_agent' exists for {' and '.join(VERL_AGENT_BUILDERS)} only "
+                             f"(verl-agent has no {env!r} prompt); use rollout.prompt_format=bipace")
+        return VERL_AGENT_BUILDERS[key]
     builder = PROMPT_BUILDERS.get(key)
     if builder is None:
         _warn_generic(key)

@@ -59,7 +59,7 @@ import torch
 from agents.batch import RolloutBatch
 from agents.engines.base import Generation, RolloutEngine, SamplingConfig
 from agents.projection import NOOP_ACTION, project
-from agents.prompts import PromptConfig, Transcript, get_prompt_builder
+from agents.prompts import PROMPT_FORMATS, PromptConfig, Transcript, get_prompt_builder
 
 __all__ = [
     "NonFiniteReward",
@@ -289,6 +289,8 @@ class Actor:
         None = the builder's defaults
     max_prompt_tokens : hard bound on prompt ids (last-resort cut, ``encode_prompt``)
     env_name : prompt wording ("alfworld", "textcraft", "webshop"); None = ``pool.env_name``
+    prompt_format : "bipace" (this repo's wording) or "verl_agent" (verl-agent's ALFWorld and WebShop prompts);
+        ``agents.prompts.get_prompt_builder``
     max_turns : stop after this many turns (rows of still-live envs get ``done=True``); None = run until every
         episode ends (the envs' ``max_steps`` horizon guarantees it)
     hook : the ``TurnHook`` of calls that pass none (e.g. ``ExpertShare``); None = the loop's own conventions
@@ -300,6 +302,7 @@ class Actor:
     prompt_config: PromptConfig | None = None
     max_prompt_tokens: int
     env_name: str | None = None
+    prompt_format: str = "bipace"
     max_turns: int | None = None
     hook: TurnHook | None = None
 
@@ -308,6 +311,8 @@ class Actor:
             raise ValueError(f"max_prompt_tokens={self.max_prompt_tokens!r} must be a positive integer")
         if self.max_turns is not None and (not isinstance(self.max_turns, int) or self.max_turns < 1):
             raise ValueError(f"max_turns={self.max_turns!r} must be a positive integer or None")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format={self.prompt_format!r} must be one of {', '.join(PROMPT_FORMATS)}")
         if self.tokenizer is None:
             self.tokenizer = getattr(self.engine, "tokenizer", None)
         if self.tokenizer is None:
@@ -440,7 +445,7 @@ def _run(actor: Actor, tasks, group_size: int, sampling: SamplingConfig, seed: i
         raise ValueError(f"group_size={group_size!r} must be a positive integer")
     hook = hook if hook is not None else (actor.hook if actor.hook is not None else TurnHook())
     pool, engine, max_turns = actor.pool, actor.engine, actor.max_turns
-    builder = get_prompt_builder(actor.env)
+    builder = get_prompt_builder(actor.env, actor.prompt_format)
     times = trace.time
     for k in ("reset", "prompt", "generate", "env", "total"):
         times.setdefault(k, 0.0)

@@ -351,7 +351,7 @@ class Trainer:
                                             max_tokens=cfg.rollout.max_response_tokens, logprobs=False)
         self.actor = Actor(pool=self.pool, engine=self.rollout_engine, tokenizer=self.tokenizer,
                            prompt_config=self.prompt_config, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-                           env_name=cfg.env_name,
+                           env_name=cfg.env_name, prompt_format=cfg.rollout.prompt_format,
                            hook=ExpertShare(cfg.rollout.expert_share) if cfg.rollout.expert_share > 0 else None)
 
     def _resume(self):

@@ -430,6 +430,26 @@ def test_evaluate_metrics_per_split_and_family(tok, request, webshop_dir):
     assert one.response_text == batch.response_text and torch.equal(one.group_id, batch.group_id)
 
 
+@pytest.mark.parametrize("env,split,marks", [
+    ("alfworld", "train", ("operating in the ALFRED Embodied Environment", "Below are the most recent")),
+    ("webshop", "test", ("operating in the WebShop e\u2011commerce environment", "'click[search]',"))])
+def test_the_rollout_renders_the_actors_prompt_format(env, split, marks, tok, request):
+    """``Actor(prompt_format="verl_agent")``: every prompt the engine receives is verl-agent's, and the expert still
+    wins through it (the actions it lists are the env's)."""
+    with env_pool(env, 2, request) as pool:
+        engine = ExpertEngine(tok, pool)
+        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_format="verl_agent",
+                                 prompt_config=prompt_config_for(tok, 4096), max_prompt_tokens=4096),
+                           [Task(split, 2, 7)], group_size=2, sampling=SHORT, seed=0)
+    assert batch.won.all()
+    first = [tok.decode(p) for p in engine.calls[0]]
+    later = [tok.decode(p) for call in engine.calls[1:] for p in call]
+    assert all(marks[0] in t and "Your admissible actions" in t for t in first + later)
+    assert marks[1] in " ".join(first + later) and all("Prior to this step" in t for t in later)
+    with pytest.raises(ValueError, match="prompt_format='verl-agent' must be one of bipace, verl_agent"):
+        Actor(pool=pool, engine=engine, tokenizer=tok, prompt_format="verl-agent", max_prompt_tokens=64)
+
+
 def test_bad_arguments_are_explained(hf_engine, tok, request):
     with env_pool("counter", 2, request) as pool:
         actor = Actor(pool=pool, engine=hf_engine, tokenizer=tok, prompt_config=None, max_prompt_tokens=64)

@@ -204,6 +204,11 @@ class RolloutConfig:
     """Maximum prompt tokens per step [GiGPO: 2048 ALFWorld, 4096 WebShop]."""
     history_length: int = 2
     """(observation, action) pairs of history summarised in each prompt [GiGPO: 2]."""
+    prompt_format: Literal["bipace", "verl_agent"] = "bipace"
+    """How a step is shown to the model: bipace (``agents/prompts.py``: a role line, the step count, the history, the
+    observation, the admissible actions, the instruction; every env; the CPU warm starts are trained on it) |
+    verl_agent (verl-agent's own ALFWorld and WebShop prompts, character for character: a checkpoint trained in
+    verl-agent sees the prompts it learned on; ``docs/protocol.md``, "Agent loop") [choice]."""
     vllm_gpu_memory_utilization: float = 0.6
     """Share of GPU memory vLLM may take [GiGPO: 0.6]."""
     vllm_tensor_parallel: int = 1
@@ -553,6 +558,9 @@ class RunConfig:
             self.estimator.validate()
         except ValueError as e:
             raise ConfigError(f"estimator: {e}") from e
+        if self.rollout.prompt_format == "verl_agent" and self.env_name not in ("alfworld", "webshop"):
+            fail(f"rollout.prompt_format='verl_agent' with env.id={self.env.id!r}: verl-agent has prompts for "
+                 "ALFWorld and WebShop only; use rollout.prompt_format=bipace")
         if self.trainer.old_logprobs == "rollout" and self.rollout.engine != "hf":
             fail(f"trainer.old_logprobs='rollout' with rollout.engine={self.rollout.engine!r}, because only the hf "
                  "engine returns the sampler's log-probs and the prompt's hidden state: use "
