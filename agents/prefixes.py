@@ -1,5 +1,5 @@
 """Which prompt prefixes a batch of rows should compute once (shared by the rollout engine's prefill and the
-trainer's forwards, ``trainer.actor.pack_rows_shared``).
+trainer's forwards, ``trainer.forward.pack_rows_shared``).
 
 Rows sorted by prompt; ``c_j`` = the common prefix of sorted neighbours j and j+1, capped so that every row keeps
 at least one prompt token of its own (the token whose state starts its generation and gives the BiGPO hidden

@@ -38,7 +38,7 @@ Choices [choice unless tagged]:
   state the prompt was built from (o_t, the state the action was taken in) [GiGPO].
 
 The hidden states BiGPO needs come from a forward that runs anyway: by default the trainer's old-log-prob pass
-over these rows (``trainer.actor.actor_forward(..., hidden_layer=L)``); with ``trainer.old_logprobs: rollout`` the
+over these rows (``trainer.forward.policy_forward(..., hidden_layer=L)``); with ``trainer.old_logprobs: rollout`` the
 prompt's own forward here (``SamplingConfig.hidden_layer``, HF engine: ``RolloutBatch.rollout_hidden``), and the
 trainer skips that pass.
 """
@@ -63,7 +63,7 @@ from agents.prompts import PROMPT_FORMATS, PromptConfig, Transcript, get_prompt_
 
 __all__ = [
     "NonFiniteReward",
-    "Actor",
+    "Agent",
     "collect",
     "evaluate",
     "play",
@@ -278,7 +278,7 @@ class Episode:
 
 
 @dataclass(kw_only=True)
-class Actor:
+class Agent:
     """What every acting call on one set of envs shares (``collect``, ``play``, ``evaluate``; the warm start's
     ``play`` and ``evaluate`` too); what varies per call (tasks, sampling, seed) is passed to the call.
 
@@ -316,7 +316,7 @@ class Actor:
         if self.tokenizer is None:
             self.tokenizer = getattr(self.engine, "tokenizer", None)
         if self.tokenizer is None:
-            raise ValueError("Actor: no tokenizer given and the engine has none; pass tokenizer=...")
+            raise ValueError("Agent: no tokenizer given and the engine has none; pass tokenizer=...")
 
     @property
     def env(self) -> str:
@@ -416,16 +416,16 @@ class _Rows:
         }
 
 
-def _prompts(actor: Actor, builder, prompted: list[Episode], seed: int, turn: int,
+def _prompts(agent: Agent, builder, prompted: list[Episode], seed: int, turn: int,
              seed_fn: SeedFn | None) -> tuple[list[list[int]], list[bool], list[int]]:
     """``(prompt ids, cut flags, sampling seeds)`` of the prompted episodes at ``turn``."""
-    tokenizer = actor.tokenizer
-    messages = [_messages(builder, e.transcript, actor.prompt_config) for e in prompted]
+    tokenizer = agent.tokenizer
+    messages = [_messages(builder, e.transcript, agent.prompt_config) for e in prompted]
     texts = [_render(tokenizer, m) for m in messages]
     ids_all = _encode(tokenizer, texts)
     prompt_ids, cut = [], []
     for m, text, ids in zip(messages, texts, ids_all):
-        p, c = encode_prompt(tokenizer, m, actor.max_prompt_tokens, text=text, ids=ids)
+        p, c = encode_prompt(tokenizer, m, agent.max_prompt_tokens, text=text, ids=ids)
         prompt_ids.append(p)
         cut.append(c)
     if seed_fn is None:
@@ -435,17 +435,17 @@ def _prompts(actor: Actor, builder, prompted: list[Episode], seed: int, turn: in
     return prompt_ids, cut, seeds
 
 
-def _run(actor: Actor, tasks, group_size: int, sampling: SamplingConfig, seed: int, trace: RolloutTrace,
+def _run(agent: Agent, tasks, group_size: int, sampling: SamplingConfig, seed: int, trace: RolloutTrace,
          hook: TurnHook | None = None) -> tuple[_Rows, list[Episode]]:
-    """One group rollout on ``actor.pool``; returns the rows (turn-major) and the episodes (slot order).
+    """One group rollout on ``agent.pool``; returns the rows (turn-major) and the episodes (slot order).
     ``hook``: a ``TurnHook`` (default: the loop's own conventions, ``sample_seed`` of the run seed)."""
     if not isinstance(sampling, SamplingConfig):
         raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     if not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size={group_size!r} must be a positive integer")
-    hook = hook if hook is not None else (actor.hook if actor.hook is not None else TurnHook())
-    pool, engine, max_turns = actor.pool, actor.engine, actor.max_turns
-    builder = get_prompt_builder(actor.env, actor.prompt_format)
+    hook = hook if hook is not None else (agent.hook if agent.hook is not None else TurnHook())
+    pool, engine, max_turns = agent.pool, agent.engine, agent.max_turns
+    builder = get_prompt_builder(agent.env, agent.prompt_format)
     times = trace.time
     for k in ("reset", "prompt", "generate", "env", "total"):
         times.setdefault(k, 0.0)
@@ -479,7 +479,7 @@ def _run(actor: Actor, tasks, group_size: int, sampling: SamplingConfig, seed: i
 
         # ---- prompts of the live envs
         t0 = time.perf_counter()
-        prompt_ids, cut, seeds = _prompts(actor, builder, live, seed, turn, hook.seed_fn)
+        prompt_ids, cut, seeds = _prompts(agent, builder, live, seed, turn, hook.seed_fn)
         times["prompt"] += time.perf_counter() - t0
 
         # ---- one batched generation
@@ -508,7 +508,7 @@ def _run(actor: Actor, tasks, group_size: int, sampling: SamplingConfig, seed: i
             info = res.info if isinstance(res.info, dict) else {}
             error = info.get("error")
             done = bool(res.terminated or res.truncated or error)
-            reward = _finite_reward(res.reward, actor, e, len(rows), len(e.rows))
+            reward = _finite_reward(res.reward, agent, e, len(rows), len(e.rows))
             e.rows.append(rows.append(e, prompt_ids[j], gens[j], action, reward, valid, done, trunc, cut[j]))
             e.valids.append(valid)
             e.won = e.won or bool(info.get("won", False))
@@ -535,12 +535,12 @@ def _mean(xs) -> float:
 
 
 # ====================================================================== public API
-def collect(actor: Actor, tasks, *, group_size: int, sampling: SamplingConfig, seed: int,
+def collect(agent: Agent, tasks, *, group_size: int, sampling: SamplingConfig, seed: int,
             trace: RolloutTrace | None = None) -> tuple[RolloutBatch, dict[str, float]]:
-    """Roll out ``len(tasks)`` prompt groups x ``group_size`` copies on ``actor.pool`` (see the module docstring).
+    """Roll out ``len(tasks)`` prompt groups x ``group_size`` copies on ``agent.pool`` (see the module docstring).
 
     Args:
-        actor: the ``Actor`` (pool with at least ``len(tasks) * group_size`` slots, engine, prompt settings).
+        agent: the ``Agent`` (pool with at least ``len(tasks) * group_size`` slots, engine, prompt settings).
         tasks: ``list[envs.pool.Task]``, one per prompt group (P).
         group_size: G, copies per task (same task and env seed).
         sampling: ``SamplingConfig`` (temperature, top-p, max response tokens, stop strings).
@@ -555,7 +555,7 @@ def collect(actor: Actor, tasks, *, group_size: int, sampling: SamplingConfig, s
     tasks = list(tasks)
     if not tasks:
         raise ValueError("collect: no tasks given; pass one envs.pool.Task per prompt group")
-    rows, eps = _run(actor, tasks, group_size, sampling, seed, trace)
+    rows, eps = _run(agent, tasks, group_size, sampling, seed, trace)
     batch = rows.to_batch(eps)
     st = rows.episode_stats(eps)
     t = trace.time
@@ -588,7 +588,7 @@ def collect(actor: Actor, tasks, *, group_size: int, sampling: SamplingConfig, s
     for fam, won in sorted(st["families"].items()):
         metrics[f"rollout/family/{fam}/success_rate"] = _mean(won)
     scores = [s for s in st["scores"] if s is not None]
-    if scores or actor.env == "webshop":
+    if scores or agent.env == "webshop":
         metrics["rollout/score"] = _mean(s if s is not None else 0.0 for s in st["scores"])
     for k, v in metrics.items():
         if not math.isfinite(v):
@@ -600,7 +600,7 @@ class NonFiniteReward(FloatingPointError):
     """An environment returned a NaN/Inf (or non-numeric) reward; the message names the row, task and env."""
 
 
-def _finite_reward(reward, actor: Actor, e: Episode, row: int, step: int) -> float:
+def _finite_reward(reward, agent: Agent, e: Episode, row: int, step: int) -> float:
     """``reward`` as a finite float, or ``NonFiniteReward`` naming the row, the task and the environment."""
     try:
         value = float(reward)
@@ -608,13 +608,13 @@ def _finite_reward(reward, actor: Actor, e: Episode, row: int, step: int) -> flo
         value = float("nan")
     if not math.isfinite(value):
         raise NonFiniteReward(
-            f"the {actor.env} environment returned reward {reward!r} for row {row} (task {e.task}, group {e.group}, "
+            f"the {agent.env} environment returned reward {reward!r} for row {row} (task {e.task}, group {e.group}, "
             f"copy {e.copy}, step {step}, env slot {e.slot}); rewards must be finite numbers: fix the environment "
             "(its reward or data for this task), then rerun the same command to resume from the last checkpoint")
     return value
 
 
-def play(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int, episodes_per_task: int = 1,
+def play(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int, episodes_per_task: int = 1,
          hook: TurnHook | None = None) -> tuple[RolloutBatch, list[Episode]]:
     """Play a task list, ``episodes_per_task`` episodes per task, in chunks of the pool's size: the acting loop
     that RL rollouts, evaluation, the SFT warm start's DAgger rounds and its evaluation all share.
@@ -631,14 +631,14 @@ def play(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int, episodes_p
         raise ValueError("play: no tasks given (an empty task list)")
     if not isinstance(episodes_per_task, int) or episodes_per_task < 1:
         raise ValueError(f"play: episodes_per_task={episodes_per_task!r} must be a positive integer")
-    per_chunk = actor.pool.num_envs // episodes_per_task
+    per_chunk = agent.pool.num_envs // episodes_per_task
     if per_chunk < 1:
-        raise ValueError(f"play: episodes_per_task={episodes_per_task} exceeds the pool's {actor.pool.num_envs} envs")
+        raise ValueError(f"play: episodes_per_task={episodes_per_task} exceeds the pool's {agent.pool.num_envs} envs")
     batches, all_eps = [], []
     for start in range(0, len(tasks), per_chunk):
         trace = RolloutTrace()
         chunk = tasks[start:start + per_chunk]
-        rows, eps = _run(actor, chunk, episodes_per_task, sampling, seed, trace, hook=hook)
+        rows, eps = _run(agent, chunk, episodes_per_task, sampling, seed, trace, hook=hook)
         batches.append(rows.to_batch(eps, group_offset=start))
         for e in eps:
             e.group += start
@@ -648,12 +648,12 @@ def play(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int, episodes_p
     return RolloutBatch.concat(batches), all_eps
 
 
-def evaluate(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int,
+def evaluate(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int,
              episodes_per_task: int = 1) -> tuple[dict[str, float], RolloutBatch]:
     """Play a fixed task list (e.g. ``envs.pool.eval_tasks``) with ``play`` and score it; tasks may come from
     several splits.
 
-    Metrics, per split of the list (``<env>`` = ``actor.env``)::
+    Metrics, per split of the list (``<env>`` = ``agent.env``)::
 
         eval/<env>/<split>/success_rate                  won episodes / episodes
         eval/<env>/<split>/family/<family>/success_rate  the same per task family
@@ -668,9 +668,9 @@ def evaluate(actor: Actor, tasks, *, sampling: SamplingConfig, seed: int,
     tasks = list(tasks)
     if not tasks:
         raise ValueError("evaluate: no tasks given (an empty evaluation list)")
-    env = actor.env
+    env = agent.env
     t_start = time.perf_counter()
-    batch, all_eps = play(actor, tasks, sampling=sampling, seed=seed, episodes_per_task=episodes_per_task)
+    batch, all_eps = play(agent, tasks, sampling=sampling, seed=seed, episodes_per_task=episodes_per_task)
     metrics: dict[str, float] = {}
     splits = list(dict.fromkeys(t.split for t in tasks))
     graded = env == "webshop" or any(e.score is not None for e in all_eps)

@@ -1,13 +1,13 @@
 """Hidden states of several layers at the last prompt token, from one forward pass (or from none).
 
 BiGPO's state [paper]: ``h_i = H^{(L)}_{i, p_i - 1}``, the layer-L state of the LAST PROMPT TOKEN, Hugging Face's
-``hidden_states[L]`` convention (``trainer.actor.hidden_state_module``: entry 0 = embeddings, negative indices
+``hidden_states[L]`` convention (``trainer.forward.hidden_state_module``: entry 0 = embeddings, negative indices
 from the end, -1 = the final norm's output). The trainer captures one layer in its old-log-prob pass over
 prompt+response; for the geometry study we want several layers at once, on CPU, without a second pass:
 
 * ``capture_prompt_states(model, prompt_ids, layers)``: one prompt-only forward per micro-batch with one forward
   hook per layer. The model is causal, so the last prompt token's state does not depend on the response: this
-  equals ``trainer.actor.actor_forward(..., hidden_layer=L).hidden`` on prompt+response rows (tested to float
+  equals ``trainer.forward.policy_forward(..., hidden_layer=L).hidden`` on prompt+response rows (tested to float
   rounding) and costs a prompt-only forward for ALL layers together.
 * ``CapturingEngine(hf_engine, layers)``: wraps the Hugging Face rollout engine; the same hooks record the last
   column of the left-padded PREFILL of every generation batch (left padding puts every row's last prompt token
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from agents.engines.base import Generation, RolloutEngine, SamplingConfig
-from trainer.actor import causal_lm_of, hidden_state_module
+from trainer.forward import causal_lm_of, hidden_state_module
 
 __all__ = ["capture_prompt_states", "CapturingEngine", "ActionMix", "SCRIPTED_THINK"]
 

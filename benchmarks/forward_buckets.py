@@ -35,7 +35,7 @@ def pass_work(prompt_ids, response_ids, bsz: int, suffix_buckets: int) -> tuple[
     """(token positions, attended keys) of a pass over these rows as the engine runs it with prefix sharing: rows
     in prompt order, ``bsz`` per forward, each packed by ``pack_rows_shared`` with ``suffix_buckets``."""
     from benchmarks.iteration_phases import batch_work
-    from trainer.actor import pack_rows_shared, prefix_order
+    from trainer.forward import pack_rows_shared, prefix_order
 
     order = prefix_order(prompt_ids)
     pos = att = 0

@@ -15,7 +15,7 @@ prefix) and ``cascade`` (the same, with each prefix's keys read once for all its
 every decode step: the default); the rows whose tokens differ from ``hf``'s are counted. In every iteration the
 old-log-prob pass (with the hidden state), the reference pass and the PPO update each run twice on the same batch from
 the same weights and optimizer state: once with
-``trainer.prefix_sharing=false`` (every row computes its whole prompt) and once with it on (``trainer/actor.py``);
+``trainer.prefix_sharing=false`` (every row computes its whole prompt) and once with it on (``trainer/forward.py``);
 the run then goes on from the shared variant's update.
 
 Per phase the table gives the median wall and CPU seconds, the tokens, the token positions the kernels computed
@@ -65,7 +65,7 @@ def packed_work(prompt_ids, response_ids, bsz: int, share: bool) -> tuple[int, i
     """(token positions, attended keys, real tokens) of the no-gradient pass over these rows in batches of bsz,
     as ``PPOActor.compute_logprobs`` packs them (dense attention over each batch's padded width)."""
 
-    from trainer.actor import length_order, pack_rows, pack_rows_shared, prefix_order
+    from trainer.forward import length_order, pack_rows, pack_rows_shared, prefix_order
 
     n = len(prompt_ids)
     order = prefix_order(prompt_ids) if share else length_order(prompt_ids, response_ids)
@@ -81,7 +81,7 @@ def packed_work(prompt_ids, response_ids, bsz: int, share: bool) -> tuple[int, i
 def batch_work(b) -> tuple[int, int, int]:
     """(token positions, attended keys, real tokens) of one forward over a ``PackedBatch`` or a
     ``PrefixPackedBatch`` (dense attention over the padded widths)."""
-    from trainer.actor import PrefixPackedBatch
+    from trainer.forward import PrefixPackedBatch
 
     if isinstance(b, PrefixPackedBatch):
         kk, ll = b.prefix_ids.shape

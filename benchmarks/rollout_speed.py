@@ -3,7 +3,7 @@
     python -m benchmarks.rollout_speed [--alfworld]  # all three parts, tiny model + SmolLM2 (~35 min on the loaded
     2-core machine) python -m benchmarks.rollout_speed --quick       # tiny model only, smaller rollouts
 
-(a) **Hidden-state capture cost**: the trainer's old-log-prob pass (``trainer.actor.actor_forward``) over the
+(a) **Hidden-state capture cost**: the trainer's old-log-prob pass (``trainer.forward.policy_forward``) over the
     rows of a real rollout, with the forward hook that captures the layer-L state of the last prompt token
     versus without it (same rows, same batches), and, for scale, the extra pass the paper pays (a second
     ``output_hidden_states=True`` forward over the prompts). Target: hook <= 2% of the pass [choice]; the
@@ -82,15 +82,15 @@ def bench_hidden(label: str, model_path, layer: int, p: int, g: int, max_tokens:
     import torch
 
     from agents.engines import SamplingConfig, make_engine
-    from agents.rollout import Actor, collect, prompt_config_for
-    from trainer.actor import actor_forward, pack_rows
+    from agents.rollout import Agent, collect, prompt_config_for
+    from trainer.forward import pack_rows, policy_forward
 
     engine = make_engine("hf", model_path, dtype="float32")
     tok = engine.tokenizer
     with _pool("textcraft", p * g, max_steps=2) as pool:
-        actor = Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
+        agent = Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
                       max_prompt_tokens=2048)
-        batch, _ = collect(actor, _tasks(pool, p, seed=3), group_size=g,
+        batch, _ = collect(agent, _tasks(pool, p, seed=3), group_size=g,
                            sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens), seed=0)
     model = engine.model
     n = len(batch)
@@ -102,14 +102,14 @@ def bench_hidden(label: str, model_path, layer: int, p: int, g: int, max_tokens:
 
     def plain():
         for pk in packed:
-            actor_forward(model, pk, hidden_layer=None, compute_entropy=False)
+            policy_forward(model, pk, hidden_layer=None, compute_entropy=False)
 
     hooked_out = []
 
     def hooked():
         hooked_out.clear()
         for pk in packed:
-            hooked_out.append(actor_forward(model, pk, hidden_layer=layer, compute_entropy=False).hidden)
+            hooked_out.append(policy_forward(model, pk, hidden_layer=layer, compute_entropy=False).hidden)
 
     extra_out = []
 
@@ -254,7 +254,7 @@ class ExpertMixEngine(RolloutEngine):
 
 def bench_waste(engine, env: str, p_groups: int, g: int, max_steps: int, max_tokens: int, mix: float | None) -> dict:
     from agents.engines import SamplingConfig
-    from agents.rollout import Actor, RolloutTrace, collect, prompt_config_for
+    from agents.rollout import Agent, RolloutTrace, collect, prompt_config_for
 
     tok = engine.tokenizer
     out = {"env": env, "P": p_groups, "G": g, "horizon": max_steps,
@@ -266,9 +266,9 @@ def bench_waste(engine, env: str, p_groups: int, g: int, max_steps: int, max_tok
             eng = engine if mix is None else ExpertMixEngine(engine, pool, mix)
             outer = GenerateForFinished(eng, pool, tasks, g, seed=5) if wasteful else eng
             trace = RolloutTrace()
-            actor = Actor(pool=pool, engine=outer, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
+            agent = Agent(pool=pool, engine=outer, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
                           max_prompt_tokens=2048)
-            batch, m = collect(actor, tasks, group_size=g,
+            batch, m = collect(agent, tasks, group_size=g,
                                sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens), seed=5, trace=trace)
             runs[wasteful] = (batch, m, trace, eng, outer)
     (b0, m0, t0, e0, _o0), (b1, m1, _t1, e1, o1) = runs[False], runs[True]
@@ -289,13 +289,13 @@ def bench_waste(engine, env: str, p_groups: int, g: int, max_steps: int, max_tok
 # ====================================================================== (c) throughput
 def bench_throughput(engine, p: int, g: int, max_steps: int, max_tokens: int) -> dict:
     from agents.engines import SamplingConfig
-    from agents.rollout import Actor, collect, prompt_config_for
+    from agents.rollout import Agent, collect, prompt_config_for
 
     tok = engine.tokenizer
     with _pool("textcraft", p * g, max_steps) as pool:
-        actor = Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
+        agent = Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
                       max_prompt_tokens=2048)
-        _, m = collect(actor, _tasks(pool, p, seed=2), group_size=g,
+        _, m = collect(agent, _tasks(pool, p, seed=2), group_size=g,
                        sampling=SamplingConfig(temperature=1.0, max_tokens=max_tokens), seed=1)
     total = m["perf/rollout_s"]
     processed = m["rollout/num_rows"] * m["rollout/prompt_tokens_mean"] + m["rollout/gen_tokens"]
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## (a) Hidden-state capture inside the old-log-prob pass",
         "",
-        "Rows: a real TextCraft rollout of the model (2 turns). `pass` = `trainer.actor.actor_forward` over "
+        "Rows: a real TextCraft rollout of the model (2 turns). `pass` = `trainer.forward.policy_forward` over "
         "prompt+response without capture; `+hook` = the same with the forward hook at the BiGPO layer; `extra pass` "
         "= what the paper pays instead: a second forward with `output_hidden_states=True` over the prompts. "
         "Times are CPU seconds of the benchmark process (`time.process_time`, 1 torch thread), which other jobs on "

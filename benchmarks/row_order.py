@@ -17,7 +17,7 @@ start), else from the preset's untrained model (its responses run near the token
 pass the table gives the token positions computed (padding included) of three variants: prompt order packed
 unshared (the order before the fix, wherever sharing was refused), length order packed unshared (now), prompt order
 with shared prefixes (what a pass gets where sharing is allowed); ratios are to length order. No model runs on the
-rows: the counts are exact for the packing the engine does (``trainer.actor.pack_rows`` / ``pack_rows_shared``).
+rows: the counts are exact for the packing the engine does (``trainer.forward.pack_rows`` / ``pack_rows_shared``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def forwards_positions(prompt_ids, response_ids, groups: list[list[int]], varian
     """Token positions (padding included) of one forward per group of row indices, each group ordered and packed
     as ``variant`` says."""
     from benchmarks.iteration_phases import batch_work
-    from trainer.actor import pack_rows, pack_rows_shared
+    from trainer.forward import pack_rows, pack_rows_shared
 
     pos = 0
     for rows in groups:
@@ -52,7 +52,7 @@ def forwards_positions(prompt_ids, response_ids, groups: list[list[int]], varian
 def pass_groups(prompt_ids, response_ids, rows: list[int], per_forward: int, variant: str) -> list[list[int]]:
     """``rows`` ordered as ``variant`` orders them, cut as the engine cuts a pass: the log-prob pass into forwards
     of ``per_forward`` rows, a mini-batch into ``ceil(len / per_forward)`` even micro-batches (``split_even``)."""
-    from trainer.actor import length_order, prefix_order
+    from trainer.forward import length_order, prefix_order
 
     ps, rs = [prompt_ids[i] for i in rows], [response_ids[i] for i in rows]
     order = length_order(ps, rs) if variant == VARIANTS[1] else prefix_order(ps)
@@ -60,7 +60,7 @@ def pass_groups(prompt_ids, response_ids, rows: list[int], per_forward: int, var
 
 
 def micro_groups(prompt_ids, response_ids, mb: list[int], micro: int, variant: str) -> list[list[int]]:
-    from trainer.actor import length_order, prefix_order
+    from trainer.forward import length_order, prefix_order
     from trainer.ppo_actor import split_even
 
     ps, rs = [prompt_ids[i] for i in mb], [response_ids[i] for i in mb]

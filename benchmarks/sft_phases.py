@@ -42,7 +42,7 @@ def step_work(prompt_ids, response_ids, share: bool) -> tuple[int, int, int]:
     ``SFTLearner`` packs them with a prompt-token loss (one micro-batch)."""
     import torch
 
-    from trainer.actor import pack_rows, pack_rows_shared
+    from trainer.forward import pack_rows, pack_rows_shared
 
     if share:
         return batch_work(pack_rows_shared(prompt_ids, response_ids, 0, score_prompt=True))
@@ -87,7 +87,7 @@ def run(steps: int, episodes: int, threads: int, compiled: bool = False) -> dict
                                                                 zero_stage=cfg.zero_stage),
                                          total_steps=steps, prompt_weight=cfg.prompt_weight, share_prompt_loss=share)
             if comp:  # the decoder through torch.compile (inductor), shapes dynamic: its first steps compile
-                learners[v].lm.get_decoder().compile(dynamic=True)  # in place: actor_forward calls this module
+                learners[v].lm.get_decoder().compile(dynamic=True)  # in place: policy_forward calls this module
             logs[v] = {k: [] for k in ("wall", "cpu", "tokens", "gflop", "floor_gflop", "positions", "loss")}
         for k in range(steps):  # the variants take turns, step by step (a process runs slower at first)
             for j in range(len(variants)):

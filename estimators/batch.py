@@ -127,7 +127,7 @@ class StepBatch:
         elif need_hidden:
             raise ValueError(
                 "StepBatch.hidden is None but this estimator clusters hidden states: capture them in the "
-                "actor's old-log-prob pass (trainer.actor) or choose 'grpo'/'gigpo'/'hgpo'/'rloo'"
+                "actor's old-log-prob pass (trainer.forward) or choose 'grpo'/'gigpo'/'hgpo'/'rloo'"
             )
         if self.response_ids is not None:
             _check_tensor("response_ids", self.response_ids, n, "int", 2)

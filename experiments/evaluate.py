@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         reps = []
         t0 = time.time()
         for r in range(args.repeats):
-            with sft.acting(model, tokenizer, env_id, env_kwargs=env_kwargs, prompt_config=pcfg) as actor:
-                res = sft.evaluate(actor, split, sampling=sampling, seed=args.seed + r, max_tasks=args.max_tasks)
+            with sft.acting(model, tokenizer, env_id, env_kwargs=env_kwargs, prompt_config=pcfg) as agent:
+                res = sft.evaluate(agent, split, sampling=sampling, seed=args.seed + r, max_tasks=args.max_tasks)
             reps.append({**res.summary(), "by_family": res.by_family()})
         succ = [x["success"] for x in reps]
         row = {"success": _mean(succ), "per_repeat": succ, "episodes": int(sum(x["episodes"] for x in reps)),

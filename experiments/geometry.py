@@ -137,7 +137,7 @@ def collect_rollouts(args, layers: list[int]):
     from agents.engines import SamplingConfig
     from agents.engines.hf import HFEngine
     from agents.models import load_tokenizer
-    from agents.rollout import Actor, collect, prompt_config_for
+    from agents.rollout import Agent, collect, prompt_config_for
     from analysis.hidden_capture import ActionMix, CapturingEngine, capture_prompt_states
     from envs.pool import EnvPool, TaskSampler
     from trainer.models import resolve_model_folder
@@ -176,7 +176,7 @@ def collect_rollouts(args, layers: list[int]):
         t_setup = time.perf_counter() - t0
         print(f"[geometry] collecting {p} groups x {g} copies x <= {horizon} steps of {args.env} with {folder.name} "
               f"(max {args.max_tokens} response tokens, temperature {args.temperature})", flush=True)
-        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=pc,
+        batch, metrics = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=pc,
                                        max_prompt_tokens=args.max_prompt_tokens), tasks, group_size=g,
                                  sampling=sampling, seed=args.seed)
         t_collect = time.perf_counter() - t0 - t_setup

@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     plays = [Task(args.split, k, 1000 * k + c) for k in tasks for c in range(args.episodes)]
     t0 = time.perf_counter()
     with sft.acting(model, tok, args.env, env_kwargs=env_kwargs, prompt_config=prompt_config_for(tok, 2048, history),
-                    batch_envs=64) as actor:
-        res = sft.play(actor, plays, sampling=sft.play_sampling(args.temperature, max_tokens), seed=args.seed)
+                    batch_envs=64) as agent:
+        res = sft.play(agent, plays, sampling=sft.play_sampling(args.temperature, max_tokens), seed=args.seed)
     wins: dict[int, list[bool]] = {k: [] for k in tasks}
     names: dict[int, str] = {}
     for e in res.episodes:

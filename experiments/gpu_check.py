@@ -12,7 +12,7 @@ What runs, in order, each phase timed (wall seconds after ``torch.cuda.synchroni
    invalid actions that run to the token cap: the heaviest generation a rollout can have.
 2. **rollout**: P x G TextCraft episodes through ``agents.rollout.collect`` with the Hugging Face engine (the CPU
    default; vLLM is not on the device image), finished episodes stop generating.
-3. **old log-probs + hidden**: ``trainer.actor.actor_forward`` over the rows with the hidden state captured at the
+3. **old log-probs + hidden**: ``trainer.forward.policy_forward`` over the rows with the hidden state captured at the
    paper's layer (-12), no gradient; **reference log-probs**: the same without the hidden state.
 4. **estimators**: every registered estimator on those CUDA tensors (``estimators.compute_advantages``), then on a
    CPU copy of the same batch (each timed after one warm-up call): the max |difference| of the advantages is
@@ -182,11 +182,11 @@ def run(args) -> dict:
 
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
-    from agents.rollout import Actor, collect, prompt_config_for
+    from agents.rollout import Agent, collect, prompt_config_for
     from envs.pool import EnvPool, TaskSampler
     from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
     from estimators.synthetic import synthetic_batch
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
     from trainer.loss import ppo_loss
 
     dev = args.device
@@ -219,7 +219,7 @@ def run(args) -> dict:
     with EnvPool("TextCraft-v0", num_envs=P * G, mode="inline", env_kwargs={"max_steps": steps}) as pool:
         tasks = TaskSampler("train", pool.num_tasks("train"), seed=args.seed).sample(P)
         with ph.phase("rollout (HF engine)") as rec:
-            batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+            batch, metrics = collect(Agent(pool=pool, engine=engine, tokenizer=tok,
                                            prompt_config=prompt_config_for(tok, 2048, 2), max_prompt_tokens=2048),
                                      tasks, group_size=G, sampling=sampling, seed=args.seed)
             rec["tokens"] = int(metrics["rollout/gen_tokens"])
@@ -231,7 +231,7 @@ def run(args) -> dict:
 
     def forward(idx, hidden_layer, entropy):
         packed = pack_rows([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx], pad).to(dev)
-        return actor_forward(model, packed, hidden_layer=hidden_layer, compute_entropy=entropy)
+        return policy_forward(model, packed, hidden_layer=hidden_layer, compute_entropy=entropy)
 
     # ---- old log-probs with the hidden state, then the reference pass
     old_lp, hidden = [], []
@@ -337,7 +337,7 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
         old = eng.compute_logprobs(prompts, responses, pad_id=pad)
     with ph.phase("ZeRO-3: reference log-probs", tokens=all_tokens):
         ref = eng.compute_logprobs(prompts, responses, reference=True, hidden_layer=None, pad_id=pad)
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     def plain_logprobs(rows: list[int]) -> torch.Tensor:
         """The plain model's log-probs of ``rows`` (N, T_r) on the host, in ``micro`` chunks."""
@@ -346,7 +346,7 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
             for s0 in range(0, len(rows), micro):
                 idx = rows[s0: s0 + micro]
                 packed = pack_rows([prompts[i] for i in idx], [responses[i] for i in idx], pad).to(dev)
-                lp = actor_forward(model.eval(), packed).logprobs.float().cpu()
+                lp = policy_forward(model.eval(), packed).logprobs.float().cpu()
                 out_lp[s0: s0 + len(idx), : lp.shape[1]] = lp
         return out_lp
 

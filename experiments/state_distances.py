@@ -50,7 +50,7 @@ def pair_distances(model, tok, tasks, *, layer: int = -2, repeats: int = 4, expe
                    history_length: int = 0) -> dict[str, list[float]]:
     """{pair kind: cosine distances} (see module docstring)."""
     from envs.textcraft import TextCraftEnv
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     env = TextCraftEnv(show_inventory=True, max_steps=15)
     rows = []  # (task, observation, ids)
@@ -64,7 +64,7 @@ def pair_distances(model, tok, tasks, *, layer: int = -2, repeats: int = 4, expe
     def states(prompts):
         packed = pack_rows(prompts, one * len(prompts), pad_id=pad)
         with torch.no_grad():
-            return actor_forward(model, packed, hidden_layer=layer, compute_entropy=False).hidden.double()
+            return policy_forward(model, packed, hidden_layer=layer, compute_entropy=False).hidden.double()
 
     h = states([torch.tensor(r[2]) for r in rows])
     h_padded = torch.stack([states([filler, torch.tensor(r[2])])[1] for r in rows])

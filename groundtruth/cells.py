@@ -112,7 +112,7 @@ def cell_policy(mdp: TabularMDP, model, tokenizer, *, env_name: str, prompt_conf
     """The policy at the canonical prompt of every reachable cell (module docstring), built forward step by step.
 
     model : a causal LM or a scoring function (``onpolicy.score_actions``); env_name : the prompt wording
-    (``agents.prompts.get_prompt_builder``); prompt_config / max_prompt_tokens : the rollout's (``Actor``);
+    (``agents.prompts.get_prompt_builder``); prompt_config / max_prompt_tokens : the rollout's (``Agent``);
     start_weights : (n_tasks,) weights of the tasks' start states in the occupancy (default equal); seed : the
     renderings' seed.
     """

@@ -305,7 +305,7 @@ class TruthProbe:
         step0 = batch.step.numpy() == 0
         starts = [int(s) for s, first in zip(batch.state_key, step0) if first]
         weights = np.array([starts.count(int(s)) for s in self.mdp.start_states], dtype=np.float64)
-        cp = cell_policy(self.mdp, scorer, trainer.tokenizer, env_name=trainer.actor.env,
+        cp = cell_policy(self.mdp, scorer, trainer.tokenizer, env_name=trainer.agent.env,
                          prompt_config=trainer.prompt_config, max_prompt_tokens=trainer.cfg.rollout.max_prompt_tokens,
                          thought=canonical_thought(batch.response_text), pad_id=trainer.pad_id,
                          start_weights=weights if weights.sum() > 0 else None, max_rows=64)

@@ -29,7 +29,7 @@ and the visited share (``OnPolicyTruth.visited``) says how much of π came from 
 Scoring (``score_actions``) [choice]: the agent answers ``<think>…</think><action>a</action>``, and the thought is
 free text, so P(response names a) would be a sum over every thought. We score each action's closing text after the
 row's own sampled thought: log P(``action_ids[a]`` | prompt_i, thought_i), one forward over N × A continuations whose
-shared prefix (prompt + thought) is computed once per row (``trainer.actor.pack_rows_shared``). That is the
+shared prefix (prompt + thought) is computed once per row (``trainer.forward.pack_rows_shared``). That is the
 policy's action distribution given the reasoning it actually produced.
 """
 from __future__ import annotations
@@ -182,7 +182,7 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
                   max_rows: int = 256) -> np.ndarray:
     """(N, A) log P(action_ids[a] | context_ids[i]) under ``model``, the sum over a's tokens.
 
-    model : a causal LM (``torch.nn.Module``), or a function ``(prompts, responses) -> ActorOutput`` such as the
+    model : a causal LM (``torch.nn.Module``), or a function ``(prompts, responses) -> ForwardOutput`` such as the
             trainer's ``PPOActor.compute_logprobs``, which knows the run's sharding and chunking.
 
     context_ids : N 1-D LongTensors, each row's prompt followed by its response up to where the action text starts.
@@ -192,7 +192,7 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
     """
     import torch
 
-    from trainer.actor import actor_forward, pack_rows_shared
+    from trainer.forward import pack_rows_shared, policy_forward
 
     if not action_ids or any(int(a.numel()) == 0 for a in action_ids):
         raise ValueError("score_actions: every action needs at least one token")
@@ -205,7 +205,7 @@ def score_actions(model, context_ids, action_ids, pad_id: int = 0, temperature: 
             responses = [a for _ in ctx for a in action_ids]
             if isinstance(model, torch.nn.Module):
                 packed = pack_rows_shared(prompts, responses, pad_id)
-                res = actor_forward(model, packed, compute_entropy=False, temperature=temperature)
+                res = policy_forward(model, packed, compute_entropy=False, temperature=temperature)
             else:
                 res = model(prompts, responses)
             lp = (res.logprobs.double().cpu() * res.mask.cpu()).sum(1)

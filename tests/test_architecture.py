@@ -2,7 +2,7 @@
 package order, every gymnasium environment of the repo lives in ``envs`` (an entry point is an import the
 graph cannot see), only the environments and the acting loop step environments, and no function of the acting
 and training path takes more than ``MAX_PARAMETERS`` parameters (what varies per call; the rest travels in one
-object: ``agents.rollout.Actor``, a batch, a settings dataclass).
+object: ``agents.rollout.Agent``, a batch, a settings dataclass).
 
 Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
 import each other)::

@@ -1,4 +1,5 @@
-"""The trainer: typed run config, actor forward, PPO loss, PPOActor (DeepSpeed), checkpoints, logging, seeding.
+"""The trainer: typed run config, the policy's forward pass, PPO loss, PPOActor (DeepSpeed), checkpoints, logging,
+seeding.
 
 See ``trainer/README.md``. Names are imported lazily so that ``import trainer.config`` stays light::
 
@@ -12,7 +13,7 @@ _EXPORTS = {
     "RunConfig": "config", "load_config": "config", "save_config": "config", "config_from_argv": "config",
     "ConfigError": "config", "EnvConfig": "config", "ModelConfig": "config", "RolloutConfig": "config",
     "TrainerConfig": "config", "LoggingConfig": "config", "EvalConfig": "config", "SFTConfig": "config",
-    "ActorOutput": "actor", "actor_forward": "actor", "pack_rows": "actor", "hidden_state_module": "actor",
+    "ForwardOutput": "forward", "policy_forward": "forward", "pack_rows": "forward", "hidden_state_module": "forward",
     "ppo_loss": "loss", "PPOLossSettings": "loss", "PPOActor": "ppo_actor", "NonFiniteError": "ppo_actor",
     "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "MetricLogger": "logging",
     "seed_everything": "seeding", "Seeds": "seeding",

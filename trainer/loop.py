@@ -6,7 +6,7 @@ T_r response tokens, D hidden size, W data-parallel ranks.
 One iteration ``k`` (1-based; iteration 0 is the state before any update)::
 
     tasks            = sampler.sample(P)[rank's P/W]                    # same draw on every rank
-    batch, m_roll    = collect(actor, tasks, G, ...)                     # RolloutBatch, N rows
+    batch, m_roll    = collect(agent, tasks, G, ...)                     # RolloutBatch, N rows; agent: pool + engine
     old              = actor.compute_logprobs(prompt+response)          # (N, T_r) log-probs + (N, D) hidden at L
     ref              = reference.compute_logprobs(...)                  # (N, T_r), only with the KL loss
     adv              = compute_advantages(batch.to_step_batch(hidden), cfg.estimator)   # (N,)
@@ -60,7 +60,7 @@ from .run_folder import RunFolder
 if TYPE_CHECKING:
     from agents.engines import RolloutEngine, SamplingConfig
     from agents.prompts import PromptConfig
-    from agents.rollout import Actor
+    from agents.rollout import Agent
     from envs.pool import EnvPool, Task, TaskSampler
 
     from .logging import JsonlSink, MetricLogger
@@ -95,14 +95,14 @@ class TrainingFailed(RuntimeError):
 
 
 def old_from_rollout(batch):
-    """``trainer.old_logprobs: rollout``: the old pass's ``ActorOutput`` built from what the rollout returned.
+    """``trainer.old_logprobs: rollout``: the old pass's ``ForwardOutput`` built from what the rollout returned.
 
     logprobs (N, T_r) = the sampler's ``log softmax(z / tau)`` of each generated token (before top-p), as the
     trainer's pass computes it; mask (N, T_r) = the response tokens; hidden (N, D) = ``hidden_states[L]`` at the
     last prompt token from the prompt's forward (``RolloutBatch.rollout_hidden``), or None where the rollout did
     not capture it. T_r is the longest response, as in ``PPOActor.compute_logprobs``.
     """
-    from .actor import ActorOutput
+    from .forward import ForwardOutput
 
     if batch.rollout_logprobs is None:
         raise TrainingFailed("trainer.old_logprobs=rollout, but the rollout returned no sampler log-probs (the hf "
@@ -122,7 +122,7 @@ def old_from_rollout(batch):
     if hidden is not None:
         hidden = hidden.float()
         bad |= ~torch.isfinite(hidden).all(dim=1)
-    return ActorOutput(logprobs=logprobs, entropy=None, mask=mask, hidden=hidden,
+    return ForwardOutput(logprobs=logprobs, entropy=None, mask=mask, hidden=hidden,
                        nonfinite_rows=torch.nonzero(bad).flatten())
 
 
@@ -210,7 +210,7 @@ class Trainer:
         # acting (_build_rollout)
         self.train_sampling: SamplingConfig | None = None
         self.eval_sampling: SamplingConfig | None = None
-        self.actor: Actor | None = None
+        self.agent: Agent | None = None
         # the run's state (_resume) and its logs (_build_logs)
         self.start_iteration = 0
         self.saved_iteration = 0  # iteration of the newest checkpoint (where a restart would resume)
@@ -338,9 +338,9 @@ class Trainer:
             self.rollout_engine = self._make_rollout_engine(device, dtype)
 
     def _build_rollout(self) -> None:
-        """The sampling settings of training and evaluation and the ``Actor`` both phases act through."""
+        """The sampling settings of training and evaluation and the ``Agent`` both phases act through."""
         from agents.engines import SamplingConfig
-        from agents.rollout import Actor, ExpertShare
+        from agents.rollout import Agent, ExpertShare
 
         cfg = self.cfg
         from_rollout = cfg.trainer.old_logprobs == "rollout"  # the rollout's prompt forward gives the hidden state
@@ -349,7 +349,7 @@ class Trainer:
                                              hidden_layer=cfg.model.hidden_layer if from_rollout else None)
         self.eval_sampling = SamplingConfig(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
                                             max_tokens=cfg.rollout.max_response_tokens, logprobs=False)
-        self.actor = Actor(pool=self.pool, engine=self.rollout_engine, tokenizer=self.tokenizer,
+        self.agent = Agent(pool=self.pool, engine=self.rollout_engine, tokenizer=self.tokenizer,
                            prompt_config=self.prompt_config, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
                            env_name=cfg.env_name, prompt_format=cfg.rollout.prompt_format,
                            hook=ExpertShare(cfg.rollout.expert_share) if cfg.rollout.expert_share > 0 else None)
@@ -514,7 +514,7 @@ class Trainer:
         mine = tasks[self.rank * self.groups_local: (self.rank + 1) * self.groups_local]
         self.rollout_engine.wake()
         try:
-            batch, metrics = collect(self.actor, mine, group_size=self.cfg.env.group_size,
+            batch, metrics = collect(self.agent, mine, group_size=self.cfg.env.group_size,
                                      sampling=self.train_sampling, seed=iteration_seed(self.cfg.seed, iteration))
         except FloatingPointError as e:  # a NaN/Inf reward or rollout metric: the message names row, task and env
             raise TrainingFailed(f"iteration {iteration}: {e}") from e
@@ -665,7 +665,7 @@ class Trainer:
                     continue
                 extra = {"episodes_per_task": self.cfg.eval.episodes_per_task} if self.cfg.eval.episodes_per_task > 1 \
                     else {}
-                metrics, _ = evaluate(self.actor, mine, sampling=self.eval_sampling, seed=self.cfg.eval.seed,
+                metrics, _ = evaluate(self.agent, mine, sampling=self.eval_sampling, seed=self.cfg.eval.seed,
                                       **extra)
                 for k, v in metrics.items():
                     if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)

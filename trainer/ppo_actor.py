@@ -42,9 +42,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .actor import (
-    ActorModule,
-    ActorOutput,
+from .config import ModelConfig, TrainerConfig
+from .forward import (
+    ForwardModule,
+    ForwardOutput,
     causal_lm_of,
     hidden_state_module,
     length_order,
@@ -52,7 +53,6 @@ from .actor import (
     pack_rows_shared,
     prefix_order,
 )
-from .config import ModelConfig, TrainerConfig
 from .loss import PPOLossSettings, ppo_loss
 
 __all__ = [
@@ -266,10 +266,12 @@ _AUTO_EXT_FLAG = "BIPACE_TORCH_EXTENSIONS_AUTO"
 
 def venv_extensions_dir(prefix: str | None = None) -> Path:
     """``~/.cache/torch_extensions/<venv name without its dot>-<hash of its path>``: the JIT-build folder of one Python
-    environment."""
+    environment. The path is the one Python runs from, symbolic links kept: a venv reached through a link (a second
+    clone whose ``.venv`` links to the first's) compiles the op with include paths under the link, and torch rebuilds
+    an op whose build flags changed, so two paths sharing one folder would rebuild it in turn at every start."""
     import hashlib
 
-    prefix = str(Path(prefix or sys.prefix).resolve())
+    prefix = os.path.abspath(prefix or sys.prefix)
     tag = hashlib.sha256(prefix.encode()).hexdigest()[:8]
     return Path.home() / ".cache" / "torch_extensions" / f"{Path(prefix).name.lstrip('.')}-{tag}"
 
@@ -515,13 +517,13 @@ class PPOActor:
         if n_threads is not None:  # the CPU Adam built below and every step run on this process's OpenMP threads
             torch.set_num_threads(n_threads)
             log.info("optimizer offloaded: %d CPU thread(s) per rank (trainer.optimizer_threads)", n_threads)
-        actor = ActorModule(lm)
+        actor = ForwardModule(lm)
         params = [p for p in actor.parameters() if p.requires_grad]
         self.engine, _, _, _ = deepspeed.initialize(model=actor, model_parameters=params, config=self.ds_config)
         self.device = self.engine.device
         self.ref = None
         if ref_lm is not None:
-            ref = ActorModule(ref_lm)
+            ref = ForwardModule(ref_lm)
             if self.zero_stage == 3:
                 ref_cfg = build_ds_config(cfg, self.device_type, self.precision, optimizer=False)
                 self.ref, _, _, _ = deepspeed.initialize(model=ref, config=ref_cfg)
@@ -538,7 +540,7 @@ class PPOActor:
 
     # ------------------------------------------------------------------------------------ helpers
     @property
-    def module(self) -> ActorModule:
+    def module(self) -> ForwardModule:
         return self.engine.module
 
     @property
@@ -647,7 +649,7 @@ class PPOActor:
 
     def head_chunks(self, packed) -> int:
         """LM-head chunks every rank runs in this forward: under ZeRO-3 on several ranks the largest number any rank
-        needs (``actor_forward``'s ``head_chunks``; every call of the head gathers its weights); else 0 (as needed)."""
+        needs (``policy_forward``'s ``head_chunks``; every call of the head gathers its weights); else 0 (as needed)."""
         if self.zero_stage != 3 or self.world_size == 1:
             return 0
         need = math.ceil(packed.num_response_tokens / max(1, self.cfg.logprob_chunk_tokens))
@@ -656,7 +658,7 @@ class PPOActor:
     @torch.no_grad()
     def compute_logprobs(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], *,
                          reference: bool = False, hidden_layer: int | None | str = "config",
-                         compute_entropy: bool = False, pad_id: int = 0) -> ActorOutput:
+                         compute_entropy: bool = False, pad_id: int = 0) -> ForwardOutput:
         """Log-probs (N, T_r) of the response tokens under the actor (or the reference), plus the hidden state
         (N, D) at ``hidden_layer`` ("config" = ``model.hidden_layer``; None = don't capture) of the last prompt
         token, in batches of ``logprob_batch_rows`` rows sorted by length (less padding). T_r is the longest
@@ -694,7 +696,7 @@ class PPOActor:
                                    grad=False).to(self.device)
                 head = self.head_chunks(packed)
                 self._count_forward(packed, head, extra=k >= len(chunks))
-                out = ActorOutput(**model(packed.as_kwargs(), hidden_layer=hidden_layer,
+                out = ForwardOutput(**model(packed.as_kwargs(), hidden_layer=hidden_layer,
                                           compute_entropy=compute_entropy, chunk_tokens=self.cfg.logprob_chunk_tokens,
                                           temperature=self.temperature, head_chunks=head))
                 if k >= len(chunks):
@@ -711,7 +713,7 @@ class PPOActor:
                     hidden[ix] = out.hidden.cpu()
                 bad.extend(idx[j] for j in out.nonfinite_rows.tolist())
         self.engine.train()
-        return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden,
+        return ForwardOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden,
                            nonfinite_rows=torch.tensor(sorted(bad), dtype=torch.long))
 
     # ------------------------------------------------------------------------------------- update
@@ -804,7 +806,7 @@ class PPOActor:
                                grad=True).to(self.device)
             head = self.head_chunks(packed)
             self._count_forward(packed, head, dummy=dummy)
-            out = ActorOutput(**self.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
+            out = ForwardOutput(**self.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=True,
                                             chunk_tokens=cfg.logprob_chunk_tokens, temperature=self.temperature,
                                             head_chunks=head))
             w = out.logprobs.shape[1]

@@ -236,8 +236,8 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
                 options = sft.PlayOptions(label_style=cfg.rationale, expert_mix=cfg.expert_mix, source=f"dagger{k}",
                                           conventions="episode",  # the seeds every cached warm start was built with
                                           progress=cfg.progress, desc=f"dagger round {k}")
-                with sft.acting(model, tokenizer, cfg.env_id, env_kwargs=ek, prompt_config=pcfg) as actor:
-                    res = sft.play(actor, _tasks(cfg, train_split, cfg.dagger_episodes, 100 + k),
+                with sft.acting(model, tokenizer, cfg.env_id, env_kwargs=ek, prompt_config=pcfg) as agent:
+                    res = sft.play(agent, _tasks(cfg, train_split, cfg.dagger_episodes, 100 + k),
                                    sampling=sft.play_sampling(cfg.dagger_temperature, cfg.max_response_tokens),
                                    seed=cfg.seed * 1000 + k, options=options)
                 sft.save_rows(res.rows, dpath)
@@ -281,16 +281,16 @@ def warm_start(cfg: WarmStartConfig | None = None, *, force: bool = False) -> Pa
     model = load_model(prev, dtype="float32")
     evals = {}
     modes = (("greedy", 0.0),) + ((("sampled", cfg.eval_temperature),) if cfg.eval_sampled else ())
-    with sft.acting(model, tokenizer, cfg.env_id, env_kwargs=ek, prompt_config=pcfg) as actor:
+    with sft.acting(model, tokenizer, cfg.env_id, env_kwargs=ek, prompt_config=pcfg) as agent:
         for name, temp in modes:
             desc = f"eval {eval_split} " + (f"T={temp:g}" if temp else "greedy")
-            res = sft.evaluate(actor, eval_split, sampling=sft.play_sampling(temp, cfg.max_response_tokens),
+            res = sft.evaluate(agent, eval_split, sampling=sft.play_sampling(temp, cfg.max_response_tokens),
                                seed=cfg.eval_seed, max_tasks=cfg.eval_max_tasks,
                                options=sft.PlayOptions(progress=cfg.progress, desc=desc))
             evals[name] = {"temperature": temp, **res.summary(), "by_family": res.by_family()}
         if cfg.eval_train_tasks:
             # in-distribution check: train goals (seen in SFT) with env seeds no SFT episode used
-            res = sft.play(actor, _tasks(cfg, train_split, cfg.eval_train_tasks, salt=999),
+            res = sft.play(agent, _tasks(cfg, train_split, cfg.eval_train_tasks, salt=999),
                            sampling=sft.play_sampling(0.0, cfg.max_response_tokens), seed=cfg.eval_seed,
                            options=sft.PlayOptions(progress=cfg.progress,
                                                    desc=f"eval {train_split} (fresh seeds) greedy"))

@@ -16,13 +16,13 @@ token. Pieces:
   rows train the tokenizer (``rows_corpus``) and the model.
 * **Loss** (``sft_loss``): negative log-likelihood of the response tokens only, token-mean over the batch:
   ``L = -(1 / sum_i |r_i|) * sum_i sum_{t < |r_i|} log pi(r_{i,t} | prompt_i, r_{i,<t})``; prompt tokens are
-  never targets (``trainer.actor.actor_forward`` only scores response positions).
+  never targets (``trainer.forward.policy_forward`` only scores response positions).
 * **Learner** (``SFTLearner``): the trainer's DeepSpeed ``PPOActor`` (ZeRO on CPU with gloo, as everywhere),
   without reference model, with an SFT learning-rate schedule (linear warm-up, then constant | linear | cosine
   decay) [choice].
 * **Acting**: ``play`` and ``evaluate`` play through ``agents.rollout.play``, the one loop RL rollouts and RL
   evaluation use (same prompts, cut, projection, invalid-action handling and per-sample seeds), with a per-turn
-  hook for DAgger; ``acting`` builds their ``agents.rollout.Actor`` (the model behind the HF engine, a pool).
+  hook for DAgger; ``acting`` builds their ``agents.rollout.Agent`` (the model behind the HF engine, a pool).
 * **DAgger** (``play`` with ``PlayOptions(label_style=...)``): roll the current model out with the Hugging Face
   engine, label every state it reaches with the expert (action + rationale for the model's own prompt),
   aggregate, retrain [Ross et al. 2011]. ``expert_mix`` (beta) executes the expert's action instead of the model's with
@@ -348,7 +348,7 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, total_tokens: float | t
              ) -> torch.Tensor:
     """Token-mean negative log-likelihood of response tokens.
 
-    logprobs     : FloatTensor (N, T_r)  log pi(r_t | prompt, r_<t) of response tokens (``actor_forward``)
+    logprobs     : FloatTensor (N, T_r)  log pi(r_t | prompt, r_<t) of response tokens (``policy_forward``)
     mask         : BoolTensor (N, T_r)   True on real response tokens
     total_tokens : denominator (the whole mini-batch's response tokens when called per micro-batch);
                    default ``mask.sum()``
@@ -392,11 +392,11 @@ class SFTLearner:
     extra forward or backward pass (only the LM head runs on more positions).
 
     ``share_prompt_loss`` (with ``prompt_weight`` > 0 and ``cfg.prefix_sharing``): rows of a micro-batch that share
-    a prompt prefix compute it once (``trainer.actor.pack_rows_shared(score_prompt=True)``); its tokens' log-probs, the
-    same for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows), so the loss and
-    its gradient equal the unshared pass's to float tolerance (tests/warmstart/test_sft_sharing.py) [choice: off by
-    default, because the float order, and so a warm start's weights, change]. Without a prompt loss, rows share
-    prefixes whenever ``cfg.prefix_sharing`` is on, as in the RL update.
+    a prompt prefix compute it once (``trainer.forward.pack_rows_shared(score_prompt=True)``); its tokens'
+    log-probs, the same for every row that holds it, enter the loss once per row (weight ``prompt_weight`` x rows),
+    so the loss and its gradient equal the unshared pass's to float tolerance (tests/warmstart/test_sft_sharing.py)
+    [choice: off by default, because the float order, and so a warm start's weights, change]. Without a prompt loss,
+    rows share prefixes whenever ``cfg.prefix_sharing`` is on, as in the RL update.
     """
 
     def __init__(self, model, cfg, *, device: str = "cpu", schedule: str = "cosine", total_steps: int = 0,
@@ -449,7 +449,7 @@ class SFTLearner:
         token, response = the rest of the prompt + the response, with token weights w on the former prompt and 1
         on the response, so the actor's own forward computes every log-prob needed.
         """
-        from trainer.actor import ActorOutput, PrefixPackedBatch, pack_rows_shared, prefix_order
+        from trainer.forward import ForwardOutput, PrefixPackedBatch, pack_rows_shared, prefix_order
         from trainer.ppo_actor import split_even
 
         act = self.actor
@@ -458,7 +458,7 @@ class SFTLearner:
         n_micro = max(1, math.ceil(n / self.cfg.micro_batch_rows))
         w = self.prompt_weight
         share_w = w > 0 and self.share_prompt_loss and self.cfg.prefix_sharing
-        if self.cfg.prefix_sharing and (w == 0 or share_w):  # shared prefixes side by side (trainer/actor.py)
+        if self.cfg.prefix_sharing and (w == 0 or share_w):  # shared prefixes side by side (trainer/forward.py)
             order = prefix_order(prompt_ids)
         else:
             order = sorted(range(n), key=lambda i: -(int(prompt_ids[i].numel()) + r_len[i]))  # less padding
@@ -476,7 +476,7 @@ class SFTLearner:
                 ps = [prompt_ids[i] for i in micro]
                 rs = [response_ids[i] for i in micro]
             packed = act.pack(ps, rs, pad_id, grad=True).to(act.device)
-            out = ActorOutput(**act.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=False,
+            out = ForwardOutput(**act.engine(packed.as_kwargs(), hidden_layer=None, compute_entropy=False,
                                            chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0))
             mask = out.mask.float()  # (n_micro_rows, T_r)
             resp_mask = mask
@@ -497,11 +497,11 @@ class SFTLearner:
         """``_micro_losses``' tuple for one micro-batch packed by ``pack_rows_shared(score_prompt=True)``: the
         suffix log-probs (the rest of each prompt at weight w, then the response at 1), each row's first suffix
         token (weight w) and each shared prefix's tokens (weight w x the rows that hold it)."""
-        from trainer.actor import ActorOutput
+        from trainer.forward import ForwardOutput
 
         act, w = self.actor, self.prompt_weight
         cut = packed.prefix_mask.sum(1)[packed.row_prefix].tolist()  # each row's prefix length
-        out = ActorOutput(**act.engine(packed.to(act.device).as_kwargs(), hidden_layer=None, compute_entropy=False,
+        out = ForwardOutput(**act.engine(packed.to(act.device).as_kwargs(), hidden_layer=None, compute_entropy=False,
                                        chunk_tokens=self.cfg.logprob_chunk_tokens, temperature=1.0,
                                        prefix_targets=True))
         weights = torch.zeros_like(out.logprobs)
@@ -797,7 +797,7 @@ def play_sampling(temperature: float = 0.4, max_response_tokens: int = 128, top_
 @contextmanager
 def acting(model, tokenizer, env_id: str, *, env_kwargs: dict | None = None, max_steps: int | None = None,
            batch_envs: int = 32, prompt_config=None, max_prompt_tokens: int | None = None) -> Iterator:
-    """An ``agents.rollout.Actor`` for ``play`` / ``evaluate``: ``model`` (in eval mode until the block ends)
+    """An ``agents.rollout.Agent`` for ``play`` / ``evaluate``: ``model`` (in eval mode until the block ends)
     behind the Hugging Face engine, an inline pool of ``batch_envs`` envs of ``env_id`` (``max_steps``: the
     horizon, into ``env_kwargs``). ``prompt_config``: default ``agents.rollout.prompt_config_for(tokenizer,
     2048)``; ``max_prompt_tokens`` (the hard cut): default the config's token bound."""
@@ -814,17 +814,17 @@ def acting(model, tokenizer, env_id: str, *, env_kwargs: dict | None = None, max
     model.eval()
     try:
         with EnvPool(env_id, num_envs=max(1, int(batch_envs)), mode="inline", env_kwargs=kwargs) as pool:
-            yield rollout.Actor(pool=pool, engine=HFEngine(model, tokenizer), tokenizer=tokenizer,
+            yield rollout.Agent(pool=pool, engine=HFEngine(model, tokenizer), tokenizer=tokenizer,
                                 prompt_config=pcfg, max_prompt_tokens=bound)
     finally:
         if was_training:
             model.train()
 
 
-def play(actor, tasks: Sequence, *, sampling, seed: int = 0, options: PlayOptions = PlayOptions()) -> PlayResult:
+def play(agent, tasks: Sequence, *, sampling, seed: int = 0, options: PlayOptions = PlayOptions()) -> PlayResult:
     """Roll the model out on ``tasks`` through the acting loop every rollout uses (``agents.rollout.play``: up to
     the pool's size envs in lock-step, one batched ``generate`` per turn over the live ones, prompts and invalid
-    responses as in RL). ``actor``: from ``acting``; ``sampling``: e.g. ``play_sampling``; ``options``: DAgger
+    responses as in RL). ``agent``: from ``acting``; ``sampling``: e.g. ``play_sampling``; ``options``: DAgger
     labelling, conventions, progress (``PlayOptions``).
     """
     from agents import rollout
@@ -836,7 +836,7 @@ def play(actor, tasks: Sequence, *, sampling, seed: int = 0, options: PlayOption
     hook = _PlayHook(options, seed, bar)
     t0 = time.perf_counter()
     try:
-        batch, eps = rollout.play(actor, tasks, sampling=sampling, seed=seed, hook=hook)
+        batch, eps = rollout.play(agent, tasks, sampling=sampling, seed=seed, hook=hook)
     finally:
         bar.close()
     episodes, k = [], 0  # batch rows are sorted by (task, copy, step), the episodes' order
@@ -849,7 +849,7 @@ def play(actor, tasks: Sequence, *, sampling, seed: int = 0, options: PlayOption
     return PlayResult(episodes, hook.rows, gen_tokens, time.perf_counter() - t0, batch)
 
 
-def evaluate(actor, split: str, *, sampling, seed: int = 12345, max_tasks: int | None = None,
+def evaluate(agent, split: str, *, sampling, seed: int = 12345, max_tasks: int | None = None,
              options: PlayOptions | None = None) -> PlayResult:
     """Success on the fixed, seeded task list of ``split`` (``envs.pool.eval_tasks(split, n, max_tasks, seed)``,
     the list every run evaluates on), sampled with ``sampling`` (temperature 0 = greedy) and the per-sample seeds of
@@ -862,5 +862,5 @@ def evaluate(actor, split: str, *, sampling, seed: int = 12345, max_tasks: int |
     if options.label_style is not None or options.conventions != "rollout":
         raise ValueError("evaluate: evaluation plays unlabelled by the acting loop's own conventions; pass "
                          "options with label_style=None and conventions='rollout'")
-    tasks = eval_tasks(split, actor.pool.num_tasks(split), max_tasks, seed)
-    return play(actor, tasks, sampling=sampling, seed=seed, options=options)
+    tasks = eval_tasks(split, agent.pool.num_tasks(split), max_tasks, seed)
+    return play(agent, tasks, sampling=sampling, seed=seed, options=options)

@@ -110,13 +110,13 @@ class TestTinyModel:
         """vLLM returns each sampled token's log-prob (after temperature), equal to what the trainer computes."""
         import torch
 
-        from trainer.actor import actor_forward, pack_rows
+        from trainer.forward import pack_rows, policy_forward
 
         cfg = SamplingConfig(temperature=temperature, max_tokens=12, stop=())
         gens = vllm_engine.generate(prompts, cfg, seeds=[4, 5, 6])
         assert all(g.logprobs is not None and len(g.logprobs) == len(g.token_ids) > 0 for g in gens)
         with torch.no_grad():
-            out = actor_forward(hf_engine.model, pack_rows([torch.tensor(p) for p in prompts],
+            out = policy_forward(hf_engine.model, pack_rows([torch.tensor(p) for p in prompts],
                                                            [torch.tensor(g.token_ids) for g in gens]),
                                 compute_entropy=False, temperature=temperature)
         for i, g in enumerate(gens):

@@ -11,7 +11,7 @@ import torch
 
 from agents.engines import SamplingConfig
 from agents.engines.hf import HFEngine
-from agents.rollout import Actor, collect, prompt_config_for
+from agents.rollout import Agent, collect, prompt_config_for
 from envs.pool import EnvPool, TaskSampler
 from trainer.loop import TrainingFailed, old_from_rollout
 
@@ -22,7 +22,7 @@ def _rollout(engine, hidden_layer, seed=2):
     tok = engine.tokenizer
     with EnvPool("TextCraft-v0", 8, env_kwargs={"max_steps": 4}, mode="inline") as pool:
         tasks = TaskSampler("train", pool.num_tasks("train"), seed=3).sample(2)
-        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+        batch, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok,
                                  prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048), tasks,
                            group_size=4,
                            sampling=SamplingConfig(temperature=1.0, max_tokens=16, hidden_layer=hidden_layer),

@@ -1,4 +1,4 @@
-"""Shared prompt prefixes in the trainer's forwards (``trainer.actor.pack_rows_shared``): on real rollout rows
+"""Shared prompt prefixes in the trainer's forwards (``trainer.forward.pack_rows_shared``): on real rollout rows
 (TextCraft, the tiny model, G copies per goal, several turns) the shared pass gives the unshared pass's log-probs,
 entropy, hidden states and gradients; so do suffixes split into length buckets (``trainer.suffix_buckets``); the
 packing computes fewer positions; and the engine's passes with ``trainer.prefix_sharing`` on and off, and with
@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from agents.engines import SamplingConfig, make_engine
-from agents.rollout import Actor, collect, prompt_config_for
+from agents.rollout import Agent, collect, prompt_config_for
 from envs.pool import EnvPool, TaskSampler
-from trainer.actor import (
+from trainer.forward import (
     PackedBatch,
     PrefixPackedBatch,
-    actor_forward,
     pack_rows,
     pack_rows_shared,
+    policy_forward,
     prefix_order,
 )
 
@@ -32,7 +32,7 @@ def rollout_rows(hf_engine):
     tok = hf_engine.tokenizer
     with EnvPool("TextCraft-v0", 8, env_kwargs={"max_steps": 4}, mode="inline") as pool:
         tasks = TaskSampler("train", pool.num_tasks("train"), seed=3).sample(2)
-        batch, _ = collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok,
+        batch, _ = collect(Agent(pool=pool, engine=hf_engine, tokenizer=tok,
                                  prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048), tasks,
                            group_size=4, sampling=SamplingConfig(temperature=1.0, max_tokens=16), seed=2)
     assert len(batch) >= 16
@@ -41,7 +41,7 @@ def rollout_rows(hf_engine):
 
 def _grads(model, packed) -> dict[str, torch.Tensor]:
     model.zero_grad()
-    out = actor_forward(model, packed, compute_entropy=True)
+    out = policy_forward(model, packed, compute_entropy=True)
     # a loss that weighs each token differently, so that a row given another row's prefix would show
     w = torch.linspace(0.5, 1.5, out.logprobs.numel()).reshape(out.logprobs.shape)
     ((out.logprobs * w).sum() + 0.3 * (out.entropy * w).sum()).backward()
@@ -52,8 +52,8 @@ def assert_same_pass(model, want, got) -> None:
     """Two packings of the same rows give the same log-probs, entropy, hidden states (layer -2) and gradients."""
     model.eval()
     with torch.no_grad():
-        a = actor_forward(model, want, hidden_layer=-2)
-        b = actor_forward(model, got, hidden_layer=-2)
+        a = policy_forward(model, want, hidden_layer=-2)
+        b = policy_forward(model, got, hidden_layer=-2)
     torch.testing.assert_close(b.logprobs, a.logprobs, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(b.entropy, a.entropy, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(b.hidden, a.hidden, atol=1e-5, rtol=1e-5)
@@ -115,10 +115,10 @@ def test_any_bucket_split_is_exact():
     assert split.suffix_bucket.tolist() == [1, 0, 1, 0]
     planned = split.padded_tokens
     with torch.no_grad():
-        plain = actor_forward(model, pack_rows(ps, rs), hidden_layer=-1)
+        plain = policy_forward(model, pack_rows(ps, rs), hidden_layer=-1)
         for buckets in ([1, 0, 1, 0], [1, 0, 0, 1], [0, 1, 2, 3]):
             split.suffix_bucket = torch.tensor(buckets)
-            out = actor_forward(model, split, hidden_layer=-1)
+            out = policy_forward(model, split, hidden_layer=-1)
             torch.testing.assert_close(out.logprobs, plain.logprobs, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(out.hidden, plain.hidden, atol=1e-5, rtol=1e-5)
         split.suffix_bucket = torch.tensor([1, 0, 0, 1])
@@ -163,10 +163,10 @@ def test_a_wrong_prefix_is_seen():
     shared = pack_rows_shared(ps, rs, min_saving=0.0)
     assert isinstance(shared, PrefixPackedBatch) and shared.prefix_ids.shape[0] == 2
     with torch.no_grad():
-        right = actor_forward(model, shared).logprobs
+        right = policy_forward(model, shared).logprobs
         shared.row_prefix = 1 - shared.row_prefix
-        wrong = actor_forward(model, shared).logprobs
-        plain = actor_forward(model, pack_rows(ps, rs)).logprobs
+        wrong = policy_forward(model, shared).logprobs
+        plain = policy_forward(model, pack_rows(ps, rs)).logprobs
     torch.testing.assert_close(right, plain, atol=1e-5, rtol=1e-5)
     assert (wrong - plain).abs().max() > 1e-2
 
@@ -192,7 +192,7 @@ def test_gradient_checkpointing_refuses_a_shared_prefix():
     rs = [torch.tensor([30, 31]) for _ in ps]
     shared = pack_rows_shared(ps, rs, min_saving=0.0)
     with pytest.raises(ValueError, match="gradient checkpointing"):
-        actor_forward(model, shared)
+        policy_forward(model, shared)
 
 
 def test_actor_passes_agree_with_and_without_sharing(tiny_dir, rollout_rows):

@@ -12,7 +12,7 @@ from agents.prompts import PromptConfig
 from agents.rollout import (
     INVALID_ACTION_TEXT,
     PROMPT_CUT_MARKER,
-    Actor,
+    Agent,
     RolloutTrace,
     collect,
     encode_prompt,
@@ -85,14 +85,14 @@ def check_row_structure(batch, n_groups, group_size):
 @pytest.mark.parametrize("env", ["textcraft", "alfworld", "webshop"])
 def test_tiny_model_rollout_feeds_every_estimator(env, request, hf_engine, tok):
     from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     P, G = 2, 2
     with env_pool(env, P * G, request, max_steps=3, **({"expert": False} if env == "alfworld" else {})) as pool:
         split = pool.splits[0]
         tasks = TaskSampler(split, pool.num_tasks(split), seed=1).sample(P)
         cfg = prompt_config_for(tok, 2048)
-        batch, metrics = collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok, prompt_config=cfg,
+        batch, metrics = collect(Agent(pool=pool, engine=hf_engine, tokenizer=tok, prompt_config=cfg,
                                        max_prompt_tokens=2048), tasks, group_size=G, sampling=SHORT, seed=0)
         families = [pool.call([g * G], "task_family_of", t.split, t.index)[0] for g, t in enumerate(tasks)]
     trajs = check_row_structure(batch, P, G)
@@ -129,7 +129,7 @@ def test_tiny_model_rollout_feeds_every_estimator(env, request, hf_engine, tok):
         assert metrics[key] > 0
     # the trainer's old-log-prob pass gives the hidden states; every registered estimator takes the rows
     with torch.no_grad():
-        out = actor_forward(hf_engine.model, pack_rows(batch.prompt_ids, batch.response_ids),
+        out = policy_forward(hf_engine.model, pack_rows(batch.prompt_ids, batch.response_ids),
                             hidden_layer=-2, compute_entropy=False)
     # the sampler's log-probs are those of the actor's forward (temperature 1, same weights)
     for i in range(len(batch)):
@@ -144,18 +144,18 @@ def test_tiny_model_rollout_feeds_every_estimator(env, request, hf_engine, tok):
 def test_hidden_states_of_trainer_pass_over_rollout_rows_equal_separate_forward(hf_engine, tok, request):
     """The trainer's hook captures, for each of these rows, the layer-L state at the last prompt token: equal to a
     separate ``output_hidden_states=True`` forward over the prompt alone."""
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     with env_pool("textcraft", 4, request, max_steps=2) as pool:
         tasks = TaskSampler("train", pool.num_tasks("train"), seed=5).sample(2)
-        batch, _ = collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok,
+        batch, _ = collect(Agent(pool=pool, engine=hf_engine, tokenizer=tok,
                                  prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048), tasks,
                            group_size=2, sampling=SHORT, seed=1)
     model = hf_engine.model
     packed = pack_rows(batch.prompt_ids, batch.response_ids, pad_id=hf_engine.pad_id)
     for layer in (-1, -2, -3):
         with torch.no_grad():
-            captured = actor_forward(model, packed, hidden_layer=layer, compute_entropy=False).hidden
+            captured = policy_forward(model, packed, hidden_layer=layer, compute_entropy=False).hidden
             separate = torch.stack([model(p[None], output_hidden_states=True).hidden_states[layer][0, -1]
                                     for p in batch.prompt_ids])
         assert captured.shape == (len(batch), model.config.hidden_size)
@@ -165,7 +165,7 @@ def test_hidden_states_of_trainer_pass_over_rollout_rows_equal_separate_forward(
 def test_identical_seeds_give_identical_rollouts(hf_engine, tok, request):
     def run(seed, tasks):
         with env_pool("textcraft", 4, request, max_steps=2) as pool:
-            return collect(Actor(pool=pool, engine=hf_engine, tokenizer=tok,
+            return collect(Agent(pool=pool, engine=hf_engine, tokenizer=tok,
                                  prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048), tasks,
                            group_size=2, sampling=SamplingConfig(max_tokens=8), seed=seed)[0]
 
@@ -204,8 +204,8 @@ def test_finished_episodes_never_generate_again(tok, request):
     engine = ScriptedEngine(tok, _counter_script)
     trace = RolloutTrace()
     with env_pool("counter", P * G, request, max_steps=6) as pool:
-        actor = Actor(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, env_name="counter")
-        batch, metrics = collect(actor, tasks, group_size=G, sampling=SHORT, seed=3, trace=trace)
+        agent = Agent(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, env_name="counter")
+        batch, metrics = collect(agent, tasks, group_size=G, sampling=SHORT, seed=3, trace=trace)
     trajs = check_row_structure(batch, P, G)
     lengths = {k: len(v) for k, v in trajs.items()}
     assert len(set(lengths.values())) >= 3  # episodes end at different turns: the test has teeth
@@ -226,7 +226,7 @@ def test_finished_episodes_never_generate_again(tok, request):
 def test_max_turns_ends_the_rollout_with_done_rows(tok, request):
     engine = ScriptedEngine(tok, lambda *a: tagged("inc"))
     with env_pool("counter", 4, request) as pool:
-        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+        batch, metrics = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
                                        max_prompt_tokens=1024, max_turns=3),
                                  [Task("train", 0, 0), Task("train", 4, 0)], group_size=2, sampling=SHORT, seed=0)
     trajs = check_row_structure(batch, 2, 2)
@@ -253,7 +253,7 @@ def test_malformed_generations_become_invalid_actions(tok, request):
 
     engine = ScriptedEngine(tok, script)
     with env_pool("counter", 2, request, max_steps=len(BAD)) as pool:
-        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+        batch, metrics = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
                                        max_prompt_tokens=4096, env_name="counter"), [Task("train", 4, 0)],
                                  group_size=2, sampling=SHORT, seed=0)
     assert len(batch) > 0
@@ -276,7 +276,7 @@ def test_history_shows_only_executed_actions(tok, request):
     replies = [tagged("inc").replace("I follow the plan.", "SECRET REASONING"), "no tags at all", tagged("inc")]
     engine = ScriptedEngine(tok, lambda call, j, p, s: replies[call % 3])
     with env_pool("counter", 1, request, max_steps=3) as pool:
-        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+        batch, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok,
                                  prompt_config=PromptConfig(history_length=2), max_prompt_tokens=4096,
                                  env_name="counter"), [Task("train", 4, 0)], group_size=1, sampling=SHORT, seed=0)
     last = tok.decode(batch.prompt_ids[2])
@@ -298,7 +298,7 @@ def test_env_error_truncates_that_episode_and_the_rollout_continues(tok, request
 
     engine = ScriptedEngine(tok, script)
     with env_pool("counter", 4, request, mode="process", num_workers=2) as pool:
-        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+        batch, metrics = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
                                        max_prompt_tokens=4096, env_name="counter"),
                                  [Task("train", 4, 0), Task("train", 4, 1)], group_size=2, sampling=SHORT, seed=0,
                                  trace=trace)
@@ -317,7 +317,7 @@ def test_expert_replayed_through_the_rollout_succeeds(env, split, tok, request):
     with env_pool(env, 4, request) as pool:
         tasks = [Task(split, k, 7 + k) for k in ((0, 1) if env != "webshop" else (2, 5))]
         engine = ExpertEngine(tok, pool)
-        batch, metrics = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+        batch, metrics = collect(Agent(pool=pool, engine=engine, tokenizer=tok,
                                        prompt_config=prompt_config_for(tok, 4096), max_prompt_tokens=4096), tasks,
                                  group_size=2, sampling=SHORT, seed=0)
     trajs = check_row_structure(batch, 2, 2)
@@ -359,18 +359,18 @@ def test_prompt_cut_is_counted_and_the_builder_bound_avoids_it(tok, request):
     with env_pool("textcraft", 2, request, max_steps=2) as pool:
         tasks = [Task("train", 0, 0)]
         kw = dict(group_size=2, sampling=SHORT, seed=0)
-        full, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+        full, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
                                 max_prompt_tokens=10**6), tasks, **kw)
         n0, n1 = len(full.prompt_ids[0]), len(full.prompt_ids[1])
         assert n1 > n0 + 100
         bound = (n0 + n1) // 2
-        hard, m_hard = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+        hard, m_hard = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
                                      max_prompt_tokens=bound), tasks, **kw)
-        soft, m_soft = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+        soft, m_soft = collect(Agent(pool=pool, engine=engine, tokenizer=tok,
                                      prompt_config=prompt_config_for(tok, bound), max_prompt_tokens=bound), tasks,
                                **kw)
         # a builder bound below the prompt's fixed parts falls back to the hard cut (counted), never a crash
-        low, m_low = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+        low, m_low = collect(Agent(pool=pool, engine=engine, tokenizer=tok,
                                    prompt_config=prompt_config_for(tok, 100), max_prompt_tokens=bound), tasks, **kw)
     step1 = [i for i in range(len(hard)) if hard.step[i] == 1]
     assert m_hard["rollout/prompt_truncated_frac"] == 0.5 and len(step1) == 2
@@ -395,7 +395,7 @@ def test_evaluate_metrics_per_split_and_family(tok, request, webshop_dir):
     tasks = eval_tasks("test", 50, max_tasks=7, seed=0) + [Task("train", 3, 99)]
     with env_pool("webshop", 3, request) as pool:  # 8 tasks in chunks of 3: chunking is exercised
         engine = ExpertEngine(tok, pool, play=lambda slot: pool.tasks[slot].index % 2 == 0)
-        metrics, batch = evaluate(Actor(pool=pool, engine=engine, tokenizer=tok,
+        metrics, batch = evaluate(Agent(pool=pool, engine=engine, tokenizer=tok,
                                         prompt_config=prompt_config_for(tok, 4096), max_prompt_tokens=4096), tasks,
                                   sampling=SHORT, seed=0)
     env = make_env(webshop_dir)
@@ -425,7 +425,7 @@ def test_evaluate_metrics_per_split_and_family(tok, request, webshop_dir):
     # one episode per task; the list's rows are those of a collect with group_size 1 (seeds from the task)
     with env_pool("webshop", 8, request) as pool:
         engine = ExpertEngine(tok, pool, play=lambda slot: pool.tasks[slot].index % 2 == 0)
-        one, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 4096),
+        one, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 4096),
                                max_prompt_tokens=4096), tasks, group_size=1, sampling=SHORT, seed=0)
     assert one.response_text == batch.response_text and torch.equal(one.group_id, batch.group_id)
 
@@ -434,11 +434,11 @@ def test_evaluate_metrics_per_split_and_family(tok, request, webshop_dir):
     ("alfworld", "train", ("operating in the ALFRED Embodied Environment", "Below are the most recent")),
     ("webshop", "test", ("operating in the WebShop e\u2011commerce environment", "'click[search]',"))])
 def test_the_rollout_renders_the_actors_prompt_format(env, split, marks, tok, request):
-    """``Actor(prompt_format="verl_agent")``: every prompt the engine receives is verl-agent's, and the expert still
+    """``Agent(prompt_format="verl_agent")``: every prompt the engine receives is verl-agent's, and the expert still
     wins through it (the actions it lists are the env's)."""
     with env_pool(env, 2, request) as pool:
         engine = ExpertEngine(tok, pool)
-        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_format="verl_agent",
+        batch, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_format="verl_agent",
                                  prompt_config=prompt_config_for(tok, 4096), max_prompt_tokens=4096),
                            [Task(split, 2, 7)], group_size=2, sampling=SHORT, seed=0)
     assert batch.won.all()
@@ -447,26 +447,26 @@ def test_the_rollout_renders_the_actors_prompt_format(env, split, marks, tok, re
     assert all(marks[0] in t and "Your admissible actions" in t for t in first + later)
     assert marks[1] in " ".join(first + later) and all("Prior to this step" in t for t in later)
     with pytest.raises(ValueError, match="prompt_format='verl-agent' must be one of bipace, verl_agent"):
-        Actor(pool=pool, engine=engine, tokenizer=tok, prompt_format="verl-agent", max_prompt_tokens=64)
+        Agent(pool=pool, engine=engine, tokenizer=tok, prompt_format="verl-agent", max_prompt_tokens=64)
 
 
 def test_bad_arguments_are_explained(hf_engine, tok, request):
     with env_pool("counter", 2, request) as pool:
-        actor = Actor(pool=pool, engine=hf_engine, tokenizer=tok, prompt_config=None, max_prompt_tokens=64)
+        agent = Agent(pool=pool, engine=hf_engine, tokenizer=tok, prompt_config=None, max_prompt_tokens=64)
         kw = dict(group_size=2, sampling=SHORT, seed=0)
         with pytest.raises(ValueError, match="no tasks"):
-            collect(actor, [], **kw)
+            collect(agent, [], **kw)
         with pytest.raises(ValueError, match="num_envs >= 4"):
-            collect(actor, [Task("train", 0, 0)] * 2, **kw)
+            collect(agent, [Task("train", 0, 0)] * 2, **kw)
         with pytest.raises(TypeError, match="SamplingConfig"):
-            collect(actor, [Task("train", 0, 0)], **{**kw, "sampling": {"temperature": 1}})
+            collect(agent, [Task("train", 0, 0)], **{**kw, "sampling": {"temperature": 1}})
         with pytest.raises(ValueError, match="episodes_per_task"):
-            evaluate(actor, [Task("eval", 0, 0)], sampling=SHORT, seed=0, episodes_per_task=3)
+            evaluate(agent, [Task("eval", 0, 0)], sampling=SHORT, seed=0, episodes_per_task=3)
         for bad in (0, -1, 1.5):
             with pytest.raises(ValueError, match="max_prompt_tokens"):
-                Actor(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=bad)
+                Agent(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=bad)
         with pytest.raises(ValueError, match="max_turns"):
-            Actor(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=64, max_turns=0)
+            Agent(pool=pool, engine=hf_engine, tokenizer=tok, max_prompt_tokens=64, max_turns=0)
 
 
 def test_expert_share_plays_a_fixed_share_of_episodes_by_the_expert(tok, request):
@@ -482,10 +482,10 @@ def test_expert_share_plays_a_fixed_share_of_episodes_by_the_expert(tok, request
     tasks = [Task("train", 0, 0), Task("train", 4, 0)]
     engine = ScriptedEngine(tok, lambda *a: "no tags here")  # the model never acts validly
     with env_pool("counter", 4, request, max_steps=8) as pool:
-        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+        batch, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
                                  max_prompt_tokens=1024, hook=ExpertShare(1.0)), tasks, group_size=2,
                            sampling=SHORT, seed=0)
-        plain, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
+        plain, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=None,
                                  max_prompt_tokens=1024), tasks, group_size=2, sampling=SHORT, seed=0)
     assert bool(batch.won.all()) and len(batch) < len(plain)  # the expert wins before the horizon
     assert not bool(plain.won.any())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agents.engines import SamplingConfig, make_engine
-from agents.rollout import Actor, collect, prompt_config_for
+from agents.rollout import Agent, collect, prompt_config_for
 from envs.pool import EnvPool, Task
 
 pytestmark = pytest.mark.vllm
@@ -24,13 +24,13 @@ def engines(tiny_dir):
 def _collect(engine, seed, sampling):
     tok = engine.tokenizer
     with EnvPool("TextCraft-v0", 4, mode="inline", env_kwargs={"max_steps": 2}) as pool:
-        return collect(Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 1024),
+        return collect(Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 1024),
                              max_prompt_tokens=1024), TASKS, group_size=2, sampling=sampling, seed=seed)
 
 
 def test_vllm_collect_feeds_every_estimator_and_reproduces(engines):
     from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     vllm_engine, hf_engine = engines
     sampling = SamplingConfig(temperature=1.0, max_tokens=10)
@@ -46,7 +46,7 @@ def test_vllm_collect_feeds_every_estimator_and_reproduces(engines):
     assert metrics["rollout/gen_tokens"] == sum(len(r) for r in batch.response_ids) > 0
     assert metrics["perf/gen_tokens_per_s"] > 0
     with torch.no_grad():
-        out = actor_forward(hf_engine.model, pack_rows(batch.prompt_ids, batch.response_ids),
+        out = policy_forward(hf_engine.model, pack_rows(batch.prompt_ids, batch.response_ids),
                             hidden_layer=-2, compute_entropy=False)
     step_batch = batch.to_step_batch(hidden=out.hidden)
     for name in ESTIMATORS:

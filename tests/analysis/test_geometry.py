@@ -225,12 +225,12 @@ def tiny_folder():
 
 
 def test_capture_equals_the_trainer_actor_pass(tiny_folder):
-    """Prompt-only multi-layer capture == trainer.actor.actor_forward's hidden (prompt+response rows), per layer;
+    """Prompt-only multi-layer capture == trainer.forward.policy_forward's hidden (prompt+response rows), per layer;
     and the rollout engine's prefill capture agrees with both."""
     from agents.engines import SamplingConfig
     from agents.engines.hf import HFEngine
     from analysis.hidden_capture import CapturingEngine, capture_prompt_states
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     hf = HFEngine(tiny_folder, dtype="float32", device="cpu")
     g = torch.Generator().manual_seed(0)
@@ -252,7 +252,7 @@ def test_capture_equals_the_trainer_actor_pass(tiny_folder):
     assert sources == ["model"] * 5
     for layer in layers:
         with torch.no_grad():
-            ref = actor_forward(hf.model, packed, hidden_layer=layer).hidden  # (N, D)
+            ref = policy_forward(hf.model, packed, hidden_layer=layer).hidden  # (N, D)
         assert cap[layer].shape == ref.shape
         torch.testing.assert_close(cap[layer], ref, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(pre[layer], ref, atol=1e-4, rtol=1e-4)

@@ -7,7 +7,7 @@ import torch
 
 from benchmarks.forward_buckets import pass_work, summarise
 from benchmarks.iteration_phases import batch_work
-from trainer.actor import pack_rows_shared
+from trainer.forward import pack_rows_shared
 
 
 def _rows():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agents.engines import make_engine
-from agents.rollout import Actor, RolloutTrace, collect, sample_seed
+from agents.rollout import Agent, RolloutTrace, collect, sample_seed
 from benchmarks.rollout_speed import GenerateForFinished
 from envs.pool import Task
 from tests.agents.conftest import tiny_dir  # noqa: F401  (session fixture: the tiny model)
@@ -29,8 +29,8 @@ def test_generate_for_finished_prompts_every_env_and_changes_no_row(tok, request
         trace = RolloutTrace()
         with env_pool("counter", P * G, request, max_steps=6) as pool:
             outer = GenerateForFinished(engine, pool, tasks, G, seed=3) if wasteful else engine
-            actor = Actor(pool=pool, engine=outer, tokenizer=tok, max_prompt_tokens=1024, env_name="counter")
-            batch, metrics = collect(actor, tasks, group_size=G, sampling=SHORT, seed=3, trace=trace)
+            agent = Agent(pool=pool, engine=outer, tokenizer=tok, max_prompt_tokens=1024, env_name="counter")
+            batch, metrics = collect(agent, tasks, group_size=G, sampling=SHORT, seed=3, trace=trace)
         runs[wasteful] = (batch, metrics, trace, engine, outer)
     batch, metrics, trace, engine, _ = runs[False]
     wb, wm, wtrace, wengine, wrapper = runs[True]

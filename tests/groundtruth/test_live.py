@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.engines import SamplingConfig
-from agents.rollout import Actor, collect, prompt_config_for
+from agents.rollout import Agent, collect, prompt_config_for
 from envs.pool import EnvPool, Task
 from groundtruth.live import (
     FORMULA_FIELDS,
@@ -36,7 +36,7 @@ def rollout(tiny_lm):
     mdp = gym.make("FiniteRooms-v0", **ROOMS).unwrapped.mdp
     with EnvPool("FiniteRooms-v0", num_envs=8, mode="inline", env_kwargs=ROOMS) as pool:
         engine = ExpertEngine(tok, pool, play=lambda slot: slot % 2 == 0)
-        batch, _ = collect(Actor(pool=pool, engine=engine, tokenizer=tok,
+        batch, _ = collect(Agent(pool=pool, engine=engine, tokenizer=tok,
                                  prompt_config=prompt_config_for(tok, 2048), max_prompt_tokens=2048),
                            [Task("train", 0, 1), Task("train", 1, 2)], group_size=4,
                            sampling=SamplingConfig(temperature=1.0, max_tokens=12), seed=0)
@@ -158,14 +158,14 @@ def test_the_probe_scores_a_variant_under_its_name_and_the_estimators_as_registe
 
     from estimators import compute_advantages
     from estimators.config import EstimatorConfig
-    from trainer.actor import actor_forward, pack_rows_shared
+    from trainer.forward import pack_rows_shared, policy_forward
 
     _, batch = rollout
     model, tok = tiny_lm
     pad = tok.pad_token_id or 0
 
     def logprobs(prompts, responses, hidden_layer=None, pad_id=0):
-        return actor_forward(model, pack_rows_shared(prompts, responses, pad_id), compute_entropy=False)
+        return policy_forward(model, pack_rows_shared(prompts, responses, pad_id), compute_entropy=False)
 
     variant = EstimatorConfig(name="bipace_q", epsilon=0.05, pace_norm="cluster_std")
     trainer = SimpleNamespace(ppo_actor=SimpleNamespace(compute_logprobs=logprobs), tokenizer=tok, pad_id=pad,

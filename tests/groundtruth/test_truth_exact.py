@@ -136,7 +136,7 @@ def plain_rollout(tiny_lm):
     import gymnasium as gym
 
     from agents.engines import SamplingConfig
-    from agents.rollout import Actor, collect, prompt_config_for
+    from agents.rollout import Agent, collect, prompt_config_for
     from envs.pool import EnvPool, Task
     from tests.agents.rollout_helpers import ExpertEngine
 
@@ -144,7 +144,7 @@ def plain_rollout(tiny_lm):
     mdp = gym.make("FiniteRooms-v0", **PLAIN).unwrapped.mdp
     pc = prompt_config_for(tok, 2048, 2)
     with EnvPool("FiniteRooms-v0", num_envs=4, mode="inline", env_kwargs=PLAIN) as pool:
-        batch, _ = collect(Actor(pool=pool, engine=ExpertEngine(tok, pool), tokenizer=tok, prompt_config=pc,
+        batch, _ = collect(Agent(pool=pool, engine=ExpertEngine(tok, pool), tokenizer=tok, prompt_config=pc,
                                  max_prompt_tokens=2048), [Task("train", 0, 1), Task("train", 1, 2)], group_size=2,
                            sampling=SamplingConfig(temperature=1.0, max_tokens=12), seed=0)
     return mdp, batch, pc

@@ -83,7 +83,7 @@ def test_zero_stages_match_stage0(stage, batch, stage0_reference):
 def test_zero3_with_suffix_buckets_matches_stage0_unbucketed():
     """ZeRO-3 gathers parameters per module call: a forward of several bucket calls over a shared prefix gives
     stage 0's one-suffix-forward training."""
-    from trainer.actor import pack_rows_shared
+    from trainer.forward import pack_rows_shared
 
     b = make_rollout_batch(n=12, seed=7)
     g = torch.Generator().manual_seed(1)
@@ -237,10 +237,10 @@ def test_rows_go_in_length_order_where_sharing_is_refused(monkeypatch):
 def test_zero3_reference_model_and_hidden_states(batch):
     eng = make_actor(3)
     initial = tiny_qwen2(layers=2).eval()
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     with torch.no_grad():
-        want = actor_forward(initial, pack_rows(batch.prompt_ids, batch.response_ids), hidden_layer=HIDDEN)
+        want = policy_forward(initial, pack_rows(batch.prompt_ids, batch.response_ids), hidden_layer=HIDDEN)
     got = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)  # hidden layer from the model config
     assert torch.allclose(got.logprobs, want.logprobs, atol=1e-5)
     assert torch.allclose(got.hidden, want.hidden, atol=1e-4)
@@ -277,10 +277,10 @@ def test_lora_actor(batch, tmp_path):
     base = tiny_qwen2(layers=2)
     train(eng, batch, 2)
     ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     with torch.no_grad():
-        base_out = actor_forward(base.eval(), pack_rows(batch.prompt_ids, batch.response_ids))
+        base_out = policy_forward(base.eval(), pack_rows(batch.prompt_ids, batch.response_ids))
     assert torch.allclose(ref.logprobs, base_out.logprobs, atol=1e-5)
     merged = params(eng)
     assert set(merged) == {n for n, _ in base.named_parameters()}
@@ -405,9 +405,14 @@ def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
     monkeypatch.delenv(_AUTO_EXT_FLAG, raising=False)
     mine = venv_extensions_dir()
     assert use_venv_extensions_dir() == mine and os.environ["TORCH_EXTENSIONS_DIR"] == str(mine)
-    assert mine.parent.name == "torch_extensions" and mine.name.startswith(Path(sys.prefix).resolve().name.lstrip(".")
-                                                                           + "-")
+    assert mine.parent.name == "torch_extensions" and mine.name.startswith(Path(sys.prefix).name.lstrip(".") + "-")
     assert venv_extensions_dir("/elsewhere/.venv-vllm") != mine  # another venv, another folder
+    # a venv reached through a link builds with include paths under the link: its own folder, or the two paths
+    # would rebuild the op in turn
+    (tmp_path / "clone").mkdir()
+    (tmp_path / "clone" / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    assert venv_extensions_dir(str(tmp_path / "clone" / ".venv")) != venv_extensions_dir(sys.prefix)
+    assert venv_extensions_dir(sys.prefix + "/") == venv_extensions_dir(sys.prefix)  # the same path, spelt otherwise
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # the user's choice
     assert use_venv_extensions_dir() == tmp_path
     other = str(venv_extensions_dir("/elsewhere/.venv-vllm"))  # what a parent of another venv chose

@@ -46,14 +46,14 @@ def test_loss_masks_prompt_tokens(tiny):
     """Through the actor's forward: a model with a zero LM head predicts uniformly, so the loss is exactly
     log V whatever the prompt; with random weights it equals cross-entropy over response positions only."""
     from agents.models import load_model
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     path, tok = tiny
     model = load_model(path, dtype="float32")
     prompts = [torch.tensor([5, 6, 7, 8, 9]), torch.tensor([11, 12])]
     responses = [torch.tensor([20, 21]), torch.tensor([22, 23, 24])]
     packed = pack_rows(prompts, responses, pad_id=int(tok.pad_token_id))
-    out = actor_forward(model, packed, compute_entropy=False)
+    out = policy_forward(model, packed, compute_entropy=False)
     assert int(out.mask.sum()) == 5  # 2 + 3 response tokens are scored, no prompt token
     loss = sft.sft_loss(out.logprobs, out.mask)
     # manual: HF-style labels, -100 on prompt and padding positions
@@ -69,7 +69,7 @@ def test_loss_masks_prompt_tokens(tiny):
     assert abs(everything.item() - loss.item()) > 1e-3  # counting prompt tokens would give another number
     with torch.no_grad():
         model.get_output_embeddings().weight.zero_()  # tied: embeddings too -> uniform next-token distribution
-    out0 = actor_forward(model, packed, compute_entropy=False)
+    out0 = policy_forward(model, packed, compute_entropy=False)
     vocab = model.get_output_embeddings().weight.shape[0]
     assert sft.sft_loss(out0.logprobs, out0.mask).item() == pytest.approx(math.log(vocab), rel=1e-6)
 
@@ -78,7 +78,7 @@ def test_loss_masks_prompt_tokens(tiny):
 @pytest.mark.slow
 def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
     from agents.models import load_model
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     path, tok = tiny
     data = sft.encode_rows(expert_rows[:24], tok, "textcraft")
@@ -86,7 +86,7 @@ def test_sft_steps_lower_loss_on_expert_data(tiny, expert_rows):
     def mean_loss(model) -> float:
         with torch.no_grad():
             packed = pack_rows(data.prompt_ids, data.response_ids, int(tok.pad_token_id))
-            out = actor_forward(model, packed, compute_entropy=False)
+            out = policy_forward(model, packed, compute_entropy=False)
             return sft.sft_loss(out.logprobs, out.mask).item()
 
     model = load_model(path, dtype="float32")
@@ -190,8 +190,8 @@ def test_dagger_labels_model_reached_states_with_the_expert(tiny):
     path, tok = tiny
     model = load_model(path, dtype="float32")
     tasks = [Task("train", 3, 11), Task("train", 50, 12)]
-    with sft.acting(model, tok, "TextCraft-v0", env_kwargs={**ENV_KW, "max_steps": 3}) as actor:
-        res = sft.play(actor, tasks, sampling=sft.play_sampling(1.0, 12), seed=5,
+    with sft.acting(model, tok, "TextCraft-v0", env_kwargs={**ENV_KW, "max_steps": 3}) as agent:
+        res = sft.play(agent, tasks, sampling=sft.play_sampling(1.0, 12), seed=5,
                        options=sft.PlayOptions(label_style="trace"))
     assert len(res.episodes) == 2 and len(res.rows) == 6  # the untrained model never wins in 3 steps
     for row in res.rows:
@@ -214,21 +214,21 @@ def test_sft_evaluation_plays_the_same_episodes_as_rl_evaluation(tiny):
     from agents.engines.base import SamplingConfig
     from agents.engines.hf import HFEngine
     from agents.models import load_model
-    from agents.rollout import Actor, evaluate
+    from agents.rollout import Agent, evaluate
     from envs.pool import EnvPool, eval_tasks
 
     path, tok = tiny
     model = load_model(path, dtype="float32")
     kw = {**ENV_KW, "max_steps": 3}
     pcfg = prompt_config_for(tok, 2048)
-    with sft.acting(model, tok, "TextCraft-v0", env_kwargs=kw, prompt_config=pcfg, batch_envs=2) as actor:
-        res = sft.evaluate(actor, "eval_depth2", sampling=sft.play_sampling(1.0, 12), seed=7, max_tasks=3)
+    with sft.acting(model, tok, "TextCraft-v0", env_kwargs=kw, prompt_config=pcfg, batch_envs=2) as agent:
+        res = sft.evaluate(agent, "eval_depth2", sampling=sft.play_sampling(1.0, 12), seed=7, max_tasks=3)
     with EnvPool("TextCraft-v0", num_envs=3, mode="inline", env_kwargs=kw) as pool:
         tasks = eval_tasks("eval_depth2", pool.num_tasks("eval_depth2"), 3, 7)
         sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=12, stop=("</action>",), logprobs=False)
-        actor = Actor(pool=pool, engine=HFEngine(model, tok), tokenizer=tok, prompt_config=pcfg,
+        agent = Agent(pool=pool, engine=HFEngine(model, tok), tokenizer=tok, prompt_config=pcfg,
                       max_prompt_tokens=2048)
-        metrics, batch = evaluate(actor, tasks, sampling=sampling, seed=7)
+        metrics, batch = evaluate(agent, tasks, sampling=sampling, seed=7)
     assert [e.task for e in res.episodes] == [t.task_id for t in tasks]
     assert [r.tolist() for r in res.batch.response_ids] == [r.tolist() for r in batch.response_ids]
     assert [p.tolist() for p in res.batch.prompt_ids] == [p.tolist() for p in batch.prompt_ids]
@@ -246,15 +246,15 @@ def test_dagger_conventions(tiny):
     model = load_model(path, dtype="float32")
     tasks = [Task("train", 3, 11)]
     kw = dict(sampling=sft.play_sampling(1.0, 12), seed=5)
-    with sft.acting(model, tok, "TextCraft-v0", env_kwargs={**ENV_KW, "max_steps": 3}) as actor:
-        new = sft.play(actor, tasks, options=sft.PlayOptions(label_style="trace"), **kw)
-        old = sft.play(actor, tasks, options=sft.PlayOptions(label_style="trace", conventions="episode"), **kw)
+    with sft.acting(model, tok, "TextCraft-v0", env_kwargs={**ENV_KW, "max_steps": 3}) as agent:
+        new = sft.play(agent, tasks, options=sft.PlayOptions(label_style="trace"), **kw)
+        old = sft.play(agent, tasks, options=sft.PlayOptions(label_style="trace", conventions="episode"), **kw)
     hist_new = [a for r in new.rows for _o, a in r.transcript["pairs"]]
     hist_old = [a for r in old.rows for _o, a in r.transcript["pairs"]]
     assert INVALID_ACTION_TEXT in hist_new and "" in hist_old and INVALID_ACTION_TEXT not in hist_old
     assert new.batch.response_ids[0].tolist() != old.batch.response_ids[0].tolist()  # other sampling seeds
-    with pytest.raises(ValueError, match="conventions"), sft.acting(model, tok, "TextCraft-v0") as actor:
-        sft.play(actor, tasks, options=sft.PlayOptions(label_style="trace", conventions="legacy"), **kw)
+    with pytest.raises(ValueError, match="conventions"), sft.acting(model, tok, "TextCraft-v0") as agent:
+        sft.play(agent, tasks, options=sft.PlayOptions(label_style="trace", conventions="legacy"), **kw)
 
 
 def test_play_is_independent_of_batching(tiny):
@@ -264,10 +264,10 @@ def test_play_is_independent_of_batching(tiny):
     model = load_model(path, dtype="float32")
     tasks = [Task("eval_depth2", k, 77 + k) for k in range(3)]
     kw = dict(env_kwargs={**ENV_KW, "max_steps": 2})
-    with sft.acting(model, tok, "TextCraft-v0", batch_envs=3, **kw) as actor:
-        a = sft.play(actor, tasks, sampling=sft.play_sampling(1.0, 10), seed=3)
-    with sft.acting(model, tok, "TextCraft-v0", batch_envs=1, **kw) as actor:
-        b = sft.play(actor, tasks, sampling=sft.play_sampling(1.0, 10), seed=3)
+    with sft.acting(model, tok, "TextCraft-v0", batch_envs=3, **kw) as agent:
+        a = sft.play(agent, tasks, sampling=sft.play_sampling(1.0, 10), seed=3)
+    with sft.acting(model, tok, "TextCraft-v0", batch_envs=1, **kw) as agent:
+        b = sft.play(agent, tasks, sampling=sft.play_sampling(1.0, 10), seed=3)
     assert [e.actions for e in a.episodes] == [e.actions for e in b.episodes]
 
 
@@ -343,7 +343,7 @@ def test_config_errors_name_the_field():
 def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
     """prompt_weight w adds w * (prompt-token NLL) to the loss; w = 0 is the response-only loss."""
     from agents.models import load_model
-    from trainer.actor import actor_forward, pack_rows
+    from trainer.forward import pack_rows, policy_forward
 
     path, tok = tiny
     data = sft.encode_rows(expert_rows[:3], tok, "textcraft")
@@ -351,7 +351,7 @@ def test_prompt_weight_scores_prompt_tokens_too(tiny, expert_rows):
     ps = [p[:1] for p in data.prompt_ids]
     rs = [torch.cat([p[1:], r]) for p, r in zip(data.prompt_ids, data.response_ids)]
     with torch.no_grad():
-        out = actor_forward(model, pack_rows(ps, rs, 0), compute_entropy=False)
+        out = policy_forward(model, pack_rows(ps, rs, 0), compute_entropy=False)
     nll_prompt = sum(-out.logprobs[j, : len(p) - 1].sum() for j, p in enumerate(data.prompt_ids))
     nll_resp = sum(-out.logprobs[j, len(p) - 1: len(p) - 1 + len(r)].sum()
                    for j, (p, r) in enumerate(zip(data.prompt_ids, data.response_ids)))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from envs.pool import Task
-from trainer.actor import PrefixPackedBatch, pack_rows_shared
+from trainer.forward import PrefixPackedBatch, pack_rows_shared
 from warmstart import sft
 
 ENV_KW = {"show_inventory": True}
@@ -80,7 +80,7 @@ def test_shared_prompt_loss_equals_unshared(tiny, rows, w, monkeypatch):
     idx = [i for i, e in enumerate(data.episode) if e in eps]
     a = _loss_and_grads(path, data, idx, share=False, w=w, micro=(len(idx) + 1) // 2)
     packs = []
-    import trainer.actor as actor_mod
+    import trainer.forward as actor_mod
 
     real = actor_mod.pack_rows_shared
     monkeypatch.setattr(actor_mod, "pack_rows_shared", lambda *a, **k: packs.append(real(*a, **k)) or packs[-1])
@@ -121,17 +121,17 @@ def test_shared_prompt_loss_needs_the_switches(tiny, rows):
     path, tok = tiny
     assert sft.SFTLearner(load_model(path, dtype="float32"), sft.sft_trainer_config()).share_prompt_loss is False
     with pytest.raises(ValueError, match="prefix_targets needs a shared batch"):
-        from trainer.actor import actor_forward, pack_rows
+        from trainer.forward import pack_rows, policy_forward
 
         data = _data(rows[:2], tok)
-        actor_forward(load_model(path, dtype="float32"), pack_rows(data.prompt_ids, data.response_ids, 0),
+        policy_forward(load_model(path, dtype="float32"), pack_rows(data.prompt_ids, data.response_ids, 0),
                       prefix_targets=True)
 
 
 def test_shared_prompt_loss_poisoned_prefix_marks_its_rows(tiny, rows):
     """A NaN in a shared prefix's scores marks every row of that prefix (the step is then skipped)."""
     from agents.models import load_model
-    from trainer.actor import actor_forward
+    from trainer.forward import policy_forward
 
     path, tok = tiny
     data = _data(rows, tok)
@@ -141,7 +141,7 @@ def test_shared_prompt_loss_poisoned_prefix_marks_its_rows(tiny, rows):
     model = load_model(path, dtype="float32")
     with torch.no_grad():
         model.get_output_embeddings().weight[int(packed.prefix_ids[0, 1])] = float("nan")
-        out = actor_forward(model, packed, compute_entropy=False, prefix_targets=True)
+        out = policy_forward(model, packed, compute_entropy=False, prefix_targets=True)
     rows_of_0 = torch.nonzero(packed.row_prefix == 0).flatten().tolist()
     assert set(rows_of_0) <= set(out.nonfinite_rows.tolist())
 

@@ -295,7 +295,7 @@ class TrainerConfig:
     prefix_sharing: bool = True
     """Compute a prompt prefix that several rows of a forward share once (its KV cache serves them all), in the
     log-prob passes, the update and the SFT warm start; the results equal the unshared pass up to float rounding
-    (trainer/actor.py) [choice; off under gradient checkpointing in passes with gradients, and on several ranks
+    (trainer/forward.py) [choice; off under gradient checkpointing in passes with gradients, and on several ranks
     under ZeRO-3 (every pass) and ZeRO-2 (passes with gradients), where it would make the ranks' work differ in
     structure: ``PPOActor.sharing_allowed``, docs/gpu.md]."""
     suffix_buckets: int = 4

@@ -6,7 +6,7 @@ import torch
 
 from estimators.cluster import greedy_cosine_clusters
 from tests.trainer.helpers import make_rollout_batch, tiny_qwen2
-from trainer.actor import ActorModule, ActorOutput, actor_forward, hidden_state_module, pack_rows
+from trainer.forward import ForwardModule, ForwardOutput, hidden_state_module, pack_rows, policy_forward
 
 LAYERS = 4
 
@@ -36,7 +36,7 @@ def _reference(model, prompt, response, temperature=1.0):
 def test_hook_equals_output_hidden_states_on_prompts_alone(model, batch, layer):
     packed = pack_rows(batch.prompt_ids, batch.response_ids)
     with torch.no_grad():
-        out = actor_forward(model, packed, hidden_layer=layer)
+        out = policy_forward(model, packed, hidden_layer=layer)
         for i, prompt in enumerate(batch.prompt_ids):
             ref = model(input_ids=prompt[None], output_hidden_states=True).hidden_states
             assert len(ref) == LAYERS + 1
@@ -54,7 +54,7 @@ def test_last_entry_is_after_the_final_norm(model, batch):
     # entry L - 1 (= -2) is the output of layer L - 2; layer L - 1's own output only appears normed, as entry L
     assert hidden_state_module(model, -2)[0] is model.model.layers[LAYERS - 2]
     with torch.no_grad():
-        last = actor_forward(model, packed, hidden_layer=-1).hidden
+        last = policy_forward(model, packed, hidden_layer=-1).hidden
         pre_norm = []
         h = model.model.layers[LAYERS - 1].register_forward_hook(lambda m, i, o: pre_norm.append(o))
         model(input_ids=batch.prompt_ids[0][None])
@@ -71,7 +71,7 @@ def test_hidden_layer_out_of_range(model):
 def test_logprobs_and_entropy_equal_full_softmax(model, batch, chunk):
     packed = pack_rows(batch.prompt_ids, batch.response_ids)
     with torch.no_grad():
-        out = actor_forward(model, packed, chunk_tokens=chunk, temperature=0.7)
+        out = policy_forward(model, packed, chunk_tokens=chunk, temperature=0.7)
         for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
             lp, ent = _reference(model, p, r, temperature=0.7)
             n = r.numel()
@@ -87,7 +87,7 @@ def test_chunked_gradient_equals_unchunked(batch):
     for chunk in (2, 10_000):
         m = tiny_qwen2(layers=2)
         packed = pack_rows(batch.prompt_ids, batch.response_ids)
-        out = actor_forward(m, packed, chunk_tokens=chunk)
+        out = policy_forward(m, packed, chunk_tokens=chunk)
         (out.logprobs.sum() + 0.1 * out.entropy.sum()).backward()
         grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
     assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-5 * float(grads[1].abs().max()))
@@ -105,7 +105,7 @@ def test_head_chunks_pad_the_lm_head_calls_without_changing_anything(batch, tie)
         h1 = head.register_forward_hook(lambda *a, c=calls: c.__setitem__("fwd", c["fwd"] + 1))
         h2 = head.register_full_backward_hook(lambda *a, c=calls: c.__setitem__("bwd", c["bwd"] + 1))
         packed = pack_rows(batch.prompt_ids, batch.response_ids)
-        out = actor_forward(m, packed, chunk_tokens=8, head_chunks=head_chunks)
+        out = policy_forward(m, packed, chunk_tokens=8, head_chunks=head_chunks)
         (out.logprobs.sum() + 0.1 * out.entropy.sum()).backward()
         h1.remove()
         h2.remove()
@@ -124,7 +124,7 @@ def test_one_forward_only(model, batch):
     calls = []
     h = model.model.register_forward_hook(lambda *a: calls.append(1))
     with torch.no_grad():
-        actor_forward(model, pack_rows(batch.prompt_ids, batch.response_ids), hidden_layer=-2)
+        policy_forward(model, pack_rows(batch.prompt_ids, batch.response_ids), hidden_layer=-2)
     h.remove()
     assert len(calls) == 1
 
@@ -140,7 +140,7 @@ def test_nonfinite_rows_are_reported(model, batch):
     h = model.model.norm.register_forward_hook(poison)
     try:
         with torch.no_grad():
-            out = actor_forward(model, packed)
+            out = policy_forward(model, packed)
     finally:
         h.remove()
     assert out.nonfinite_rows.tolist() == [2]
@@ -164,9 +164,9 @@ def test_actor_module_and_peft_wrapping(batch):
     base = tiny_qwen2(layers=2)
     packed = pack_rows(batch.prompt_ids, batch.response_ids)
     with torch.no_grad():
-        want = actor_forward(base, packed, hidden_layer=-2)
+        want = policy_forward(base, packed, hidden_layer=-2)
         lora = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
-        got = ActorOutput(**ActorModule(lora)(packed.as_kwargs(), hidden_layer=-2))  # B = 0 at init: same function
+        got = ForwardOutput(**ForwardModule(lora)(packed.as_kwargs(), hidden_layer=-2))  # B = 0 at init: same function
     assert torch.allclose(got.logprobs, want.logprobs, atol=1e-6)
     assert torch.allclose(got.hidden, want.hidden, atol=1e-6)
 
@@ -183,7 +183,7 @@ def test_hidden_state_of_one_prompt_moves_only_by_float_noise_with_padding(model
     def hidden(prompts):
         packed = pack_rows(prompts, [r] * len(prompts), pad_id=0)
         with torch.no_grad():
-            return actor_forward(model, packed, hidden_layer=-2, compute_entropy=False).hidden
+            return policy_forward(model, packed, hidden_layer=-2, compute_entropy=False).hidden
 
     h_alone, h_padded = hidden([a])[0], hidden([b, a])[1]
     dist = float(1 - torch.nn.functional.cosine_similarity(h_alone, h_padded, dim=0))

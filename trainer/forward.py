@@ -39,12 +39,12 @@ from torch.utils.checkpoint import checkpoint
 __all__ = [
     "PackedBatch",
     "PrefixPackedBatch",
-    "ActorOutput",
-    "ActorModule",
+    "ForwardOutput",
+    "ForwardModule",
     "pack_rows",
     "pack_rows_shared",
     "prefix_order",
-    "actor_forward",
+    "policy_forward",
     "plain_forward",
     "shared_prefix_forward",
     "batch_of",
@@ -212,7 +212,7 @@ def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[
 
     ``score_prompt`` (a loss on prompt tokens too, SFT's ``prompt_weight``): every token after the first is a
     target. Row i = prefix P[:L] + a suffix whose one-token prompt is P[L] and whose "response" is P[L+1:] and
-    then the response; P[1:L] and P[L] are scored by the prefix forward (``actor_forward(prefix_targets=True)``).
+    then the response; P[1:L] and P[L] are scored by the prefix forward (``policy_forward(prefix_targets=True)``).
     Unshared, the prompt is P[:1] and the "response" P[1:] + the response.
     """
     from agents.prefixes import plan_shared_prefixes, prefix_tensors
@@ -244,7 +244,7 @@ def pack_rows_shared(prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[
 
 
 @dataclass
-class ActorOutput:
+class ForwardOutput:
     """What one actor forward returns.
 
     logprobs      : FloatTensor (N, T_r)  log pi(y_t | prompt, y_<t), 0 on padding; differentiable in training
@@ -270,12 +270,12 @@ class ActorOutput:
 
 
 def causal_lm_of(model: nn.Module) -> nn.Module:
-    """The Hugging Face causal LM inside ``model`` (unwraps DeepSpeed engines, ``ActorModule`` and peft)."""
+    """The Hugging Face causal LM inside ``model`` (unwraps DeepSpeed engines, ``ForwardModule`` and peft)."""
     m = model
     for _ in range(6):
         if hasattr(m, "module") and isinstance(m.module, nn.Module) and not hasattr(m, "get_decoder"):
             m = m.module  # DeepSpeed engine / DDP
-        elif isinstance(m, ActorModule):
+        elif isinstance(m, ForwardModule):
             m = m.lm
         elif hasattr(m, "get_base_model") and callable(m.get_base_model):
             m = m.get_base_model()  # peft: the LM with LoRA layers injected
@@ -367,9 +367,9 @@ def _logprobs_chunked(h: torch.Tensor, y: torch.Tensor, lm_head: nn.Module, temp
     return torch.cat(logp_parts), torch.cat(ent_parts), pad
 
 
-def actor_forward(model: nn.Module, batch: PackedBatch | PrefixPackedBatch, *, hidden_layer: int | None = None,
+def policy_forward(model: nn.Module, batch: PackedBatch | PrefixPackedBatch, *, hidden_layer: int | None = None,
                   compute_entropy: bool = True, temperature: float = 1.0, chunk_tokens: int = 1024,
-                  prefix_targets: bool = False, head_chunks: int = 0) -> ActorOutput:
+                  prefix_targets: bool = False, head_chunks: int = 0) -> ForwardOutput:
     """One forward of ``model`` (a causal LM, possibly peft-wrapped) over packed rows; see the module docstring.
 
     ``batch``: a ``PackedBatch`` runs the plain forward (``plain_forward``), a ``PrefixPackedBatch`` the shared-prefix
@@ -378,7 +378,7 @@ def actor_forward(model: nn.Module, batch: PackedBatch | PrefixPackedBatch, *, h
     mode is on, through the shared prefix too. ``temperature`` divides the logits as the sampler did, so that ratios
     compare the same distributions [GiGPO/verl]. ``chunk_tokens``: response tokens per LM-head chunk.
     ``prefix_targets`` (shared batches only) also scores the shared prefixes' own tokens and each row's first
-    suffix token (``ActorOutput.prefix_logprobs`` / ``bridge_logprobs``), so that a loss over every prompt token
+    suffix token (``ForwardOutput.prefix_logprobs`` / ``bridge_logprobs``), so that a loss over every prompt token
     (SFT's ``prompt_weight``) needs no unshared pass. ``head_chunks``: run the LM head at least that many times (pad
     chunks of zero weight), so that ranks with fewer response tokens make the same calls (``PPOActor`` sets it
     under ZeRO-3 on several ranks).
@@ -388,20 +388,20 @@ def actor_forward(model: nn.Module, batch: PackedBatch | PrefixPackedBatch, *, h
                                      temperature=temperature, chunk_tokens=chunk_tokens,
                                      prefix_targets=prefix_targets, head_chunks=head_chunks)
     if not isinstance(batch, PackedBatch):
-        raise TypeError(f"actor_forward: batch is a {type(batch).__name__}; pack the rows with pack_rows or "
+        raise TypeError(f"policy_forward: batch is a {type(batch).__name__}; pack the rows with pack_rows or "
                         "pack_rows_shared (PackedBatch or PrefixPackedBatch)")
     if prefix_targets:
-        raise ValueError("actor_forward: prefix_targets needs a shared batch (a PrefixPackedBatch, pack_rows_shared)")
+        raise ValueError("policy_forward: prefix_targets needs a shared batch (a PrefixPackedBatch, pack_rows_shared)")
     return plain_forward(model, batch, hidden_layer=hidden_layer, compute_entropy=compute_entropy,
                          temperature=temperature, chunk_tokens=chunk_tokens, head_chunks=head_chunks)
 
 
 def plain_forward(model: nn.Module, batch: PackedBatch, *, hidden_layer: int | None = None,
                   compute_entropy: bool = True, temperature: float = 1.0, chunk_tokens: int = 1024,
-                  head_chunks: int = 0) -> ActorOutput:
+                  head_chunks: int = 0) -> ForwardOutput:
     """The actor's forward without shortcuts: one decoder pass over the [prompt | response] rows, the hidden state
     at each row's last prompt token (a hook on the module behind ``hidden_states[L]``), then the response
-    log-probs and entropy through the LM head (``_response_outputs``). Arguments as in ``actor_forward``."""
+    log-probs and entropy through the LM head (``_response_outputs``). Arguments as in ``policy_forward``."""
     lm = causal_lm_of(model)
     last_prompt = batch.prompt_len.to(batch.input_ids.device) - 1  # (N,)
     with _HiddenCapture(lm, hidden_layer, last_prompt) as capture:
@@ -443,7 +443,7 @@ class _HiddenCapture:
 
 def _response_outputs(lm: nn.Module, batch: PackedBatch | PrefixPackedBatch, last: torch.Tensor,
                       hidden: torch.Tensor | None, *, compute_entropy: bool, temperature: float, chunk_tokens: int,
-                      head_chunks: int) -> ActorOutput:
+                      head_chunks: int) -> ForwardOutput:
     """Log-probs and entropy of the response tokens from the final states ``last`` (N, T, D) of the rows' tokens
     (after the prompt tokens of ``batch.input_ids``), and the rows whose values are not finite."""
     lm_head = lm.get_output_embeddings()
@@ -472,17 +472,17 @@ def _response_outputs(lm: nn.Module, batch: PackedBatch | PrefixPackedBatch, las
     if compute_entropy:
         bad_tok |= ~torch.isfinite(ent_flat.detach())
     bad_rows = torch.unique(sel_rows[bad_tok]) if bool(bad_tok.any()) else sel_rows.new_zeros(0)
-    return ActorOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden, nonfinite_rows=bad_rows)
+    return ForwardOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden, nonfinite_rows=bad_rows)
 
 
 def shared_prefix_forward(model: nn.Module, batch: PrefixPackedBatch, *, hidden_layer: int | None = None,
                           compute_entropy: bool = True, temperature: float = 1.0, chunk_tokens: int = 1024,
-                          prefix_targets: bool = False, head_chunks: int = 0) -> ActorOutput:
+                          prefix_targets: bool = False, head_chunks: int = 0) -> ForwardOutput:
     """``plain_forward`` for rows that share prompt prefixes (``pack_rows_shared``): the K prefixes run once, their
     KV cache is indexed out to the rows, then the rows' suffixes run at their true positions (module docstring).
     With ``batch.suffix_bucket`` the suffixes run as one forward per bucket, each trimmed to its rows' longest
     suffix and over its own copy of their prefixes' KV cache; the result is that of one suffix forward up to float
-    rounding. Arguments as in ``actor_forward``."""
+    rounding. Arguments as in ``policy_forward``."""
     lm = causal_lm_of(model)
     decoder = lm.get_decoder()
     lm_head = lm.get_output_embeddings()
@@ -495,7 +495,7 @@ def shared_prefix_forward(model: nn.Module, batch: PrefixPackedBatch, *, hidden_
 
     prefix_extra: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
     if getattr(lm, "is_gradient_checkpointing", False) and torch.is_grad_enabled():
-        raise ValueError("actor_forward: a shared prefix passes its KV cache to the rows, which Hugging Face "
+        raise ValueError("policy_forward: a shared prefix passes its KV cache to the rows, which Hugging Face "
                          "gradient checkpointing turns off; pack with pack_rows (trainer.prefix_sharing=false)")
     from transformers import DynamicCache
 
@@ -563,7 +563,7 @@ def _prefix_target_logprobs(pre_last: torch.Tensor, prefix_ids: torch.Tensor, pr
                             row_prefix: torch.Tensor, first_suffix: torch.Tensor, lm_head: nn.Module,
                             temperature: float, chunk_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(K, L) log-probs of each prefix's tokens 1.. under the prefix itself, and (N,) of each row's first suffix
-    token under its prefix's last position (``ActorOutput.prefix_logprobs`` / ``bridge_logprobs``)."""
+    token under its prefix's last position (``ForwardOutput.prefix_logprobs`` / ``bridge_logprobs``)."""
     k, width = prefix_ids.shape
     lengths = prefix_mask.sum(1)  # (K,)
     tgt = prefix_mask[:, 1:].bool()  # (K, L-1): real targets at columns 1..
@@ -584,13 +584,14 @@ def batch_of(fields: dict[str, torch.Tensor | None]) -> PackedBatch | PrefixPack
     return PrefixPackedBatch(**fields) if "prefix_ids" in fields else PackedBatch(**fields)
 
 
-class ActorModule(nn.Module):
-    """Wraps a causal LM so that a DeepSpeed engine's ``forward`` is exactly ``actor_forward``.
+class ForwardModule(nn.Module):
+    """Wraps a causal LM so that a DeepSpeed engine's ``forward`` is exactly ``policy_forward``.
 
     DeepSpeed (ZeRO-3 above all) must see the whole computation inside its engine's forward call so that its
     parameter gathering and hooks run; ``engine(packed.as_kwargs(), hidden_layer=-12)`` does that. ZeRO-3's hooks
     only look inside tuples, lists and dicts, so the batch goes in as its ``as_kwargs()`` dict (a batch object is
-    taken too) and the output is a plain dict of tensors; turn it into an ``ActorOutput`` with ``ActorOutput(**out)``.
+    taken too) and the output is a plain dict of tensors; turn it into a ``ForwardOutput`` with
+    ``ForwardOutput(**out)``.
     """
 
     def __init__(self, lm: nn.Module):
@@ -603,7 +604,7 @@ class ActorModule(nn.Module):
                 head_chunks: int = 0) -> dict[str, torch.Tensor | None]:
         if isinstance(batch, dict):
             batch = batch_of(batch)
-        out = actor_forward(self.lm, batch, hidden_layer=hidden_layer, compute_entropy=compute_entropy,
+        out = policy_forward(self.lm, batch, hidden_layer=hidden_layer, compute_entropy=compute_entropy,
                             temperature=temperature, chunk_tokens=chunk_tokens, prefix_targets=prefix_targets,
                             head_chunks=head_chunks)
         return dict(vars(out))
