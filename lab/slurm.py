@@ -48,7 +48,8 @@ from .sweep import (
     print_plan,
 )
 
-__all__ = ["LAUNCHERS", "SlurmRun", "add_arguments", "handles", "main", "run_states", "slurm_parameters"]
+__all__ = ["LAUNCHERS", "SlurmRun", "add_arguments", "handles", "job_name", "main", "run_states", "setup_lines",
+           "slurm_parameters"]
 
 LAUNCHERS = ("slurm", "submitit-local")
 #: scheduler states (sacct / squeue) -> the word --status shows for a run that is not finished
@@ -74,6 +75,22 @@ def add_arguments(ap) -> None:
     g.add_argument("--max-requeues", type=int, default=3, help="requeues after time-outs per job (default 3)")
     g.add_argument("--slurm-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any other sbatch option, e.g. --slurm-arg account=proj --slurm-arg qos=normal")
+    g.add_argument("--max-running", type=int, default=None, metavar="K",
+                   help="at most K of the sweep's jobs run at once: the job array's throttle (#SBATCH "
+                        "--array=0-N%%K; default: submitit's 256)")
+    g.add_argument("--setup", action="append", default=[], metavar="LINE",
+                   help="a shell line the job script runs before the run (repeatable, in order), e.g. --setup "
+                        "'module load cuda/12.4' --setup 'source ~/venvs/bipace/bin/activate'")
+    g.add_argument("--setup-file", default=None, metavar="FILE",
+                   help="a file of such lines (module loads, conda activate, exports; blank lines and # comments "
+                        "skipped), run before the --setup lines")
+    g.add_argument("--job-python", default=None, metavar="COMMAND",
+                   help="the command that starts Python inside a job, for a container: e.g. 'apptainer exec --nv "
+                        "img.sif python' (default: this venv's Python); the run uses the same interpreter")
+    g.add_argument("--job-name", default=None, metavar="NAME",
+                   help="Slurm job name (default: bipace-<preset file name>, bipace-sweep for several presets); a "
+                        "job of one run adds .<method>.s<seed>; each run's job log is also linked as "
+                        "<runs root>/slurm/logs/by-run/<env>.<model>.<method>.seed_<k>.out")
     g.add_argument("--status", action="store_true",
                    help="show each run's state (queued / running / finished / failed / interrupted / not submitted) "
                         "and submit nothing")
@@ -95,7 +112,73 @@ def _one_line(option: str, value) -> None:
                          "line: give the value without newlines or other control characters")
 
 
-def slurm_parameters(args) -> dict:
+def job_name(args, specs: list[RunSpec] | None = None) -> str:
+    """The Slurm job name of the sweep: ``--job-name``, else ``bipace-<preset file name>`` (``bipace-sweep`` for
+    several presets); a job that holds one run adds ``.<method>.s<seed>`` (an array's tasks share their name: its
+    runs are told apart by their job ids in ``--status`` and the per-run log links)."""
+    name = getattr(args, "job_name", None)
+    if name is None:
+        configs = getattr(args, "config", None) or []
+        stems = sorted({Path(c).stem for c in configs})
+        name = f"bipace-{stems[0]}" if len(stems) == 1 else "bipace-sweep"
+    _one_line("--job-name", name)
+    if not name.strip() or any(c.isspace() for c in name):
+        raise SweepError(f"--job-name {name!r} must be one word without spaces (it becomes #SBATCH --job-name=...)")
+    if specs is not None and len(specs) == 1:
+        name = f"{name}.{specs[0].method}.s{specs[0].seed}"
+    return name
+
+
+def setup_lines(args) -> list[str]:
+    """The shell lines a job runs before the run: ``--setup-file``'s (blank lines and ``#`` comments skipped), then
+    the ``--setup`` ones, each checked to be one line."""
+    lines = []
+    path = getattr(args, "setup_file", None)
+    if path:
+        try:
+            text = Path(path).read_bytes().decode("utf-8")  # not read_text: its universal newlines hide a CR
+        except (OSError, UnicodeDecodeError) as e:
+            raise SweepError(f"--setup-file {path!r} cannot be read ({type(e).__name__}: {e}); give a text file of "
+                             "shell lines") from None
+        for k, line in enumerate(text.split("\n"), 1):  # a CR (a Windows file) stays, and is refused
+            if line.strip() and not line.lstrip().startswith("#"):
+                _one_line(f"--setup-file {path} line {k}:", line)
+                lines.append(line)
+    for line in getattr(args, "setup", None) or []:
+        _one_line("--setup", line)
+        if not line.strip():
+            raise SweepError("--setup '' is empty: give a shell line, e.g. --setup 'module load cuda'")
+        lines.append(line)
+    return lines
+
+
+def job_python(args) -> str | None:
+    """``--job-python``, checked: one line that names a command."""
+    cmd = getattr(args, "job_python", None)
+    if cmd is None:
+        return None
+    _one_line("--job-python", cmd)
+    try:
+        words = shlex.split(cmd)
+    except ValueError as e:
+        raise SweepError(f"--job-python {cmd!r} is not a shell command ({e})") from None
+    if not words:
+        raise SweepError("--job-python '' is empty: give the command that starts Python in a job, e.g. "
+                         "'apptainer exec --nv img.sif python'")
+    return cmd
+
+
+def _check_common(args) -> None:
+    """The options both submitit launchers use: the throttle, the setup lines, the Python command, the job name."""
+    k = getattr(args, "max_running", None)
+    if k is not None and k < 1:
+        raise SweepError(f"--max-running {k} must be >= 1 (jobs of the sweep that run at once)")
+    setup_lines(args)
+    job_python(args)
+    job_name(args)
+
+
+def slurm_parameters(args, specs: list[RunSpec] | None = None) -> dict:
     """``SlurmExecutor.update_parameters`` keywords of the sweep's options (checked; ``SweepError`` names the bad
     one)."""
     if args.time is None:
@@ -105,8 +188,14 @@ def slurm_parameters(args) -> dict:
         raise SweepError(f"--time {args.time} must be > 0 hours")
     if args.gpus_per_run < 0:
         raise SweepError(f"--gpus-per-run {args.gpus_per_run} must be >= 0")
-    params = {"job_name": "bipace-sweep", "time": max(1, int(round(args.time * 60))), "nodes": 1,
+    _check_common(args)
+    params = {"job_name": job_name(args, specs), "time": max(1, int(round(args.time * 60))), "nodes": 1,
               "ntasks_per_node": 1, "signal_delay_s": 120, "additional_parameters": {"requeue": True}}
+    if getattr(args, "max_running", None) is not None:
+        params["array_parallelism"] = args.max_running
+    setup = setup_lines(args)
+    if setup:
+        params["setup"] = setup
     _one_line("--partition", args.partition)
     if args.partition:
         params["partition"] = args.partition
@@ -187,8 +276,8 @@ class SlurmRun:
     """One run of the sweep as a submitit job: ``__call__`` runs it, ``checkpoint`` (called by submitit on
     preemption or time-out) stops it at its last checkpoint and hands submitit the same job to requeue."""
 
-    def __init__(self, spec: RunSpec, runs_root: Path, cwd: str, python: str, gpus: int, grace_s: float = 90.0,
-                 kind: str = "slurm"):
+    def __init__(self, spec: RunSpec, runs_root: Path, cwd: str, python: str | None, gpus: int,
+                 grace_s: float = 90.0, kind: str = "slurm"):
         self.spec, self.runs_root, self.cwd, self.python, self.gpus, self.grace_s, self.kind = \
             spec, Path(runs_root), cwd, python, gpus, grace_s, kind
         self._proc: subprocess.Popen | None = None
@@ -200,9 +289,11 @@ class SlurmRun:
         return state
 
     def launcher(self) -> list[str]:
+        """``python`` None: the job's own interpreter (the one ``--job-python`` starts, e.g. inside a container)."""
+        python = self.python or sys.executable
         if self.gpus > 1:
-            return [self.python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.gpus}", "-m"]
-        return [self.python, "-m"]
+            return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.gpus}", "-m"]
+        return [python, "-m"]
 
     def command(self) -> list[str]:
         return self.spec.command(self.launcher())
@@ -244,15 +335,32 @@ class SlurmRun:
             self._proc = subprocess.Popen(cmd, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                           start_new_session=True, preexec_fn=_child_setup)
             self._record("start", run_pid=self._proc.pid, status_before=before)
-            rc, ru = _wait(self._proc.pid, None)  # submitit's signal handler may run (and exit) while this waits
+            old = signal.signal(signal.SIGTERM, self._pass_sigterm)
+            try:
+                rc, ru = _wait(self._proc.pid, None)  # submitit's signal handler may run (and exit) while this waits
+            finally:
+                signal.signal(signal.SIGTERM, old)
         self._proc = None
         self._attempt(rc, ru, before)
         finished = rc == 0 or _run_folder(spec).is_finished()
-        self._record("end", exit=rc, finished=finished)
+        interrupted = not finished and _run_folder(spec).status().status == "interrupted"
+        self._record("end", exit=rc, finished=finished, **({"interrupted": True} if interrupted else {}))
+        if interrupted:
+            raise RuntimeError(f"{spec.label}: stopped at its last checkpoint (exit {rc}, marked interrupted): the "
+                               "same sweep command resumes it")
         if not finished:
             raise RuntimeError(f"{spec.label}: experiments.train exited with status {rc}; see "
                                f"{spec.run_dir / 'console.log'}")
         return {"run": spec.label, "exit": rc, "status": "finished"}
+
+    def _pass_sigterm(self, signum, _frame) -> None:
+        """``scancel`` (or a preemption that requeues) sends SIGTERM to the job: the run gets it too (it stops at its
+        last checkpoint, marked ``interrupted``, exit 143), also where the scheduler signals only the job's own
+        process group (the run has a session of its own); the run ignores a second one. submitit only logs it."""
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
 
     def checkpoint(self, *args, **kwargs):
         """Preempted or out of time: SIGINT to the run (it keeps its last checkpoint and exits 130), then the same job
@@ -367,17 +475,21 @@ def print_status(rows: list[dict], out=None) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ submission
-def _executor(kind: str, folder: Path, args):
+def _executor(kind: str, folder: Path, args, specs: list[RunSpec] | None = None):
     import submitit
 
     if kind == "slurm":
-        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=args.max_requeues)
-        ex.update_parameters(**slurm_parameters(args))
+        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=args.max_requeues, python=job_python(args))
+        ex.update_parameters(**slurm_parameters(args, specs))
         return ex
-    ex = submitit.LocalExecutor(folder=folder, max_num_timeout=args.max_requeues)
+    # the local executor runs each job at once (no throttle) and names none; it runs the setup lines (in a shell,
+    # joined by &&) and --job-python as a Slurm job would
+    ex = submitit.LocalExecutor(folder=folder, max_num_timeout=args.max_requeues, python=job_python(args))
     hours = args.time if args.time is not None else 24.0
     ex.update_parameters(timeout_min=hours * 60, signal_delay_s=120 if hours * 60 > 10 else 5,
                          gpus_per_node=args.gpus_per_run)
+    if setup_lines(args):
+        ex.update_parameters(setup=setup_lines(args))
     return ex
 
 
@@ -404,40 +516,78 @@ def submit(specs: list[RunSpec], args, say=print) -> list:
         return []
     folder = _folder(runs_root) / "logs"
     try:
-        ex = _executor(kind, folder, args)
+        ex = _executor(kind, folder, args, todo)
     except RuntimeError as e:  # submitit's SlurmExecutor refuses a machine without srun
         raise SweepError(f"--launcher {kind}: {e} (run the sweep on a Slurm login node, or rehearse it here with "
                          "--launcher submitit-local)") from e
-    runs = [SlurmRun(s, runs_root, os.getcwd(), sys.executable, args.gpus_per_run, kind=kind) for s in todo]
+    python = None if job_python(args) else sys.executable  # with --job-python: the job's own interpreter
+    runs = [SlurmRun(s, runs_root, os.getcwd(), python, args.gpus_per_run, kind=kind) for s in todo]
     with ex.batch():  # one job array on Slurm
         jobs = [ex.submit(r) for r in runs]
     for s, job in zip(todo, jobs):
+        log = _link_job_log(folder, s, job)
         _append(_folder(runs_root) / "jobs.jsonl", {"event": "submitted", "run": s.label, "job_id": str(job.job_id),
                                                     "launcher": kind, "run_dir": str(s.run_dir),
-                                                    "status_before": s.status,
+                                                    "status_before": s.status, "job_log": str(log),
                                                     "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
         say(f"[sweep] submitted {s.label} as job {job.job_id}" + (f" ({s.detail})" if s.status == "resume" else ""))
+    if todo:
+        say(f"[sweep] job logs by run: {folder / 'by-run'}/<env>.<model>.<method>.seed_<k>.out")
     return list(zip(todo, jobs))
 
 
+def run_log_name(spec: RunSpec) -> str:
+    """``<env>.<model>.<method>.seed_<k>``: the name of a run's job log links (the job ids name submitit's files)."""
+    return f"{spec.env}.{spec.model}.{spec.method}.seed_{spec.seed}"
+
+
+def _link_job_log(folder: Path, spec: RunSpec, job) -> Path:
+    """``<logs>/by-run/<run>.out`` (and ``.err``): relative links to the job's log files, replaced when the run is
+    submitted again (a requeued job appends to the same files). Returns the ``.out`` link."""
+    by_run = folder / "by-run"
+    by_run.mkdir(parents=True, exist_ok=True)
+    out = by_run / f"{run_log_name(spec)}.out"
+    for link, target in ((out, job.paths.stdout), (by_run / f"{run_log_name(spec)}.err", job.paths.stderr)):
+        tmp = link.with_name(f".{link.name}.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(target, by_run), tmp)
+        os.replace(tmp, link)
+    return out
+
+
 def wait(pairs: list, runs_root: Path, poll_s: float = 2.0, say=print) -> int:
-    """Wait until every submitted job is over; 0 if every run finished, 1 otherwise (the failed ones named)."""
+    """Wait until every submitted job is over; 0 if every run finished, 1 if some failed (named), 130 if the others
+    finished and some stopped at their last checkpoint (``interrupted``: scancel, preemption without requeue)."""
+    def word(s) -> str:
+        folder = _run_folder(s)
+        if folder.is_finished():
+            return "finished"
+        if folder.status().status == "interrupted":
+            return "interrupted"
+        return "failed"
+
     pending = list(pairs)
     while pending:
         still = []
         for s, job in pending:
             if job.done():
-                say(f"[sweep] job {job.job_id} over: {s.label} "
-                    f"{'finished' if _run_folder(s).is_finished() else 'NOT finished (see its console.log)'}")
+                w = word(s)
+                say(f"[sweep] job {job.job_id} over: {s.label} " + {
+                    "finished": "finished",
+                    "interrupted": "interrupted at its last checkpoint (the same command resumes it)",
+                    "failed": "NOT finished (see its console.log)"}[w])
             else:
                 still.append((s, job))
         pending = still
         if pending:
             time.sleep(poll_s)
-    bad = [s.label for s, _ in pairs if not _run_folder(s).is_finished()]
-    for label in bad:
-        say(f"[sweep] failed: {label}")
-    return 1 if bad else 0
+    words = {s.label: word(s) for s, _ in pairs}
+    for label, w in words.items():
+        if w != "finished":
+            say(f"[sweep] {w}: {label}")
+    if "failed" in words.values():
+        return 1
+    return 130 if "interrupted" in words.values() else 0
 
 
 def main(args, specs: list[RunSpec]) -> int:
@@ -457,9 +607,12 @@ def main(args, specs: list[RunSpec]) -> int:
             raise SweepError("with --launcher slurm give --gpus-per-run N, not --nproc")
         if args.jobs != 1:
             raise SweepError("--jobs is the local launcher's; the scheduler decides how many jobs run at once")
-        params = slurm_parameters(args) if args.launcher == "slurm" else None
-        if args.launcher == "submitit-local" and args.time is not None and not args.time > 0:
-            raise SweepError(f"--time {args.time} must be > 0 hours")
+        params = slurm_parameters(args, [s for s in specs if s.status != "finished"]) \
+            if args.launcher == "slurm" else None
+        if args.launcher == "submitit-local":
+            if args.time is not None and not args.time > 0:
+                raise SweepError(f"--time {args.time} must be > 0 hours")
+            _check_common(args)
     except SweepError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -61,11 +61,81 @@ def test_bad_slurm_options_name_the_option(kw, needle):
         slurm.slurm_parameters(_args(**kw))
 
 
+def test_throttle_setup_lines_and_job_names_reach_the_job_script(tmp_path):
+    """--max-running K is the array's %K, the setup lines (file, then --setup) come before the command in the order
+    given, the job is named after the preset (after the run when it holds one run)."""
+    setup = tmp_path / "setup.sh"
+    setup.write_text("# the cluster's modules\nmodule load cuda/12.4\n\nsource /opt/conda/etc/profile.d/conda.sh\n")
+    specs = sweep.expand([SMOKE], ["grpo", "bipace_q"], [0], (), FAST, tmp_path / "runs")
+    args = _args(max_running=2, setup_file=str(setup), setup=["conda activate bipace"], config=[SMOKE])
+    params = slurm.slurm_parameters(args, specs)
+    text = submitit.slurm.slurm._make_sbatch_string(command="python -m x", folder=tmp_path, map_count=4, **params)
+    lines = text.splitlines()
+    assert "#SBATCH --array=0-3%2" in lines and "#SBATCH --job-name=bipace-textcraft_tiny" in lines
+    at = [lines.index(x) for x in ["module load cuda/12.4", "source /opt/conda/etc/profile.d/conda.sh",
+                                   "conda activate bipace"]]
+    command = next(i for i, x in enumerate(lines) if x.endswith("python -m x"))
+    assert at == sorted(at) and at[-1] < command
+    (one,) = specs[:1]
+    assert slurm.job_name(args, [one]) == "bipace-textcraft_tiny.grpo.s0"
+    assert slurm.job_name(_args(job_name="abl-eps", config=[SMOKE]), specs) == "abl-eps"
+    assert slurm.job_name(_args(config=[SMOKE, "configs/x/other.yaml"])) == "bipace-sweep"
+    assert "array_parallelism" not in slurm.slurm_parameters(_args())  # submitit's default throttle
+
+
+def test_a_container_wrapper_starts_the_jobs_and_the_runs_use_its_python(tmp_path):
+    args = _args(job_python="apptainer exec --nv img.sif python", launcher="submitit-local", time=None,
+                 setup=["export A=1"], max_requeues=3)
+    ex = slurm._executor("submitit-local", tmp_path, args)
+    assert ex._submitit_command_str.startswith("apptainer exec --nv img.sif python -u -m submitit.core._submit")
+    assert ex.parameters["setup"] == ["export A=1"]
+    (spec,) = sweep.expand([SMOKE], ["grpo"], [0], (), FAST, tmp_path)
+    run = slurm.SlurmRun(spec, tmp_path, str(REPO), None, 0)  # None: the job's own interpreter
+    assert run.command()[:2] == [sys.executable, "-m"]
+
+
+def test_each_run_has_a_job_log_named_after_it(tmp_path):
+    (spec,) = sweep.expand([SMOKE], ["grpo"], [1], (), FAST, tmp_path / "runs")
+    logs = tmp_path / "runs" / "slurm" / "logs"
+    for jid in ("123_4", "130_0"):  # submitted again: the link follows the new job
+        job = Namespace(paths=submitit.core.utils.JobPaths(logs, job_id=jid, task_id=0))
+        link = slurm._link_job_log(logs, spec, job)
+        job.paths.stdout.parent.mkdir(parents=True, exist_ok=True)
+        job.paths.stdout.write_text(f"log of {jid}\n")
+        assert link == logs / "by-run" / f"textcraft.{TINY}.grpo.seed_1.out"
+        assert link.read_text() == f"log of {jid}\n" and not Path(os.readlink(link)).is_absolute()
+        assert os.readlink(link.with_suffix(".err")) == f"../{jid}_0_log.err"
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(max_running=0), "--max-running 0 must be >= 1"),
+    (dict(setup=["module load cuda\nrm -rf x"]), "--setup 'module load cuda.*holds control character"),
+    (dict(setup=[""]), "--setup '' is empty"),
+    (dict(job_name="a\nb"), "--job-name 'a.*holds control character"),
+    (dict(job_name="my sweep"), "--job-name 'my sweep' must be one word"),
+    (dict(job_python="apptainer exec x.sif\rpython"), "--job-python 'apptainer.*holds control character"),
+    (dict(job_python="  "), "--job-python '' is empty"),
+    (dict(setup_file="/nonexistent/setup.sh"), "--setup-file '/nonexistent/setup.sh' cannot be read"),
+])
+def test_bad_throttle_setup_and_name_options_name_the_option(kw, needle):
+    with pytest.raises(sweep.SweepError, match=needle.replace("(", r"\(")):
+        slurm.slurm_parameters(_args(**kw))
+
+
+def test_a_control_character_in_a_setup_file_names_its_line(tmp_path):
+    f = tmp_path / "setup.sh"
+    f.write_text("module load cuda\nexport A=1\rexport B=2\n")
+    with pytest.raises(sweep.SweepError, match=r"--setup-file .*setup.sh line 2: 'export A=1\\rexport B=2' holds"):
+        slurm.slurm_parameters(_args(setup_file=str(f)))
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--launcher", "slurm"], "needs --time HOURS"),
     (["--launcher", "slurm", "--time", "1", "--jobs", "2"], "--jobs is the local launcher's"),
     (["--launcher", "slurm", "--time", "1", "--nproc", "2"], "not both"),
     (["--launcher", "slurm", "--time", "1", "--slurm-arg", "x"], "must look like key=value"),
+    (["--launcher", "submitit-local", "--max-running", "0"], "--max-running 0 must be >= 1"),
+    (["--launcher", "submitit-local", "--setup", "a\nb"], "--setup 'a\\nb' holds control character"),
 ])
 def test_command_line_errors_exit_2_and_submit_nothing(args, needle, tmp_path, capsys):
     assert _main(["--config", SMOKE, "--estimators", "grpo", "--runs-root", str(tmp_path), *args, *FAST]) == 2
