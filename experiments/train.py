@@ -186,6 +186,9 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame):
+    """The first SIGTERM stops the run; later ones are ignored while it saves its state and marks its folder (Slurm
+    signals every process of a job, and a sweep's job passes the signal on as well: two may arrive at once)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 
