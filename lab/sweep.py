@@ -229,7 +229,16 @@ def _run_folder(spec: RunSpec):
 
     folder = RunFolder(load_config(spec.config, spec.overrides), spec.run_dir.parent)  # output_dir or root/...
     folder.path = spec.run_dir
+    folder.restart_how = restart_hint(spec)
     return folder
+
+
+def restart_hint(spec: RunSpec) -> str:
+    """How a sweep's (or study's) refusal says to start one run folder over: that run's own command with
+    ``--restart`` (``experiments.train``'s flag), then the sweep again; a sweep has no flag that restarts its runs,
+    which would discard every unfinished run's checkpoints at once [choice]."""
+    return (f"run `{portable_text(shlex.join(spec.command(['python', '-m'])))} --restart` (this run alone; then the "
+            "same sweep or study command again)")
 
 
 def plan(specs: list[RunSpec]) -> list[RunSpec]:

@@ -174,7 +174,12 @@ def config_differences(saved: dict, new: dict, ignore: tuple[str, ...] = RESUMAB
 
 
 class RunFolder:
-    """The run folder of ``cfg`` (``cfg.run_dir(root)``). Only rank 0 writes."""
+    """The run folder of ``cfg`` (``cfg.run_dir(root)``). Only rank 0 writes.
+
+    ``restart_how`` is how the refusals say to start the folder over, for the command the user ran:
+    ``experiments.train`` takes ``--restart``; a sweep or study names the run's own ``experiments.train`` command."""
+
+    restart_how = "rerun with --restart"
 
     def __init__(self, cfg: RunConfig, root: str | Path = "results/runs", rank: int = 0):
         self.cfg = cfg
@@ -334,7 +339,7 @@ class RunFolder:
                     f"{problem}, and no checkpoint holds a copy of the config, so it is unknown which experiment the "
                     f"run folder {self.path} holds ({self._identity()}); it is neither resumed nor reported finished "
                     "under this command's config. Choose: restore config.yaml (from a backup or by rerunning the "
-                    "original command elsewhere and copying it) and rerun; or rerun with --restart to start the folder "
+                    f"original command elsewhere and copying it) and rerun; or {self.restart_how} to start the folder "
                     "over (its logs move to restarted_<date>/); or set output_dir=<folder> / variant=<name> for a "
                     "new run")
             source = ck / "state.json"
@@ -343,7 +348,8 @@ class RunFolder:
             raise ConfigError(
                 f"the run folder {self.path} holds a run with a different config ({'; '.join(diff[:8])}"
                 f"{' ...' if len(diff) > 8 else ''}; saved config: {source}), because a folder holds one experiment: "
-                "set `variant=<name>` or `output_dir=<folder>` for a new run, or `--restart` to start this one over"
+                f"set `variant=<name>` or `output_dir=<folder>` for a new run, or {self.restart_how} to start this "
+                "one over"
             )
 
     def checkpoint_bytes(self) -> int | None:
@@ -364,7 +370,7 @@ class RunFolder:
         return RunFolderError(
             f"the run folder {self.path} holds a run ({self._identity()}) but no usable checkpoint ({reason}); "
             "resuming would start it over and overwrite its logs, so nothing was changed. Choose: restore the "
-            "checkpoints/ folder and rerun the same command; or rerun with --restart to start over (the old logs "
+            f"checkpoints/ folder and rerun the same command; or {self.restart_how} to start over (the old logs "
             f"move to {self.path}/restarted_<date>/); or set output_dir=<folder> for a new run"
             + (f" (the logs cover {st.iterations_done} iteration(s))" if st.iterations_done else ""))
 
@@ -410,7 +416,7 @@ class RunFolder:
             f"run has {world_size} rank(s) with ZeRO stage {stage}, and a checkpoint resumes only on the rank count "
             f"and stage that wrote it (each rank's optimizer state is its own file). Relaunch with {saved_world} "
             f"rank(s) ({how})" + (f" and trainer.zero_stage={saved_stage}" if saved_stage != stage else "")
-            + f" to resume it; or rerun with --restart to discard it and start over (the old logs move to "
+            + f" to resume it; or {self.restart_how} to discard it and start over (the old logs move to "
             f"{self.path}/restarted_<date>/); or set output_dir=<folder> for a new run. Nothing was changed")
 
     def check_logs_cover(self, iteration: int, evals_done: list, ck: Path) -> None:
@@ -441,8 +447,8 @@ class RunFolder:
                 f"the run folder {self.path} has a checkpoint of iteration {iteration} ({ck.name}), but its logs lack "
                 f"what that checkpoint covers: {'; '.join(problems)}. Resuming would finish a run whose logs miss "
                 "those lines, so nothing was changed. Choose: restore the logs (from a backup, or from a "
-                "restarted_<date>/ folder left by a --restart that was stopped) and rerun the same command; or rerun "
-                f"with --restart to start over (the old logs move to {self.path}/restarted_<date>/); or set "
+                "restarted_<date>/ folder left by a restart that was stopped) and rerun the same command; or "
+                f"{self.restart_how} to start over (the old logs move to {self.path}/restarted_<date>/); or set "
                 "output_dir=<folder> for a new run")
 
     # ----------------------------------------------------------------------------------------- writing
