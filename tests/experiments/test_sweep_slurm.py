@@ -318,3 +318,61 @@ def test_two_by_two_local_executor_sweep_is_preempted_requeued_and_finishes(tmp_
     res = run_module("experiments.sweep", args, 300)  # submit again: nothing to do
     assert res.returncode == 0 and "4 already finished, 0 queued or running already, 0 to submit" in res.stdout
     assert sum(e["event"] == "submitted" for e in _events(root)) == 4
+
+
+@pytest.mark.slow
+def test_a_local_executor_sweep_stopped_by_sigterm_resumes_when_relaunched(tmp_path):
+    """``scancel`` signals the job with SIGTERM: here the job's submitit controller gets it (it passes it to the job,
+    which passes it to its run). The run stops at its last checkpoint and says ``interrupted``; the sweep says so
+    (``--wait``: exit 130, ``--status``: interrupted); the same command relaunched resumes the run from that
+    checkpoint and it ends with every iteration's metrics, once each."""
+    root = tmp_path / "runs"
+    fast = [*FAST[:4], "trainer.iterations=5", *FAST[5:]]
+    args = ["--config", SMOKE, "--estimators", "grpo", "--seeds", "0", "--runs-root", str(root),
+            "--launcher", "submitit-local", "--time", "1", "--no-progress", *fast]
+    target = root / "textcraft" / TINY / "grpo" / "seed_0"
+    label = f"textcraft/{TINY}/grpo/seed_0"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *args, "--wait"], cwd=REPO, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 600
+    job_id = None
+    while time.time() < deadline and proc.poll() is None:
+        events = _events(root)
+        if any(e["event"] == "start" for e in events) and (target / "checkpoints" / "iter_00000001").exists():
+            (job_id,) = [e["job_id"] for e in events if e["event"] == "submitted"]
+            os.kill(int(job_id), signal.SIGTERM)  # the local job's id is its controller's pid
+            break
+        time.sleep(0.2)
+    assert job_id is not None, "the run never saved a checkpoint"
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 130, out
+    assert f"[sweep] interrupted: {label}" in out and "interrupted at its last checkpoint" in out
+
+    info = json.loads((target / "run.json").read_text())
+    assert info["status"] == "interrupted" and 1 <= info["iterations_done"] < 5, info
+    assert (target / "checkpoints" / f"iter_{info['iterations_done']:08d}").is_dir()
+    assert "terminated (SIGTERM)" in (target / "console.log").read_text()
+    mine = [e for e in _events(root) if e["run"] == label]
+    assert [e["event"] for e in mine] == ["submitted", "start", "end"], mine
+    assert mine[-1]["exit"] == 143 and mine[-1]["interrupted"] is True
+    (attempt,) = [json.loads(x) for x in (root / "sweep.jsonl").read_text().splitlines()]
+    assert attempt["exit"] == 143 and not attempt["preempted"]
+    res = run_module("experiments.sweep", [*args, "--status"], 300)
+    assert res.stdout.splitlines()[1].startswith("interrupted"), res.stdout
+    link = root / "slurm" / "logs" / "by-run" / f"textcraft.{TINY}.grpo.seed_0.out"
+    assert link.resolve() == (root / "slurm" / "logs" / f"{job_id}_0_log.out").resolve() and link.exists()
+
+    res = run_module("experiments.sweep", [*args, "--wait"], 900)  # the same command: resubmitted, resumed
+    print(f"local-executor sweep stopped by SIGTERM and relaunched: {time.perf_counter() - t0:.0f} s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 to submit" in res.stdout and "interrupted" in res.stdout  # submitted as a resume of that state
+    info = json.loads((target / "run.json").read_text())
+    assert info["status"] == "finished" and info["iterations_done"] == 5
+    metrics = [json.loads(x) for x in (target / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics] == [0, 1, 2, 3, 4, 5]
+    assert "resumed from iter_" in (target / "train.log").read_text()
+    mine = [e for e in _events(root) if e["run"] == label]
+    assert [e["event"] for e in mine] == ["submitted", "start", "end", "submitted", "start", "end"], mine
+    assert mine[-1]["exit"] == 0 and mine[3]["status_before"] == "resume"
+    assert os.readlink(link) != f"../{job_id}_0_log.out"  # the link follows the new job
