@@ -15,6 +15,15 @@ Preemption and time limits: Slurm signals the job (``USR2``, ``signal_delay_s`` 
 convention); the job passes SIGINT to its run, which saves nothing new and marks itself ``interrupted`` (its last
 checkpoint stands), and submitit requeues the job (``scontrol requeue``), whose next start resumes the run. A job is
 requeued at most ``--max-requeues`` times after a time-out (preemptions do not count), as submitit rules.
+``scancel`` (SIGTERM) stops a run the same way without a requeue: the job passes SIGTERM to its run, which keeps its
+last checkpoint, marks itself ``interrupted`` and exits 143; ``--status`` says ``interrupted`` and the same sweep
+command resubmits and resumes it.
+
+As clusters use it: ``--max-running K`` throttles the job array (``--array=0-N%K``); ``--setup LINE`` and
+``--setup-file FILE`` put shell lines (modules, conda, exports) into the job script before the run;
+``--job-python`` starts the job's Python through a container wrapper; ``--job-name`` names the jobs (default
+``bipace-<preset>``), and ``<runs root>/slurm/logs/by-run/<env>.<model>.<method>.seed_<k>.out`` links each run to its
+job's log. A value with a control character is refused naming its option (each becomes one line of the script).
 
 Bookkeeping lives in ``<runs root>/slurm/``: submitit's pickles and job logs (``logs/``) and ``jobs.jsonl``, one line
 per event (submitted, start, requeue, end) naming run, job id and host; ``--status`` reads it with the run folders
@@ -356,7 +365,7 @@ class SlurmRun:
     def _pass_sigterm(self, signum, _frame) -> None:
         """``scancel`` (or a preemption that requeues) sends SIGTERM to the job: the run gets it too (it stops at its
         last checkpoint, marked ``interrupted``, exit 143), also where the scheduler signals only the job's own
-        process group (the run has a session of its own); the run ignores a second one. submitit only logs it."""
+        process group (the run has a process group of its own); the run ignores a second one. submitit only logs it."""
         proc = self._proc
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -622,6 +631,8 @@ def main(args, specs: list[RunSpec]) -> int:
         print_plan(specs, launcher)
         if params is not None:
             print(f"# sbatch: {json.dumps(params, sort_keys=True)}")
+        if job_python(args):
+            print(f"# each job starts with: {job_python(args)} (the commands above then use its python)")
         return 0
     try:
         pairs = submit(specs, args)

@@ -166,6 +166,17 @@ def test_a_dry_run_shows_the_commands_inside_the_jobs_and_the_sbatch_options(tmp
     assert not root.exists()
 
 
+def test_a_dry_run_shows_the_throttle_setup_lines_name_and_job_python(tmp_path, capsys):
+    assert _main(["--config", SMOKE, "--estimators", "grpo", "--runs-root", str(tmp_path / "runs"), "--launcher",
+                  "slurm", "--time", "2", "--max-running", "3", "--setup", "module load cuda", "--job-python",
+                  "apptainer exec x.sif python", "--dry-run", *FAST]) == 0
+    out = capsys.readouterr().out.splitlines()
+    params = json.loads(out[-2].removeprefix("# sbatch: "))
+    assert params["array_parallelism"] == 3 and params["setup"] == ["module load cuda"]
+    assert params["job_name"] == "bipace-textcraft_tiny.grpo.s0"  # one run: named after it
+    assert out[-1].startswith("# each job starts with: apptainer exec x.sif python")
+
+
 @pytest.mark.parametrize("finished,progress,job,word", [
     (True, True, "RUNNING", "finished"),   # the run folder decides first
     (False, False, None, "not submitted"),
