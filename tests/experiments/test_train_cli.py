@@ -521,6 +521,21 @@ def test_sigterm_stops_a_run_at_its_checkpoint_and_the_same_command_resumes_it(t
     assert json.loads((out / "run.json").read_text())["status"] == "finished"
 
 
+def test_a_second_sigterm_is_ignored_while_the_run_stops():
+    """Slurm signals every process of a job and the sweep's job passes SIGTERM on: the first stops the run, a second
+    one must not interrupt it while it marks its folder."""
+    from experiments.train import Terminated, _on_sigterm
+
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        with pytest.raises(Terminated):
+            _on_sigterm(signal.SIGTERM, None)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def test_epsilon_rules_lists_its_collections_and_refuses_an_empty_report(tmp_path, capsys):
     from experiments.epsilon_rules import BATCHES, main
 
