@@ -374,17 +374,24 @@ def run_sweep(specs: list[RunSpec], *, launcher: list[str], jobs: int = 1, runs_
         lock.release()
 
 
+#: seconds between the plain progress lines a sweep writes when its stderr is not a terminal
+PLAIN_PROGRESS_S = 60.0
+
+
 def _run_locked(specs, todo, summary, record, *, launcher, jobs, nproc, gpus, tee, progress, fail_fast, deadline,
                 say) -> dict:
     bar = None
     total_it = sum(s.iterations for s in specs)
     done_it = sum(s.iterations for s in specs if s.status == "finished")
-    if progress and not tee:
+    # on a terminal a progress bar; in a log file (nohup, Slurm) a plain line a minute, no carriage-return frames
+    plain_every = None if not progress or tee or sys.stderr.isatty() else PLAIN_PROGRESS_S
+    last_plain = time.time()
+    if progress and not tee and plain_every is None:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total_it, initial=done_it + sum(_iterations_logged(s.run_dir) for s in todo),
                    desc=f"sweep ({len(todo)} runs to do)", unit="it", dynamic_ncols=True, file=sys.stderr,
-                   mininterval=0.1 if sys.stderr.isatty() else 60.0)  # a log file: a frame a minute, not 10 a second
+                   mininterval=0.1)
 
     stop = {"signal": None}
 
@@ -472,15 +479,21 @@ def _run_locked(specs, todo, summary, record, *, launcher, jobs, nproc, gpus, te
                     word = f"FAILED (exit {rc}; see {a.spec.run_dir / 'console.log'})"
                 msg = f"[sweep] {word}: {a.spec.label} in {t['wall_s']:.0f} s wall, {t['cpu_s']} s CPU"
                 (bar.write(msg) if bar else say(msg))
-            if bar is not None:
+            plain_due = plain_every is not None and time.time() - last_plain >= plain_every
+            if bar is not None or plain_due:
                 cur = done_it + sum(s.iterations for s in todo if s.label in summary["finished"])
                 cur += sum(_iterations_logged(s.run_dir) for s in todo
                            if s.label not in summary["finished"])
-                bar.n = min(cur, total_it)
                 running = ", ".join(f"{a.spec.method}/s{a.spec.seed} {_iterations_logged(a.spec.run_dir)}/"
                                     f"{a.spec.iterations}" for a in active.values())
-                bar.set_postfix_str(running[:80], refresh=False)
-                bar.refresh()
+                if bar is not None:
+                    bar.n = min(cur, total_it)
+                    bar.set_postfix_str(running[:80], refresh=False)
+                    bar.refresh()
+                else:
+                    print(f"[sweep] {min(cur, total_it)}/{total_it} iterations; running: {running or 'none'}",
+                          file=sys.stderr, flush=True)
+                    last_plain = time.time()
             if not reaped:
                 time.sleep(0.5)
     finally:

@@ -210,6 +210,23 @@ def test_a_runs_exit_status_is_read_with_its_own_record(tmp_path, record, rc, wo
     assert t["exit"] == rc  # the record keeps the true exit status
 
 
+def test_progress_off_a_terminal_is_plain_lines(tmp_path, monkeypatch, capfd):
+    """stderr not a terminal (nohup, Slurm): no carriage-return frames, a plain progress line every
+    ``PLAIN_PROGRESS_S`` (0 here: at every poll) naming the runs and their iterations."""
+    root = tmp_path / "runs"
+    (spec,) = sweep.expand([SMOKE], ["grpo"], [0], (), FAST, root)
+    child = (f"import json, pathlib, time; d = pathlib.Path({str(spec.run_dir)!r}); d.mkdir(parents=True, "
+             "exist_ok=True); time.sleep(1.2); (d / 'run.json').write_text(json.dumps({'status': 'finished', "
+             f"'iterations_done': {spec.iterations}}}))")
+    monkeypatch.setattr(sweep, "PLAIN_PROGRESS_S", 0.0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    summary = sweep.run_sweep([spec], launcher=[sys.executable, "-c", child], runs_root=root, progress=True,
+                              say=lambda *_: None)
+    assert summary["finished"] == [spec.label]
+    err = capfd.readouterr().err
+    assert "\r" not in err and f"[sweep] 0/{spec.iterations} iterations; running: grpo/s0 0/{spec.iterations}" in err
+
+
 # ------------------------------------------------------------------------------------------- a real sweep
 @pytest.mark.slow
 def test_two_runs_two_at_a_time_then_interrupt_and_resume(tmp_path):
