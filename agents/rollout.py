@@ -261,6 +261,7 @@ class Episode:
     transcript : what the agent has seen so far (``agents.prompts.Transcript``); info : the latest env info
     rows : indices of this episode's step rows in the loop's columns (turn-major); valids : per step
     won / score / live : outcome (``info["won"]``, ``info["raw_score"]``), still running
+    key : the order of the episode's rows in the batch (default: its slot)
     """
 
     slot: int
@@ -275,6 +276,11 @@ class Episode:
     won: bool = False
     score: float | None = None
     live: bool = True
+    key: int = -1
+
+    def __post_init__(self) -> None:
+        if self.key < 0:
+            self.key = self.slot
 
 
 @dataclass(kw_only=True)
@@ -328,7 +334,7 @@ class Agent:
 class _Rows:
     """The step rows of one rollout in the order they were played (turn-major), one typed list per field."""
 
-    slot: list[int] = field(default_factory=list)
+    episode: list[int] = field(default_factory=list)  # Episode.key of the row's episode
     step: list[int] = field(default_factory=list)
     prompt_ids: list[list[int]] = field(default_factory=list)
     response_ids: list[list[int]] = field(default_factory=list)
@@ -345,12 +351,12 @@ class _Rows:
     prompt_cut: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.slot)
+        return len(self.episode)
 
     def append(self, e: Episode, prompt_ids: list[int], g: Generation, action: str, reward: float, valid: bool,
                done: bool, truncated: bool, prompt_cut: bool) -> int:
         """Add the row of episode ``e``'s next step (its prompt, generation and outcome); returns its index."""
-        self.slot.append(e.slot)
+        self.episode.append(e.key)
         self.step.append(len(e.rows))
         self.prompt_ids.append(prompt_ids)
         self.response_ids.append(list(g.token_ids))
@@ -365,14 +371,14 @@ class _Rows:
         self.logprobs.append(g.logprobs)
         self.hidden.append(g.hidden)
         self.prompt_cut.append(prompt_cut)
-        return len(self.slot) - 1
+        return len(self.episode) - 1
 
     def to_batch(self, eps: list[Episode], group_offset: int = 0) -> RolloutBatch:
         """A RolloutBatch sorted by (group, trajectory, step)."""
         n = len(self)
-        slot_ep = {e.slot: e for e in eps}
-        order = sorted(range(n), key=lambda i: (self.slot[i], self.step[i]))
-        ep_of = [slot_ep[self.slot[i]] for i in order]
+        key_ep = {e.key: e for e in eps}
+        order = sorted(range(n), key=lambda i: (self.episode[i], self.step[i]))
+        ep_of = [key_ep[self.episode[i]] for i in order]
         have_lp = n > 0 and all(self.logprobs[i] is not None for i in order)
         have_hidden = n > 0 and all(self.hidden[i] is not None for i in order)
         batch = RolloutBatch(
@@ -416,9 +422,10 @@ class _Rows:
         }
 
 
-def _prompts(agent: Agent, builder, prompted: list[Episode], seed: int, turn: int,
+def _prompts(agent: Agent, builder, prompted: list[Episode], seed: int,
              seed_fn: SeedFn | None) -> tuple[list[list[int]], list[bool], list[int]]:
-    """``(prompt ids, cut flags, sampling seeds)`` of the prompted episodes at ``turn``."""
+    """``(prompt ids, cut flags, sampling seeds)`` of the prompted episodes, each at its own turn (its step count:
+    the rollout's turn for episodes that started together)."""
     tokenizer = agent.tokenizer
     messages = [_messages(builder, e.transcript, agent.prompt_config) for e in prompted]
     texts = [_render(tokenizer, m) for m in messages]
@@ -429,10 +436,66 @@ def _prompts(agent: Agent, builder, prompted: list[Episode], seed: int, turn: in
         prompt_ids.append(p)
         cut.append(c)
     if seed_fn is None:
-        seeds = [sample_seed(seed, e.task.split, e.task.index, e.task.seed, e.copy, turn) for e in prompted]
+        seeds = [sample_seed(seed, e.task.split, e.task.index, e.task.seed, e.copy, len(e.rows)) for e in prompted]
     else:
-        seeds = [int(seed_fn(e.task, e.copy, turn)) for e in prompted]
+        seeds = [int(seed_fn(e.task, e.copy, len(e.rows))) for e in prompted]
     return prompt_ids, cut, seeds
+
+
+def _turn(agent: Agent, builder, hook: TurnHook, rows: _Rows, live: list[Episode], sampling: SamplingConfig,
+          seed: int, turn: int, trace: RolloutTrace, n_envs: int) -> None:
+    """One turn of the live episodes (ascending slot order): prompts, one batched generation, projection, the hook,
+    one step of their envs, their rows. An episode whose step ends it gets ``live = False``."""
+    pool, engine, times = agent.pool, agent.engine, trace.time
+    trace.prompts_per_turn.append([e.slot for e in live])
+    trace.generations_avoided += n_envs - len(live)
+
+    # ---- prompts of the live envs
+    t0 = time.perf_counter()
+    prompt_ids, cut, seeds = _prompts(agent, builder, live, seed, hook.seed_fn)
+    times["prompt"] += time.perf_counter() - t0
+
+    # ---- one batched generation
+    t0 = time.perf_counter()
+    gens: list[Generation] = engine.generate(prompt_ids, sampling, seeds=seeds)
+    times["generate"] += time.perf_counter() - t0
+    if len(gens) != len(prompt_ids):
+        raise RuntimeError(f"engine {getattr(engine, 'name', engine)!r} returned {len(gens)} generations for "
+                           f"{len(prompt_ids)} prompts")
+
+    # ---- project, step the live envs
+    actions, valids, truncs = [], [], []
+    for g in gens:
+        trunc = bool(g.truncated)
+        proj = project(g.text)
+        valid = proj.valid and not trunc
+        actions.append(proj.action if valid else NOOP_ACTION)
+        valids.append(valid)
+        truncs.append(trunc)
+    hook.before_step(pool, live, actions, valids, turn)
+    t0 = time.perf_counter()
+    results = pool.step([e.slot for e in live], actions)
+    times["env"] += time.perf_counter() - t0
+
+    for j, (e, action, valid, trunc, res) in enumerate(zip(live, actions, valids, truncs, results)):
+        info = res.info if isinstance(res.info, dict) else {}
+        error = info.get("error")
+        done = bool(res.terminated or res.truncated or error)
+        reward = _finite_reward(res.reward, agent, e, len(rows), len(e.rows))
+        e.rows.append(rows.append(e, prompt_ids[j], gens[j], action, reward, valid, done, trunc, cut[j]))
+        e.valids.append(valid)
+        e.won = e.won or bool(info.get("won", False))
+        if info.get("raw_score") is not None:
+            e.score = float(info["raw_score"])
+        if error:
+            trace.env_errors += 1
+        if cut[j]:
+            trace.prompt_truncated += 1
+        if done:
+            e.live = False
+        else:
+            e.transcript.record(action if valid else hook.invalid_text, res.obs, info)
+            e.info = dict(info)
 
 
 def _run(agent: Agent, tasks, group_size: int, sampling: SamplingConfig, seed: int, trace: RolloutTrace,
@@ -444,7 +507,7 @@ def _run(agent: Agent, tasks, group_size: int, sampling: SamplingConfig, seed: i
     if not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size={group_size!r} must be a positive integer")
     hook = hook if hook is not None else (agent.hook if agent.hook is not None else TurnHook())
-    pool, engine, max_turns = agent.pool, agent.engine, agent.max_turns
+    pool, max_turns = agent.pool, agent.max_turns
     builder = get_prompt_builder(agent.env, agent.prompt_format)
     times = trace.time
     for k in ("reset", "prompt", "generate", "env", "total"):
@@ -474,55 +537,72 @@ def _run(agent: Agent, tasks, group_size: int, sampling: SamplingConfig, seed: i
                     rows.done[e.rows[-1]] = True
                 e.live = False
             break
-        trace.prompts_per_turn.append([e.slot for e in live])
-        trace.generations_avoided += n_envs - len(live)
+        _turn(agent, builder, hook, rows, live, sampling, seed, turn, trace, n_envs)
+        turn += 1
+    trace.turns += turn
+    times["total"] += time.perf_counter() - t_start
+    return rows, eps
 
-        # ---- prompts of the live envs
-        t0 = time.perf_counter()
-        prompt_ids, cut, seeds = _prompts(agent, builder, live, seed, turn, hook.seed_fn)
-        times["prompt"] += time.perf_counter() - t0
 
-        # ---- one batched generation
-        t0 = time.perf_counter()
-        gens: list[Generation] = engine.generate(prompt_ids, sampling, seeds=seeds)
-        times["generate"] += time.perf_counter() - t0
-        if len(gens) != len(prompt_ids):
-            raise RuntimeError(f"engine {getattr(engine, 'name', engine)!r} returned {len(gens)} generations for "
-                               f"{len(prompt_ids)} prompts")
+def _run_refill(agent: Agent, tasks, episodes_per_task: int, sampling: SamplingConfig, seed: int,
+                trace: RolloutTrace, hook: TurnHook | None = None) -> tuple[_Rows, list[Episode]]:
+    """Play every (task, copy) of ``tasks`` once on ``agent.pool`` with the pool kept full [choice]: the episodes
+    start in (task, copy) order on the free slots (ascending), and when an episode ends its slot takes the next
+    (task, copy) before the next turn, so each generate call holds up to ``pool.num_envs`` prompts until the list
+    runs out, instead of a chunk's survivors. Each episode is prompted at its own turn (its step count), so its
+    sampling seeds are those of ``play``'s chunks; ``agent.max_turns`` bounds each episode. Returns the rows and the
+    episodes in (task, copy) order (``Episode.key``; ``group`` = the task's index in ``tasks``). ``hook``: as in
+    ``play``; its ``after_chunk`` gets the episodes that ended at each turn. ``before_step``'s ``turn`` counts the
+    call's turns (an episode's own turn is ``len(episode.rows)``)."""
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
+    explicit = hook
+    hook = hook if hook is not None else (agent.hook if agent.hook is not None else TurnHook())
+    pool, max_turns = agent.pool, agent.max_turns
+    builder = get_prompt_builder(agent.env, agent.prompt_format)
+    times = trace.time
+    for k in ("reset", "prompt", "generate", "env", "total"):
+        times.setdefault(k, 0.0)
+    t_start = time.perf_counter()
+    units = [(g, c) for g in range(len(tasks)) for c in range(episodes_per_task)]
+    n_envs = pool.num_envs
+    at: list[Episode | None] = [None] * n_envs  # the episode each slot holds (live or ended)
+    eps: list[Episode] = []
+    rows = _Rows()
+    t0 = time.perf_counter()
+    pool.reset([])  # every slot idle, whatever an earlier rollout left
+    times["reset"] += time.perf_counter() - t0
 
-        # ---- project, step the live envs
-        actions, valids, truncs = [], [], []
-        for g in gens:
-            trunc = bool(g.truncated)
-            proj = project(g.text)
-            valid = proj.valid and not trunc
-            actions.append(proj.action if valid else NOOP_ACTION)
-            valids.append(valid)
-            truncs.append(trunc)
-        hook.before_step(pool, live, actions, valids, turn)
-        t0 = time.perf_counter()
-        results = pool.step([e.slot for e in live], actions)
-        times["env"] += time.perf_counter() - t0
-
-        for j, (e, action, valid, trunc, res) in enumerate(zip(live, actions, valids, truncs, results)):
-            info = res.info if isinstance(res.info, dict) else {}
-            error = info.get("error")
-            done = bool(res.terminated or res.truncated or error)
-            reward = _finite_reward(res.reward, agent, e, len(rows), len(e.rows))
-            e.rows.append(rows.append(e, prompt_ids[j], gens[j], action, reward, valid, done, trunc, cut[j]))
-            e.valids.append(valid)
-            e.won = e.won or bool(info.get("won", False))
-            if info.get("raw_score") is not None:
-                e.score = float(info["raw_score"])
-            if error:
-                trace.env_errors += 1
-            if cut[j]:
-                trace.prompt_truncated += 1
-            if done:
+    turn = 0
+    while True:
+        free = [s for s in range(n_envs) if at[s] is None or not at[s].live]
+        take = units[len(eps):len(eps) + len(free)]
+        if take:
+            t0 = time.perf_counter()
+            obs, infos = pool.refill([(s, tasks[g]) for s, (g, _) in zip(free, take)])
+            times["reset"] += time.perf_counter() - t0
+            for s, (g, c), o, info in zip(free, take, obs, infos):
+                e = Episode(slot=s, group=g, copy=c, task=tasks[g], family=str(info.get("task_family", "")),
+                            transcript=Transcript.start(o, info), info=dict(info), key=len(eps))
+                eps.append(e)
+                at[s] = e
+        live = [e for e in at if e is not None and e.live]
+        if not live:
+            break
+        over = [e for e in live if max_turns is not None and len(e.rows) >= max_turns]
+        if over:  # the safety bound for envs without a horizon, per episode
+            for e in over:
+                if e.rows:
+                    rows.done[e.rows[-1]] = True
                 e.live = False
-            else:
-                e.transcript.record(action if valid else hook.invalid_text, res.obs, info)
-                e.info = dict(info)
+            pool.release([e.slot for e in over])
+            if explicit is not None:
+                explicit.after_chunk(over)
+            continue
+        _turn(agent, builder, hook, rows, live, sampling, seed, turn, trace, n_envs)
+        ended = [e for e in live if not e.live]
+        if ended and explicit is not None:
+            explicit.after_chunk(ended)
         turn += 1
     trace.turns += turn
     times["total"] += time.perf_counter() - t_start
@@ -615,12 +695,16 @@ def _finite_reward(reward, agent: Agent, e: Episode, row: int, step: int) -> flo
 
 
 def play(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int, episodes_per_task: int = 1,
-         hook: TurnHook | None = None) -> tuple[RolloutBatch, list[Episode]]:
+         hook: TurnHook | None = None, refill: bool = False) -> tuple[RolloutBatch, list[Episode]]:
     """Play a task list, ``episodes_per_task`` episodes per task, in chunks of the pool's size: the acting loop
     that RL rollouts, evaluation, the SFT warm start's DAgger rounds and its evaluation all share.
 
     Rows, prompts, seeds and invalid responses are handled as in ``collect`` (module docstring). ``hook``: a
     ``TurnHook`` (labelling, action mixing, the seed and history conventions, a call after each chunk).
+    ``refill``: instead of chunks, a slot whose episode ended takes the next (task, copy) at once, so the pool
+    stays full (``_run_refill``): fewer generate calls and turns when episode lengths differ, the same episodes and
+    seeds (equal results with an engine whose output does not depend on the batch; HF's batched generation can
+    round differently in another batch) [choice: ``eval.refill``].
 
     Returns ``(batch, episodes)``: group ids number the tasks in list order (group k = ``tasks[k]``); episodes in
     task order (copies of a task together). Per-sample seeds depend on the task, not on its chunk, so the result
@@ -634,6 +718,9 @@ def play(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int, episodes_p
     per_chunk = agent.pool.num_envs // episodes_per_task
     if per_chunk < 1:
         raise ValueError(f"play: episodes_per_task={episodes_per_task} exceeds the pool's {agent.pool.num_envs} envs")
+    if refill:
+        rows, eps = _run_refill(agent, tasks, episodes_per_task, sampling, seed, RolloutTrace(), hook=hook)
+        return rows.to_batch(eps), eps
     batches, all_eps = [], []
     for start in range(0, len(tasks), per_chunk):
         trace = RolloutTrace()
@@ -648,10 +735,11 @@ def play(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int, episodes_p
     return RolloutBatch.concat(batches), all_eps
 
 
-def evaluate(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int,
-             episodes_per_task: int = 1) -> tuple[dict[str, float], RolloutBatch]:
+def evaluate(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int, episodes_per_task: int = 1,
+             refill: bool = False) -> tuple[dict[str, float], RolloutBatch]:
     """Play a fixed task list (e.g. ``envs.pool.eval_tasks``) with ``play`` and score it; tasks may come from
-    several splits.
+    several splits. ``refill``: ``play``'s refilling mode (the pool kept full across the whole list, splits
+    included).
 
     Metrics, per split of the list (``<env>`` = ``agent.env``)::
 
@@ -670,7 +758,8 @@ def evaluate(agent: Agent, tasks, *, sampling: SamplingConfig, seed: int,
         raise ValueError("evaluate: no tasks given (an empty evaluation list)")
     env = agent.env
     t_start = time.perf_counter()
-    batch, all_eps = play(agent, tasks, sampling=sampling, seed=seed, episodes_per_task=episodes_per_task)
+    batch, all_eps = play(agent, tasks, sampling=sampling, seed=seed, episodes_per_task=episodes_per_task,
+                          refill=refill)
     metrics: dict[str, float] = {}
     splits = list(dict.fromkeys(t.split for t in tasks))
     graded = env == "webshop" or any(e.score is not None for e in all_eps)

@@ -683,26 +683,7 @@ class EnvPool:
                 self.group_of[slot] = g
         for slot in range(n, self.num_envs):
             self.tasks[slot] = None
-        results: dict[int, tuple[str, dict]] = {}
-        pending = self._by_worker(items)
-        for attempt in range(2):
-            replies = self._scatter("reset", pending)
-            retry: dict[int, list] = {}
-            for wid, (status, result) in replies.items():
-                if status == "dead":
-                    if attempt == 1:
-                        raise RuntimeError(f"EnvPool.reset: env worker {wid} {result} twice during reset")
-                    retry[wid] = pending[wid]
-                    continue
-                if status == "error":
-                    raise RuntimeError(f"EnvPool.reset: env worker {wid} failed: {result}")
-                for slot, st, value in result:
-                    if st != "ok":
-                        raise RuntimeError(f"EnvPool.reset: env slot {slot} ({self.tasks[slot]}) failed:\n{value}")
-                    results[slot] = value
-            if not retry:
-                break
-            pending = retry
+        results = self._reset_items(items, "EnvPool.reset")
         self._lost.clear()
         obs, infos = [], []
         for slot in range(n):
@@ -712,6 +693,72 @@ class EnvPool:
             obs.append(o)
             infos.append(info)
         return obs, infos
+
+    def refill(self, assignments: Sequence[tuple[int, Task]]) -> tuple[list[str], list[dict]]:
+        """Reset only the idle slots of ``assignments`` (``(slot, task)`` pairs): each plays its task, the other
+        slots (live or not) are untouched. What an evaluation that refills its slots calls when episodes end.
+
+        Returns ``(obs, infos)`` in the order of ``assignments``. ``group_of`` of a refilled slot is -1 (it belongs
+        to no group reset). Raises ``ValueError`` for a live or out-of-range slot.
+        """
+        if len({int(slot) for slot, _ in assignments}) != len(assignments):
+            raise ValueError("EnvPool.refill: a slot is given twice")
+        items = []
+        for slot, task in assignments:
+            slot = int(slot)
+            if not 0 <= slot < self.num_envs:
+                raise ValueError(f"EnvPool.refill: env slot {slot} out of range (pool has {self.num_envs} envs)")
+            if self.live[slot]:
+                raise ValueError(f"EnvPool.refill: env slot {slot} is live; refill only slots whose episode ended")
+            if not isinstance(task, Task):
+                raise TypeError(f"EnvPool.refill: slot {slot} got {type(task).__name__}, expected envs.pool.Task")
+            items.append((slot, task.reset_kwargs()))
+            self.tasks[slot] = task
+            self.group_of[slot] = -1
+        results = self._reset_items(items, "EnvPool.refill")
+        obs, infos = [], []
+        for slot, _ in items:
+            o, info = results[slot]
+            self._last_obs[slot], self._last_info[slot] = o, info
+            self._lost.pop(slot, None)
+            self.live[slot] = True
+            obs.append(o)
+            infos.append(info)
+        return obs, infos
+
+    def release(self, slots: Sequence[int]) -> None:
+        """Mark ``slots`` idle without stepping them (an episode given up, e.g. at a rollout's turn bound), so that
+        ``refill`` may reuse them."""
+        for slot in slots:
+            slot = int(slot)
+            if not 0 <= slot < self.num_envs:
+                raise ValueError(f"EnvPool.release: env slot {slot} out of range (pool has {self.num_envs} envs)")
+            self.live[slot] = False
+            self._lost.pop(slot, None)
+
+    def _reset_items(self, items: list[tuple[int, dict]], who: str) -> dict[int, tuple[str, dict]]:
+        """Reset the slots of ``items`` (``(slot, reset kwargs)``) on their workers, a dead worker retried once."""
+        results: dict[int, tuple[str, dict]] = {}
+        pending = self._by_worker(items)
+        for attempt in range(2):
+            replies = self._scatter("reset", pending)
+            retry: dict[int, list] = {}
+            for wid, (status, result) in replies.items():
+                if status == "dead":
+                    if attempt == 1:
+                        raise RuntimeError(f"{who}: env worker {wid} {result} twice during reset")
+                    retry[wid] = pending[wid]
+                    continue
+                if status == "error":
+                    raise RuntimeError(f"{who}: env worker {wid} failed: {result}")
+                for slot, st, value in result:
+                    if st != "ok":
+                        raise RuntimeError(f"{who}: env slot {slot} ({self.tasks[slot]}) failed:\n{value}")
+                    results[slot] = value
+            if not retry:
+                break
+            pending = retry
+        return results
 
     def _failure(self, slot: int, message: str) -> StepResult:
         info = dict(self._last_info[slot])

@@ -430,6 +430,57 @@ def test_evaluate_metrics_per_split_and_family(tok, request, webshop_dir):
     assert one.response_text == batch.response_text and torch.equal(one.group_id, batch.group_id)
 
 
+@pytest.mark.parametrize("episodes_per_task", [1, 2])
+def test_a_refilling_evaluation_equals_the_chunked_one_in_fewer_calls(tok, request, episodes_per_task):
+    """``evaluate(..., refill=True)`` on 3 slots: every (task, copy) played once with the chunked mode's seeds, rows
+    and metrics (the scripted engine answers from the seed alone), fewer generate calls and turns (the episode
+    lengths differ), every call full until the list runs out, and the same result when run again."""
+    tasks = eval_tasks("train", 5, seed=0) + eval_tasks("eval", 3, seed=0)  # targets 2..6 and 2..4
+    out = {}
+    for refill in (False, True, True):
+        engine = ScriptedEngine(tok, _counter_script)
+        trace_calls = []
+        with env_pool("counter", 3 if episodes_per_task == 1 else 4, request, max_steps=6) as pool:
+            agent = Agent(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, env_name="counter")
+            metrics, batch = evaluate(agent, tasks, sampling=SHORT, seed=5, episodes_per_task=episodes_per_task,
+                                      refill=refill)
+            trace_calls = [len(c) for c in engine.calls]
+            n_envs = pool.num_envs
+        out.setdefault(refill, []).append((metrics, batch, engine, trace_calls))
+    (m0, b0, e0, c0), = out[False]
+    (m1, b1, e1, c1), (m2, b2, _, c2) = out[True]
+    check_row_structure(b1, len(tasks), episodes_per_task)
+    assert set(m1) == set(m0) and {k: v for k, v in m1.items() if k != "perf/eval_s"} == \
+        {k: v for k, v in m0.items() if k != "perf/eval_s"}
+    lengths = [int(n) for n in torch.unique_consecutive(b0.group_id * 10 + b0.traj_id, return_counts=True)[1]]
+    assert len(set(lengths)) >= 3  # episode lengths differ: refilling has something to gain
+    for name in ("group_id", "traj_id", "step", "reward", "done", "valid", "won"):
+        assert torch.equal(getattr(b1, name), getattr(b0, name)), name
+    assert b1.response_text == b0.response_text and [p.tolist() for p in b1.prompt_ids] == \
+        [p.tolist() for p in b0.prompt_ids]
+    assert sorted(x for c in e1.seeds for x in c) == sorted(x for c in e0.seeds for x in c)  # same per-task seeds
+    assert sum(c1) == sum(c0) == len(b0) and len(c1) < len(c0)
+    full_until = max(i for i, n in enumerate(c1) if n == n_envs)
+    assert all(n == n_envs for n in c1[:full_until + 1]) and c1[full_until:] == sorted(c1[full_until:], reverse=True)
+    assert c2 == c1 and b2.response_text == b1.response_text and m2["eval/counter/eval/success_rate"] == \
+        m1["eval/counter/eval/success_rate"]
+
+
+def test_a_refilling_play_bounds_each_episode_by_max_turns(tok, request):
+    from agents.rollout import play
+
+    engine = ScriptedEngine(tok, lambda *a: tagged("inc"))
+    tasks = [Task("train", k, 0) for k in (4, 0, 1, 3)]  # targets 6, 2, 3, 5
+    with env_pool("counter", 2, request) as pool:
+        batch, eps = play(Agent(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, max_turns=4),
+                          tasks, sampling=SHORT, seed=0, refill=True)
+    assert [len(e.rows) for e in eps] == [4, 2, 3, 4] and [e.won for e in eps] == [False, True, True, False]
+    # slot 0: task 4 (turns 0-3, cut), then task 3 (turns 4-7); slot 1: task 0 (turns 0-1), then task 1 (turns 2-4)
+    assert [e.key for e in eps] == [0, 1, 2, 3] and batch.done.sum() == 4 and [len(c) for c in engine.calls] == \
+        [2, 2, 2, 2, 2, 1, 1, 1]
+    assert [e.slot for e in eps] == [0, 1, 1, 0]
+
+
 @pytest.mark.parametrize("env,split,marks", [
     ("alfworld", "train", ("operating in the ALFRED Embodied Environment", "Below are the most recent")),
     ("webshop", "test", ("operating in the WebShop e\u2011commerce environment", "'click[search]',"))])

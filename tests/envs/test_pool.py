@@ -59,6 +59,27 @@ def test_finished_envs_are_not_stepped_and_bad_calls_are_explained():
             pool.reset([Task("train", 9, 0)])
 
 
+@pytest.mark.parametrize("mode", ["inline", "process"])
+def test_refill_resets_only_the_given_idle_slots(mode):
+    with EnvPool(COUNTER, 3, num_workers=2, mode=mode) as pool:
+        pool.reset([Task("train", 0, 1), Task("train", 3, 2)])  # targets 2 and 5
+        pool.step([0, 1], ["inc", "inc"])
+        pool.step([0, 1], ["inc", "inc"])  # slot 0 won
+        assert pool.live_indices() == [1]
+        obs, infos = pool.refill([(2, Task("eval", 1, 7)), (0, Task("train", 4, 8))])
+        assert "(seed 7, target 3)" in obs[0] and "(seed 8, target 6)" in obs[1] and infos[1]["won"] is False
+        assert pool.live_indices() == [0, 1, 2] and pool.tasks[2] == Task("eval", 1, 7)
+        assert pool.group_of.tolist() == [-1, 1, -1]
+        assert pool.step([1], ["inc"])[0].obs == "count 3"  # slot 1 kept its episode
+        with pytest.raises(ValueError, match="slot 1 is live"):
+            pool.refill([(1, Task("train", 0, 0))])
+        with pytest.raises(ValueError, match="given twice"):
+            pool.refill([(1, Task("train", 0, 0)), (1, Task("train", 0, 0))])
+        pool.release([1])
+        assert pool.live_indices() == [0, 2]
+        assert "(seed 9" in pool.refill([(1, Task("train", 0, 9))])[0][0]
+
+
 def test_killed_worker_truncates_only_its_episodes_and_restarts():
     with EnvPool(COUNTER, 4, num_workers=2, mode="process") as pool:
         pool.reset([Task("train", 4, 1), Task("train", 4, 2)], group_size=2)  # target 6
