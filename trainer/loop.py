@@ -657,20 +657,24 @@ class Trainer:
 
         out: dict[str, float] = {}
         counts: dict[str, float] = {}
+        mine = {split: tasks[self.rank:: self.world_size] for split, tasks in self.eval_tasks.items()}
+        mine = {split: tasks for split, tasks in mine.items() if tasks}
+        extra = {"episodes_per_task": self.cfg.eval.episodes_per_task} if self.cfg.eval.episodes_per_task > 1 else {}
+        if self.cfg.eval.refill:  # one refilling pass over every split: the pool stays full across the splits
+            extra["refill"] = True
+            calls = [[t for tasks in mine.values() for t in tasks]] if mine else []
+        else:
+            calls = list(mine.values())
         self.rollout_engine.wake()
         try:
-            for split, tasks in self.eval_tasks.items():
-                mine = tasks[self.rank:: self.world_size]
-                if not mine:
-                    continue
-                extra = {"episodes_per_task": self.cfg.eval.episodes_per_task} if self.cfg.eval.episodes_per_task > 1 \
-                    else {}
-                metrics, _ = evaluate(self.agent, mine, sampling=self.eval_sampling, seed=self.cfg.eval.seed,
+            for call in calls:
+                metrics, _ = evaluate(self.agent, call, sampling=self.eval_sampling, seed=self.cfg.eval.seed,
                                       **extra)
                 for k, v in metrics.items():
                     if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)
+                        split = k.split("/")[2]
                         out[k] = float(v)
-                        counts[k] = float(self._eval_count(k, split, mine))
+                        counts[k] = float(self._eval_count(k, split, mine[split]))
         finally:
             self.rollout_engine.sleep()
         if self.world_size > 1:

@@ -92,6 +92,7 @@ def test_paper_preset_reference_values(path):
     # validation
     ev = cfg.eval
     assert (ev.every, ev.at_start, ev.temperature, ev.max_tasks_per_split) == (5, True, 0.4, None)
+    assert ev.refill is True  # the pool kept full while evaluating (same episodes and seeds, fewer turns)
     assert cfg.env.eval_splits is None  # the env's own: p["eval_splits"]
     assert cfg.device == "cuda"
     # the header names the launch command with the reference GPU count
@@ -134,6 +135,13 @@ def test_cpu_sft_presets_start_from_a_warm_start(name):
     # the demo skips the old pass (same tokens as recompute, checked on its whole runs); the study presets keep
     # recompute, the source of their committed results
     assert cfg.trainer.old_logprobs == ("rollout" if name == "textcraft_demo" else "recompute")
+
+
+def test_cpu_presets_evaluate_in_chunks():
+    """eval.refill stays off on CPU: the committed results (the demo's reference rows among them) were evaluated in
+    chunks, and HF's batched generation can round differently in another batch composition."""
+    for path in sorted((REPO / "configs" / "cpu").glob("*.yaml")):
+        assert load_config(path).eval.refill is False, path.name
 
 
 def test_textcraft_cpu_presets_see_what_the_warm_start_saw():

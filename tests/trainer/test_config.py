@@ -87,6 +87,7 @@ def test_yaml_and_overrides_are_typed(tmp_path):
         ("rollout.hf_pack_weights=yes", "rollout.hf_pack_weights='yes' must be one of ['auto', 'on', 'off']"),
         ("rollout.vllm_tensor_parallel=2", "rollout.vllm_tensor_parallel=2 is not supported"),
         ("rollout.vllm_tensor_parallel=0", "rollout.vllm_tensor_parallel=0 must be >= 1"),
+        ("eval.refill=sometimes", "is not a bool"),
     ],
 )
 def test_bad_keys_and_values_name_the_field(override, needle):
@@ -150,6 +151,14 @@ def test_a_numeric_choice_is_read_as_a_number():
             load_config(None, [f"trainer.zero_stage={value}"])
     with pytest.raises(ConfigError, match=r"trainer.zero_stage=True must be one of \[0, 1, 2, 3\]"):
         RunConfig(trainer=TrainerConfig(zero_stage=True))
+
+
+def test_eval_refill_built_in_code_must_be_a_bool():
+    from trainer.config.sections import EvalConfig
+
+    with pytest.raises(ConfigError, match=r"eval.refill=1 must be true or false \(true keeps the env pool full"):
+        RunConfig(eval=EvalConfig(refill=1))
+    assert load_config(None, ["eval.refill=true"]).eval.refill is True and EvalConfig().refill is False
 
 
 def test_one_error_type_for_every_config():

@@ -276,3 +276,43 @@ def test_a_skipped_weight_refresh_stops_the_run(tmp_path, engine):
         with pytest.raises(TrainingFailed, match=r"rollout\.max_logprob_diff=0\.1: the engine samples with other "
                                                  r"weights than the actor's"):
             t.train_iteration(2)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_loops_refilling_evaluation_gives_the_chunked_metrics(tmp_path, world_size):
+    """``Trainer.evaluate`` with ``eval.refill``: one refilling pass over both eval splits (this rank's share) gives
+    the chunked evaluation's metrics and episode counts in fewer generate calls (the scripted engine's answers
+    depend on the sampling seed only, so the batch composition cannot change them)."""
+    from types import MethodType, SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from agents.engines import SamplingConfig
+    from agents.models.tiny import TinyModelConfig, build_tiny_model
+    from agents.rollout import Agent
+    from envs.pool import EnvPool, eval_tasks
+    from tests.agents.rollout_helpers import ScriptedEngine, tagged
+    from trainer.config.sections import EvalConfig
+    from trainer.loop import Trainer
+
+    tok = AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path / "tiny", TinyModelConfig(layers=1))))
+    seen = {}
+    for refill in (False, True):
+        counts: dict = {}
+        engine = ScriptedEngine(tok, lambda call, j, prompt, seed: tagged("inc") if seed % 3 else "no tags")
+        engine.wake = engine.sleep = lambda: None
+        with EnvPool("tests.envs.helpers:CounterEnv", 3, mode="inline", env_kwargs={"max_steps": 6}) as pool:
+            t = SimpleNamespace(
+                cfg=SimpleNamespace(eval=EvalConfig(refill=refill, seed=3)), rank=world_size - 1,
+                world_size=1, rollout_engine=engine, eval_sampling=SamplingConfig(temperature=1.0, max_tokens=8),
+                actor=Agent(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, env_name="counter"),
+                eval_tasks={"train": eval_tasks("train", 5, seed=3), "eval": eval_tasks("eval", 3, seed=3)},
+                evals_done=[], pool=pool, _family_cache={})
+            t.world_size = world_size
+            t._eval_count = MethodType(Trainer._eval_count, t)
+            t._family = MethodType(Trainer._family, t)
+            t._reduce_weighted = lambda values, weights, counts=counts: counts.update(weights) or values
+            out = Trainer.evaluate(t, 0)
+        seen[refill] = (out, counts if world_size > 1 else None, len(engine.calls))
+    assert seen[True][:2] == seen[False][:2] and seen[True][2] < seen[False][2]
+    assert set(seen[True][0]) >= {"eval/counter/train/success_rate", "eval/counter/eval/num_episodes"}

@@ -476,8 +476,18 @@ class EvalConfig:
     P/W x G environments) [choice]."""
     seed: int = 12345
     """Seed of the evaluation task list and sampler, equal for all runs so estimators see the same tasks [choice]."""
+    refill: bool = False
+    """Keep the env pool full while evaluating: a slot whose episode ended takes the next task at once, over all
+    eval splits (``agents.rollout.play(refill=True)``), instead of playing each split in chunks of the pool's size
+    and waiting for a chunk's longest episode. The same episodes, sampling seeds and metric keys, fewer generate
+    calls and turns when episode lengths differ (``benchmarks/eval_refill.py``). Off: results equal the committed
+    CPU runs (HF's batched generation can round differently in another batch composition). [choice: off in the
+    CPU presets, on in the paper presets; verl-agent's validation fills its envs once per batch]"""
 
     def validate(self) -> None:
+        if not isinstance(self.refill, bool):
+            fail(f"eval.refill={self.refill!r} must be true or false (true keeps the env pool full while evaluating, "
+                 "false plays each split in chunks of the pool's size)")
         check_number("eval", "every", self.every, lo=0, integer=True, fix="0 turns evaluation off")
         check_number("eval", "temperature", self.temperature, lo=0)
         check_number("eval", "top_p", self.top_p, lo=0, lo_open=True, hi=1)
