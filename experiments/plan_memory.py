@@ -1,4 +1,5 @@
-"""Plan the memory of a training run: GPU memory per rank and host (CPU) memory per node, before renting the GPUs.
+"""Plan the memory of a training run: GPU memory per rank and host (CPU) memory per node, before renting the GPUs;
+and its time per iteration, per phase (``experiments.plan_time``: a model with every input stated).
 
     python -m experiments.plan_memory configs/paper/alfworld_qwen2.5-7b.yaml --gpus 4
     python -m experiments.plan_memory configs/paper/alfworld_qwen2.5-1.5b.yaml --gpus 2 trainer.zero_stage=2
@@ -571,10 +572,16 @@ def main(argv: list[str] | None = None) -> int:
                                                     vllm_asleep_gb=args.vllm_asleep_gb))
     except ValueError as e:
         return fail(str(e))
+    from experiments.plan_time import preset_plans, render_time
+
+    times = preset_plans(cfg, args.gpus, plan.params)
     if args.json:
-        print(json.dumps(plan_to_dict(plan), indent=1))
+        print(json.dumps({**plan_to_dict(plan), "time_s": {f"{sc}/{fx}": {**tp.seconds, "total": tp.total}
+                                                           for (sc, fx), tp in times.items()}}, indent=1))
     else:
         print(render(plan, f"{args.preset} on {args.gpus} GPU(s)"))
+        print()
+        print(render_time(times, f"{args.preset} on {args.gpus} GPU(s)"))
     return 0
 
 
