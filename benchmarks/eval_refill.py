@@ -64,17 +64,17 @@ def run_mode(pool, tok, tasks: dict, skills, refill: bool, max_steps: int) -> di
     """One evaluation of ``tasks`` ({split: [Task]}) as the trainer plays it: per split in chunks, or one
     refilling pass; returns turns, prompts, wall time, rows and metrics."""
     from agents.engines import SamplingConfig
-    from agents.rollout import Actor, evaluate, prompt_config_for
+    from agents.rollout import Agent, evaluate, prompt_config_for
 
     engine = ExpertMixEngine(tok, pool, skills)
-    actor = Actor(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
+    agent = Agent(pool=pool, engine=engine, tokenizer=tok, prompt_config=prompt_config_for(tok, 2048),
                   max_prompt_tokens=2048, env_name="alfworld")
     sampling = SamplingConfig(temperature=0.4, max_tokens=512)
     calls = [[t for ts in tasks.values() for t in ts]] if refill else list(tasks.values())
     t0 = time.perf_counter()
     metrics, rows = {}, []
     for call in calls:
-        m, batch = evaluate(actor, call, sampling=sampling, seed=12345, refill=refill)
+        m, batch = evaluate(agent, call, sampling=sampling, seed=12345, refill=refill)
         metrics.update({k: v for k, v in m.items() if k.startswith("eval/")})
         rows += list(zip(batch.task_id, batch.traj_id.tolist(), batch.step.tolist(), batch.action))
     wall = time.perf_counter() - t0
