@@ -305,7 +305,7 @@ def test_the_loops_refilling_evaluation_gives_the_chunked_metrics(tmp_path, worl
             t = SimpleNamespace(
                 cfg=SimpleNamespace(eval=EvalConfig(refill=refill, seed=3)), rank=world_size - 1,
                 world_size=1, rollout_engine=engine, eval_sampling=SamplingConfig(temperature=1.0, max_tokens=8),
-                actor=Agent(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, env_name="counter"),
+                agent=Agent(pool=pool, engine=engine, tokenizer=tok, max_prompt_tokens=1024, env_name="counter"),
                 eval_tasks={"train": eval_tasks("train", 5, seed=3), "eval": eval_tasks("eval", 3, seed=3)},
                 evals_done=[], pool=pool, _family_cache={})
             t.world_size = world_size
