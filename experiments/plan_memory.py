@@ -80,10 +80,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from agents.models.shapes import (  # noqa: F401  (known_shape: re-exported for callers of this module)
+    ModelShape,
+    known_shape,
+    param_count,
+    resolve_shape,
+    shape_from_hf_config,
+)
 
 __all__ = ["ModelShape", "Plan", "Component", "Setup", "param_count", "plan_memory", "shape_from_hf_config",
            "setup_from_config", "render", "main"]
@@ -107,51 +114,6 @@ DEFAULT_GPU_GB = 85.5
 DEFAULT_PROCESS_GB = 5.0
 DEFAULT_ENV_WORKER_GB = 0.5
 DEFAULT_VLLM_ASLEEP_GB = 2.0
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A decoder-only transformer's shapes (Qwen2/Llama layout: gated MLP, RMSNorm, optional QKV bias)."""
-
-    vocab: int
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    tied: bool
-    qkv_bias: bool
-    head_dim: int
-    name: str = "model"
-
-    @property
-    def kv_width(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    def layer_params(self) -> int:
-        h, kv, q = self.hidden, self.kv_width, self.heads * self.head_dim
-        attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
-        return attn + 3 * h * self.intermediate + 2 * h  # q, k, v, o; gate, up, down; two RMSNorms
-
-
-def shape_from_hf_config(d: dict, name: str = "model") -> ModelShape:
-    """The shapes of a Hugging Face ``config.json`` dict (Qwen2 has QKV bias, Llama-style ``attention_bias``)."""
-    try:
-        heads = int(d["num_attention_heads"])
-        hidden = int(d["hidden_size"])
-        return ModelShape(
-            vocab=int(d["vocab_size"]), hidden=hidden, intermediate=int(d["intermediate_size"]),
-            layers=int(d["num_hidden_layers"]), heads=heads, kv_heads=int(d.get("num_key_value_heads") or heads),
-            tied=bool(d.get("tie_word_embeddings", False)),
-            qkv_bias=bool(d.get("attention_bias", d.get("model_type") == "qwen2")),
-            head_dim=int(d.get("head_dim") or hidden // heads), name=name)
-    except KeyError as e:
-        raise ValueError(f"model config lacks {e.args[0]!r}: not a decoder-only transformer config.json") from e
-
-
-def param_count(s: ModelShape) -> int:
-    """Exact parameter count: embedding, L layers, final norm, and the LM head unless tied."""
-    return s.vocab * s.hidden * (1 if s.tied else 2) + s.layers * s.layer_params() + s.hidden
 
 
 def lora_param_count(s: ModelShape, rank: int, targets) -> int:
@@ -396,36 +358,6 @@ def plan_memory(s: ModelShape, st: Setup) -> Plan:
 
 
 # ------------------------------------------------------------------------------------------------ the config side
-def known_shape(model_path: str) -> ModelShape | None:
-    """The built-in shape that ``model.path``'s name points at (Qwen2.5-1.5B or -7B), or None."""
-    from agents.models.shapes import QWEN25_7B, QWEN25_15B
-
-    name = Path(model_path.rstrip("/")).name.lower()
-    if re.search(r"(^|[^\d.])1\.5b", name):
-        return shape_from_hf_config({**QWEN25_15B, "model_type": "qwen2"}, "Qwen2.5-1.5B-Instruct (built-in shape)")
-    if re.search(r"(^|[^\d.])7b", name):
-        return shape_from_hf_config({**QWEN25_7B, "model_type": "qwen2"}, "Qwen2.5-7B-Instruct (built-in shape)")
-    return None
-
-
-def resolve_shape(model_path: str, model_config: str | None = None) -> ModelShape:
-    """``--model-config``, else ``model.path/config.json``, else the built-in shape by name; ValueError otherwise."""
-    for cand in ([Path(model_config)] if model_config else []) + [Path(model_path) / "config.json"]:
-        if cand.is_file():
-            try:
-                d = json.loads(cand.read_text())
-            except (OSError, ValueError) as e:
-                raise ValueError(f"{cand} is not a readable JSON file: {e}") from e
-            return shape_from_hf_config(d.get("text_config", d), name=f"{cand.parent.name or cand.name} ({cand.name})")
-        if model_config:
-            raise ValueError(f"--model-config {model_config!r} does not exist")
-    shape = known_shape(model_path)
-    if shape is None:
-        raise ValueError(f"model.path={model_path!r} has no config.json and is not Qwen2.5-1.5B/7B by name: pass "
-                         "--model-config path/to/config.json")
-    return shape
-
-
 def setup_from_config(cfg, gpus: int, gpus_per_node: int = 8, gpu_gb: float = DEFAULT_GPU_GB, *, runs: int = 1,
                       jobs: int = 1, process_gb: float = DEFAULT_PROCESS_GB,
                       env_worker_gb: float = DEFAULT_ENV_WORKER_GB,

@@ -237,7 +237,7 @@ RATES_BEFORE = {"adam_threads": 1}  # torchrun's OMP_NUM_THREADS=1 before traine
 def preset_plans(path_or_cfg, gpus: int, params: int | None = None) -> dict:
     """{(scenario, fixes): TimePlan} of a preset (path or loaded config) on ``gpus`` ranks; fixes in ("before",
     "after")."""
-    from experiments.plan_memory import param_count, resolve_shape
+    from agents.models.shapes import param_count, resolve_shape
     from trainer.config import load_config
 
     cfg = load_config(path_or_cfg) if isinstance(path_or_cfg, (str, Path)) else path_or_cfg
