@@ -227,9 +227,14 @@ def save_checkpoint(root: str | Path, iteration: int, actor, *, sampler=None, ge
     sampler    : object with ``state_dict() -> JSON-able dict`` and ``load_state_dict(d)`` (the task sampler)
     generators : named ``torch.Generator``/``numpy.random.Generator`` objects (e.g. ``Seeds.task``/``rollout``)
     extra      : JSON-able dict of the caller's own state (returned by ``load_checkpoint``)
+
+    Raises ``NonFiniteError`` (the run's non-finite stop), writing nothing, when any weight holds a NaN/Inf on any
+    rank (``PPOActor.nonfinite_parameters``: one collective every rank joins): a checkpoint is never written
+    with weights that cannot be trained on, and the previous one stays the newest.
     """
     root = Path(root)
     rank, world = _rank_world()
+    _refuse_nonfinite(root, iteration, actor)
     name = f"iter_{int(iteration):08d}"
     final = root / name
     partial = root / (name + ".partial")
@@ -262,6 +267,23 @@ def save_checkpoint(root: str | Path, iteration: int, actor, *, sampler=None, ge
         raise
     _barrier()
     return final
+
+
+def _refuse_nonfinite(root: Path, iteration: int, actor) -> None:
+    """Raise the run's non-finite stop, naming the weights, if any weight is NaN/Inf on any rank (collective)."""
+    bad = actor.nonfinite_parameters()
+    if not bad:
+        return
+    from .ppo_actor import NonFiniteError
+
+    kept = list_checkpoints(root)
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    newest = f"the newest checkpoint, {kept[-1].name}, is kept" if kept else "there is no earlier checkpoint"
+    raise NonFiniteError(
+        f"iteration {int(iteration)}: no checkpoint saved, {len(bad)} weight(s) hold NaN/Inf: {', '.join(bad[:5])}"
+        f"{more}; {newest}. Lower trainer.lr or try trainer.precision=fp32 before resuming (the same settings "
+        "would diverge again), or check the rollout data of the iterations since that checkpoint."
+    )
 
 
 def _write_partial(partial: Path, root: Path, iteration: int, actor, sampler, generators, extra, tokenizer,

@@ -878,6 +878,23 @@ class PPOActor:
         return False
 
     # --------------------------------------------------------------------------- weights and state
+    def nonfinite_parameters(self) -> list[str]:
+        """Names of the model weights holding a NaN/Inf on any rank (empty when all are finite); collective.
+
+        Each rank checks what it holds of every parameter (under ZeRO-3 its own partition, ``ds_tensor``; below
+        stage 3 the whole tensor), one flag per parameter in ``named_parameters`` order, and one all-reduce (max)
+        joins the flags: every rank makes the same single call and gets the same list, so a NaN in one rank's shard
+        stops every rank and none waits for a collective the others skip. No parameter is gathered.
+        """
+        params = list(self.lm.named_parameters())
+        flags = torch.zeros(len(params), dtype=torch.float32)
+        for i, (_, p) in enumerate(params):
+            t = p.ds_tensor if (self.zero_stage == 3 and hasattr(p, "ds_tensor")) else p.data
+            if t.numel() and not bool(torch.isfinite(t).all()):
+                flags[i] = 1.0
+        flags = self._allreduce(flags, "max")
+        return [name for (name, _), f in zip(params, flags.tolist()) if f > 0]
+
     def full_named_parameters(self, *, clone: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         """(Hugging Face name, full tensor) of every model weight, for the rollout engine's refresh and exports.
 

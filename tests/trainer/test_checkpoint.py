@@ -300,3 +300,27 @@ def test_dropping_the_optimizer_state_keeps_the_weights_and_says_what_stays(tmp_
     with pytest.warns(UserWarning, match="optimizer state was dropped"), pytest.raises(CheckpointError,
                                                                                        match="unusable"):
         _load(tmp_path, actor0)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nonfinite_weights_are_never_saved(tmp_path, actor0, value):
+    """A NaN/Inf weight stops the save with the run's non-finite stop (NonFiniteError: exit 3 in experiments.train),
+    naming the weight; nothing is written and the previous checkpoint stays the latest."""
+    from trainer.ppo_actor import NonFiniteError
+
+    _save(tmp_path, 2, actor0)
+    name, p = next((n, p) for n, p in actor0.lm.named_parameters() if n.endswith("layers.1.mlp.up_proj.weight"))
+    keep = p.data[0, 3].item()
+    try:
+        with torch.no_grad():
+            p.data[0, 3] = value
+        assert actor0.nonfinite_parameters() == [name]
+        with pytest.raises(NonFiniteError, match=rf"iteration 4: no checkpoint saved, 1 weight\(s\) hold NaN/Inf: "
+                                                 rf"{name}; the newest checkpoint, iter_00000002, is kept"):
+            _save(tmp_path, 4, actor0)
+    finally:
+        with torch.no_grad():
+            p.data[0, 3] = keep
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["iter_00000002", "latest"]
+    assert actor0.nonfinite_parameters() == []
+    assert _save(tmp_path, 4, actor0).name == "iter_00000004"

@@ -43,3 +43,18 @@ def test_two_processes_match_one(tmp_path, stage):
         assert ma["loss/optimizer_steps"] == mb["loss/optimizer_steps"] == 2.0
         for k in ("loss/policy", "loss/kl", "loss/entropy", "loss/grad_norm"):
             assert abs(ma[k] - mb[k]) <= 1e-5 * max(1.0, abs(ma[k])), (k, ma[k], mb[k])
+
+
+@pytest.mark.slow
+def test_a_nonfinite_shard_on_one_rank_stops_every_rank_save(tmp_path):
+    """ZeRO-3 on 2 ranks: a NaN in rank 1's partition of one weight makes both ranks refuse the save with the same
+    NonFiniteError naming it (one all-reduce both ranks join), no rank hangs, and iteration 1 stays the newest."""
+    out = str(tmp_path / "nf")
+    _run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+          "--master_port", str(free_port()), str(WORKER.with_name("dist_nonfinite_worker.py")), out], timeout=300)
+    seen = [json.loads(Path(f"{out}.rank{r}.json").read_text()) for r in (0, 1)]
+    assert seen[0]["shard_numel"] < seen[0]["full_numel"]  # each rank holds only a part of the weight
+    for s in seen:
+        assert s["error"] is not None and "model.layers.0.mlp.up_proj.weight" in s["error"], s
+        assert s["checkpoints"] == ["iter_00000001"]
+    assert seen[0]["error"] == seen[1]["error"]
