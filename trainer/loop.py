@@ -231,7 +231,7 @@ class Trainer:
         device = resolve_device(self.cfg.device)
         precision = resolve_precision(self.cfg.trainer.precision, device)
         # the process group first: an in-process vLLM joins it instead of starting its own (agents/README.md)
-        self.rank, self.world_size, _ = init_distributed(device)
+        self.rank, self.world_size, _ = init_distributed(device, self.cfg.trainer.collective_timeout_min)
         self._build_envs()  # the environments first: a wrong split fails before any model is loaded
         self._build_models(device, "bfloat16" if precision == "bf16" else "float32")
         self._build_rollout()

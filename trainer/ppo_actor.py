@@ -291,27 +291,48 @@ def use_venv_extensions_dir() -> Path:
 
 #: minutes a collective may wait for the slowest rank before the process group gives up (``collective_timeout``)
 TIMEOUT_ENV = "BIPACE_COLLECTIVE_TIMEOUT_MIN"
+#: ``trainer.collective_timeout_min``'s default (its docstring gives the reasons) [choice]
+DEFAULT_COLLECTIVE_TIMEOUT_MIN = 30.0
 
 
-def collective_timeout():
-    """How long a rank waits in a collective for the others: ``$BIPACE_COLLECTIVE_TIMEOUT_MIN`` minutes, default 120.
+def collective_timeout(minutes: float | None = None):
+    """How long a rank waits in a collective for the others: ``$BIPACE_COLLECTIVE_TIMEOUT_MIN`` minutes where set,
+    else ``minutes`` (``trainer.collective_timeout_min``), else 30.
 
-    DeepSpeed's default (10 minutes) is shorter than a rank can legitimately wait: the ranks of a run evaluate their
-    share of a whole split and then meet, and on the paper presets one share takes longer than that [choice]."""
+    The longest wait a healthy run has, which this must exceed [estimates for the 7B presets, not measured on a
+    GPU]:
+
+    * evaluation: the ranks play their shares of every eval split, then meet in one all-gather, so a rank whose
+      share ends early waits for the slowest share: about 70 ALFWorld games per rank (274 over 4 ranks) of up to 50
+      turns, about twice a training rollout's 32 environments, 5-10 minutes next to the paper's 361 s iteration;
+    * a checkpoint: rank 0 hashes and fsyncs every file (about 107 GB for 7B: about 2 min at 1 GB/s, 18 min at
+      100 MB/s) while the others wait at the save's last barrier;
+    * the start: each rank loads the model and its vLLM engine (a cold disk, vLLM's first compile) before the
+      first collective, a few minutes; a DeepSpeed op build waits for its lock outside any collective.
+
+    DeepSpeed's default (10 minutes) is shorter than the first two; 30 leaves margin over them, and a frozen rank
+    (a hung GPU, a stopped process) holds the others for 30 minutes rather than two hours.
+    """
     import datetime
 
-    raw = os.environ.get(TIMEOUT_ENV, "120")
+    raw = os.environ.get(TIMEOUT_ENV)
+    if raw is None:
+        value = DEFAULT_COLLECTIVE_TIMEOUT_MIN if minutes is None else float(minutes)
+        if not value > 0:
+            raise ValueError(f"trainer.collective_timeout_min={minutes!r} must be a positive number of minutes")
+        return datetime.timedelta(minutes=value)
     try:
-        minutes = float(raw)
-        if not minutes > 0:
+        value = float(raw)
+        if not (value > 0 and math.isfinite(value)):
             raise ValueError
     except ValueError:
-        raise ValueError(f"{TIMEOUT_ENV}={raw!r} must be a positive number of minutes, e.g. 120") from None
-    return datetime.timedelta(minutes=minutes)
+        raise ValueError(f"{TIMEOUT_ENV}={raw!r} must be a positive number of minutes, e.g. 30") from None
+    return datetime.timedelta(minutes=value)
 
 
-def init_distributed(device: str) -> tuple[int, int, int]:
+def init_distributed(device: str, timeout_min: float | None = None) -> tuple[int, int, int]:
     """Start torch.distributed once (gloo on CPU, NCCL on GPU); returns (rank, world_size, local_rank).
+    ``timeout_min``: ``trainer.collective_timeout_min`` (``collective_timeout``; the first call's value counts).
 
     Under ``torchrun``/``deepspeed`` the launcher's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* are used; a plain
     ``python`` process becomes rank 0 of 1 on 127.0.0.1 with a free port.
@@ -342,7 +363,7 @@ def init_distributed(device: str) -> tuple[int, int, int]:
         os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's engine reads it
         try:
             deepspeed.init_distributed(dist_backend="gloo" if device == "cpu" else "nccl", verbose=False,
-                                       timeout=collective_timeout())
+                                       timeout=collective_timeout(timeout_min))
         finally:  # child processes (and a retry after a failure) must not inherit this rendezvous's address
             for k in added:
                 os.environ.pop(k, None)
@@ -470,7 +491,7 @@ class PPOActor:
         self.temperature = float(temperature)
         self.device_type = resolve_device(device)
         self.precision = resolve_precision(cfg.precision, self.device_type)
-        self.rank, self.world_size, self.local_rank = init_distributed(self.device_type)
+        self.rank, self.world_size, self.local_rank = init_distributed(self.device_type, cfg.collective_timeout_min)
         self.zero_stage = cfg.zero_stage
         self.is_lora = self.model_cfg.lora_rank > 0
         if self.is_lora and self.zero_stage == 3:

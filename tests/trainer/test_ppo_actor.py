@@ -513,20 +513,58 @@ def test_a_stale_build_lock_stops_train_with_exit_2_naming_the_lock_file(tmp_pat
     assert "Traceback" not in res.stderr and lock.exists()
 
 
-def test_collective_timeout_defaults_to_two_hours_and_reads_the_environment(monkeypatch):
-    """DeepSpeed's 10-minute default is shorter than a rank may wait for the others' evaluation share."""
+def test_collective_timeout_is_30_minutes_a_config_key_and_the_environment_overrides(monkeypatch):
+    """A frozen rank holds the others for 30 minutes (was 120), the config key sets it, the environment variable
+    overrides both; DeepSpeed's 10-minute default is shorter than a rank may wait for the others' evaluation share."""
     import datetime
 
+    from trainer.config import ConfigError, TrainerConfig
     from trainer.ppo_actor import TIMEOUT_ENV, collective_timeout
 
     monkeypatch.delenv(TIMEOUT_ENV, raising=False)
-    assert collective_timeout() == datetime.timedelta(minutes=120)
-    monkeypatch.setenv(TIMEOUT_ENV, "30")
+    assert TrainerConfig().collective_timeout_min == 30.0
     assert collective_timeout() == datetime.timedelta(minutes=30)
-    for bad in ("0", "-5", "soon"):
+    assert collective_timeout(45) == datetime.timedelta(minutes=45)
+    monkeypatch.setenv(TIMEOUT_ENV, "12.5")
+    assert collective_timeout() == collective_timeout(45) == datetime.timedelta(minutes=12.5)
+    for bad in ("0", "-5", "soon", "inf"):
         monkeypatch.setenv(TIMEOUT_ENV, bad)
         with pytest.raises(ValueError, match=TIMEOUT_ENV):
             collective_timeout()
+    for bad in (0, -1, 1e9, float("nan")):
+        with pytest.raises(ConfigError, match=r"trainer\.collective_timeout_min=.* raise it when one rank's "
+                                              "evaluation share"):
+            TrainerConfig(collective_timeout_min=bad).validate()
+
+
+_TIMEOUT_SCRIPT = """
+import deepspeed
+from tests.trainer.helpers import tiny_qwen2
+from trainer.config import TrainerConfig
+from trainer.ppo_actor import PPOActor
+def record(**kw):
+    print("timeout:", kw["timeout"].total_seconds())
+    raise RuntimeError("stop here")
+deepspeed.init_distributed = record
+try:
+    PPOActor(tiny_qwen2(layers=1), TrainerConfig(collective_timeout_min=7.5))
+except RuntimeError:
+    pass
+"""
+
+
+def test_the_process_group_gets_the_configured_collective_timeout():
+    import os
+    import subprocess
+    import sys
+
+    from trainer.ppo_actor import TIMEOUT_ENV
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", TIMEOUT_ENV)}
+    res = subprocess.run([sys.executable, "-c", _TIMEOUT_SCRIPT], cwd=Path(__file__).resolve().parents[2],
+                         env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert "timeout: 450.0" in res.stdout, res.stdout + res.stderr
 
 
 def test_optimizer_threads_for_an_offloaded_optimizer():

@@ -345,6 +345,15 @@ class TrainerConfig:
     threads. No effect without ``offload_optimizer`` [choice; ``trainer.ppo_actor.optimizer_threads``]."""
     max_consecutive_nonfinite: int = 3
     """Optimizer steps in a row skipped for NaN/Inf before training stops with an error [choice]."""
+    collective_timeout_min: float = 30.0
+    """Minutes a rank waits in a collective for the others before the process group gives up, so a frozen rank
+    stops its run after this long; ``$BIPACE_COLLECTIVE_TIMEOUT_MIN``, where set, overrides it. It must exceed the
+    longest wait a healthy run has: one rank's evaluation share (the ranks evaluate their shares, then meet),
+    rank 0 hashing and syncing a checkpoint (other ranks wait at the save's end), a rank's slower model or vLLM
+    load. On the 7B presets these are estimated at about 5-10 min, 2 min (about 107 GB at 1 GB/s; about 18 min
+    at 100 MB/s) and a few minutes (``trainer.ppo_actor.collective_timeout``; not yet measured on a GPU). 30 leaves
+    margin and replaces 120, with which a frozen rank held the others for two hours; DeepSpeed's own default (10)
+    is too short [choice]."""
     save_every: int = 10
     """Checkpoint every K iterations (and always at the end) [choice]."""
     keep_last: int = 2
@@ -385,6 +394,9 @@ class TrainerConfig:
         check_number(s, "kl_coef", self.kl_coef, lo=0)
         check_number(s, "optimizer_threads", self.optimizer_threads, lo=0, integer=True)
         check_number(s, "max_consecutive_nonfinite", self.max_consecutive_nonfinite, lo=1, integer=True)
+        check_number(s, "collective_timeout_min", self.collective_timeout_min, lo=0, lo_open=True, hi=10080,
+                     fix="minutes a rank waits for the others in a collective (default 30; raise it when one rank's "
+                         "evaluation share or a checkpoint save takes longer)")
         check_number(s, "save_every", self.save_every, lo=1, integer=True)
         check_number(s, "keep_last", self.keep_last, lo=1, integer=True)
         # cross-field checks
