@@ -42,6 +42,14 @@ __all__ = ["WebShopEnv"]
 SEP = " [SEP] "
 _ACTION_RE = re.compile(r"\s*([A-Za-z_]+)\s*\[(.*)\]\s*", re.S)
 _SUB_PAGES = {"description": "Description", "features": "Features", "reviews": "Reviews"}
+#: the expert's bounds on a hostile product [choice]: it never chooses (nor compares) an option value longer than
+#: this (the catalogue's values are short names such as "x-large" or "3.4 ounce (pack of 1)"; one comparison of a
+#: 200 KB value costs about 0.1 s), and a product whose groups need more value comparisons than
+#: ``EXPERT_MAX_COMPARISONS`` to choose from is scanned with the groups a goal option names first, choosing a value
+#: only for a goal option not yet met (so it clicks at most one value per goal option), and stopping once every goal
+#: option is met or that many comparisons were made (one product then costs about 2 s at most)
+EXPERT_MAX_VALUE_CHARS = 500
+EXPERT_MAX_COMPARISONS = 5000
 
 
 class WebShopEnv(TextEnv):
@@ -132,6 +140,7 @@ class WebShopEnv(TextEnv):
         self._n_searches = 0
         self._score = None
         self._expert_cache: dict = {}
+        self._expert_options: dict[int, dict[str, str]] = {}
 
     def _step(self, action: str) -> tuple[str, float, bool, dict]:
         m = _ACTION_RE.fullmatch(action)
@@ -355,7 +364,7 @@ class WebShopEnv(TextEnv):
             if best != self._item and self._achievable(self._item) < best_score:
                 return "click[< prev]"
             clickables = self._clickables()
-            for group, value in self._desired_options(self.catalogue.products[self._item]).items():
+            for group, value in self._desired_options(self._item).items():
                 target = clickables.get(value.lower())
                 if self._options.get(group) != value and target is not None and target[1] == group:
                     return f"click[{value.lower()}]"
@@ -367,17 +376,50 @@ class WebShopEnv(TextEnv):
         clean = [" ".join(re.sub(r"[\[\]]", " ", q).lower().split()) for q in (goal.base_instruction, goal.name)]
         return [q for i, q in enumerate(clean) if q and q not in clean[:i]] or ["product"]
 
-    def _desired_options(self, p: Product) -> dict[str, str]:
+    def _desired_options(self, i: int) -> dict[str, str]:
+        """{group: value} the expert chooses on product ``i`` for this episode's goal (computed once per episode)."""
+        cache = self._expert_options
+        if i not in cache:
+            cache[i] = self._choose_options(self.catalogue.products[i])
+        return cache[i]
+
+    def _choose_options(self, p: Product) -> dict[str, str]:
+        """For each option group, the first value matching a goal option (the goal options of the group's own name
+        first), in the product's group order; bounded on a product with more choices than
+        ``EXPERT_MAX_COMPARISONS`` (see there). The score counts goal options met by any chosen value, so the
+        bounded choice scores as the full one unless the budget ran out."""
         cfg = self.config.reward
         goal_options = scored_goal_options(self.goal, cfg)
+        groups = [(group, [v for v in values if len(v) <= EXPERT_MAX_VALUE_CHARS])
+                  for group, values in p.options.items()]
+        bounded = len(goal_options) * sum(len(values) for _, values in groups) > EXPERT_MAX_COMPARISONS
+        if bounded:  # the groups a goal option names first (a stable sort keeps the product's order otherwise)
+            named = {g_name for g_name, _ in goal_options}
+            groups.sort(key=lambda gv: gv[0] not in named)
         chosen: dict[str, str] = {}
-        for group, values in p.options.items():
-            candidates = [g for g in goal_options if g[0] == group] + [g for g in goal_options if g[0] != group]
-            for g_name, g_value in candidates:
-                v = next((v for v in values if option_value_matches(g_name, g_value, v, cfg)), None)
+        met: set[int] = set()
+        budget = EXPERT_MAX_COMPARISONS
+        for group, values in groups:
+            candidates = [k for k, g in enumerate(goal_options) if g[0] == group] + \
+                [k for k, g in enumerate(goal_options) if g[0] != group]
+            for k in candidates:
+                if bounded and k in met:  # bounded: a value is chosen only for a goal option not yet met
+                    continue
+                g_name, g_value = goal_options[k]
+                v = None
+                for value in values:
+                    budget -= 1
+                    if option_value_matches(g_name, g_value, value, cfg):
+                        v = value
+                        break
                 if v is not None:
                     chosen[group] = v
+                    met.add(k)
                     break
+                if bounded and budget <= 0:
+                    break
+            if bounded and (budget <= 0 or len(met) == len(goal_options)):
+                break
         return chosen
 
     def _achievable(self, i: int) -> float:
@@ -385,7 +427,7 @@ class WebShopEnv(TextEnv):
         if i not in cache:
             self._ensure_noun_table()
             p = self.catalogue.products[i]
-            cache[i] = score_purchase(p, self.goal, float(self.catalogue.prices[i]), self._desired_options(p),
+            cache[i] = score_purchase(p, self.goal, float(self.catalogue.prices[i]), self._desired_options(i),
                                       self.config.reward, self.nouns).score
         return cache[i]
 
