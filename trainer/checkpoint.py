@@ -27,7 +27,8 @@ and SHA-256, headers readable) before touching the actor, and falls back to the 
 warning naming the file when the latest one is missing, partial, corrupt or altered. Checkpoints written before
 the manifest held checksums (``"files": {name: size}``) are still loaded, with a warning that their content
 could not be verified [choice: backward compatible]. Hashing costs about 1 s per GB on save and on load. The
-newest ``keep_last`` checkpoints are kept. Multi-node runs need the run folder on a shared file system.
+newest ``keep_last`` checkpoints are kept. Multi-node runs need the run folder on a shared file system. A save
+first checks every weight for NaN/Inf on every rank and writes nothing if one is found (``save_checkpoint``).
 """
 from __future__ import annotations
 
