@@ -498,6 +498,16 @@ def _turn(agent: Agent, builder, hook: TurnHook, rows: _Rows, live: list[Episode
             e.info = dict(info)
 
 
+def _start(agent: Agent, hook: TurnHook | None, trace: RolloutTrace):
+    """What a rollout sets up first: its hook (the call's, the agent's, or the loop's own conventions), its prompt
+    builder, its phase timers (``trace.time``) and its start time."""
+    hook = hook if hook is not None else (agent.hook if agent.hook is not None else TurnHook())
+    times = trace.time
+    for k in ("reset", "prompt", "generate", "env", "total"):
+        times.setdefault(k, 0.0)
+    return hook, get_prompt_builder(agent.env, agent.prompt_format), times, time.perf_counter()
+
+
 def _run(agent: Agent, tasks, group_size: int, sampling: SamplingConfig, seed: int, trace: RolloutTrace,
          hook: TurnHook | None = None) -> tuple[_Rows, list[Episode]]:
     """One group rollout on ``agent.pool``; returns the rows (turn-major) and the episodes (slot order).
@@ -506,13 +516,8 @@ def _run(agent: Agent, tasks, group_size: int, sampling: SamplingConfig, seed: i
         raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     if not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size={group_size!r} must be a positive integer")
-    hook = hook if hook is not None else (agent.hook if agent.hook is not None else TurnHook())
+    hook, builder, times, t_start = _start(agent, hook, trace)
     pool, max_turns = agent.pool, agent.max_turns
-    builder = get_prompt_builder(agent.env, agent.prompt_format)
-    times = trace.time
-    for k in ("reset", "prompt", "generate", "env", "total"):
-        times.setdefault(k, 0.0)
-    t_start = time.perf_counter()
 
     t0 = time.perf_counter()
     obs, infos = pool.reset(list(tasks), group_size=group_size)
@@ -557,13 +562,8 @@ def _run_refill(agent: Agent, tasks, episodes_per_task: int, sampling: SamplingC
     if not isinstance(sampling, SamplingConfig):
         raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     explicit = hook
-    hook = hook if hook is not None else (agent.hook if agent.hook is not None else TurnHook())
+    hook, builder, times, t_start = _start(agent, hook, trace)
     pool, max_turns = agent.pool, agent.max_turns
-    builder = get_prompt_builder(agent.env, agent.prompt_format)
-    times = trace.time
-    for k in ("reset", "prompt", "generate", "env", "total"):
-        times.setdefault(k, 0.0)
-    t_start = time.perf_counter()
     units = [(g, c) for g in range(len(tasks)) for c in range(episodes_per_task)]
     n_envs = pool.num_envs
     at: list[Episode | None] = [None] * n_envs  # the episode each slot holds (live or ended)
