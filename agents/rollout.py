@@ -498,9 +498,11 @@ def _turn(agent: Agent, builder, hook: TurnHook, rows: _Rows, live: list[Episode
             e.info = dict(info)
 
 
-def _start(agent: Agent, hook: TurnHook | None, trace: RolloutTrace):
-    """What a rollout sets up first: its hook (the call's, the agent's, or the loop's own conventions), its prompt
-    builder, its phase timers (``trace.time``) and its start time."""
+def _start(agent: Agent, sampling: SamplingConfig, hook: TurnHook | None, trace: RolloutTrace):
+    """What a rollout sets up first, after checking ``sampling``: its hook (the call's, the agent's, or the loop's own
+    conventions), its prompt builder, its phase timers (``trace.time``) and its start time."""
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     hook = hook if hook is not None else (agent.hook if agent.hook is not None else TurnHook())
     times = trace.time
     for k in ("reset", "prompt", "generate", "env", "total"):
@@ -512,11 +514,9 @@ def _run(agent: Agent, tasks, group_size: int, sampling: SamplingConfig, seed: i
          hook: TurnHook | None = None) -> tuple[_Rows, list[Episode]]:
     """One group rollout on ``agent.pool``; returns the rows (turn-major) and the episodes (slot order).
     ``hook``: a ``TurnHook`` (default: the loop's own conventions, ``sample_seed`` of the run seed)."""
-    if not isinstance(sampling, SamplingConfig):
-        raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     if not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size={group_size!r} must be a positive integer")
-    hook, builder, times, t_start = _start(agent, hook, trace)
+    hook, builder, times, t_start = _start(agent, sampling, hook, trace)
     pool, max_turns = agent.pool, agent.max_turns
 
     t0 = time.perf_counter()
@@ -559,10 +559,8 @@ def _run_refill(agent: Agent, tasks, episodes_per_task: int, sampling: SamplingC
     episodes in (task, copy) order (``Episode.key``; ``group`` = the task's index in ``tasks``). ``hook``: as in
     ``play``; its ``after_chunk`` gets the episodes that ended at each turn. ``before_step``'s ``turn`` counts the
     call's turns (an episode's own turn is ``len(episode.rows)``)."""
-    if not isinstance(sampling, SamplingConfig):
-        raise TypeError(f"sampling must be an agents.engines.SamplingConfig, got {type(sampling).__name__}")
     explicit = hook
-    hook, builder, times, t_start = _start(agent, hook, trace)
+    hook, builder, times, t_start = _start(agent, sampling, hook, trace)
     pool, max_turns = agent.pool, agent.max_turns
     units = [(g, c) for g in range(len(tasks)) for c in range(episodes_per_task)]
     n_envs = pool.num_envs

@@ -685,14 +685,7 @@ class EnvPool:
             self.tasks[slot] = None
         results = self._reset_items(items, "EnvPool.reset")
         self._lost.clear()
-        obs, infos = [], []
-        for slot in range(n):
-            o, info = results[slot]
-            self._last_obs[slot], self._last_info[slot] = o, info
-            self.live[slot] = True
-            obs.append(o)
-            infos.append(info)
-        return obs, infos
+        return self._started(results, range(n))
 
     def refill(self, assignments: Sequence[tuple[int, Task]]) -> tuple[list[str], list[dict]]:
         """Reset only the idle slots of ``assignments`` (``(slot, task)`` pairs): each plays its task, the other
@@ -716,11 +709,17 @@ class EnvPool:
             self.tasks[slot] = task
             self.group_of[slot] = -1
         results = self._reset_items(items, "EnvPool.refill")
-        obs, infos = [], []
         for slot, _ in items:
+            self._lost.pop(slot, None)
+        return self._started(results, [slot for slot, _ in items])
+
+    def _started(self, results: dict[int, tuple[str, dict]], slots) -> tuple[list[str], list[dict]]:
+        """Record the reset ``results`` of ``slots`` (live, with their first observation) and return
+        ``(obs, infos)`` in the order of ``slots``."""
+        obs, infos = [], []
+        for slot in slots:
             o, info = results[slot]
             self._last_obs[slot], self._last_info[slot] = o, info
-            self._lost.pop(slot, None)
             self.live[slot] = True
             obs.append(o)
             infos.append(info)
