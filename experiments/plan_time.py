@@ -212,7 +212,8 @@ def plan_time(w: Workload, r: GPURates = GPURates()) -> TimePlan:
 def workload_from_config(cfg, gpus: int, params: int, scenario: str = "mid", *, before_fixes: bool = False
                          ) -> Workload:
     """The ``Workload`` of a loaded preset on ``gpus`` ranks under ``scenario``; ``before_fixes``: prompt-ordered
-    rows, chunked evaluation and one CPU Adam thread, the state the issue modelled."""
+    rows, chunked evaluation, one CPU Adam thread and two vLLM sleep/wake cycles per iteration, the state first
+    modelled."""
     env = cfg.env_name
     L, turns, tp, tr, rmax, le, et = SCENARIOS[env][scenario]
     horizon = int(cfg.env.max_steps or 50)
@@ -224,7 +225,8 @@ def workload_from_config(cfg, gpus: int, params: int, scenario: str = "mid", *, 
         update_order_factor=ORDER_BEFORE[1] if before_fixes else 1.0, use_kl=cfg.trainer.use_kl_loss,
         offload_params=cfg.trainer.offload_params, offload_optimizer=cfg.trainer.offload_optimizer,
         logprob_batch_rows=cfg.trainer.logprob_batch_rows, micro_batch_rows=cfg.trainer.micro_batch_rows,
-        mini_batch_rows=cfg.trainer.mini_batch_rows, sleep_wakes=2,  # the rollout's and the refresh's
+        mini_batch_rows=cfg.trainer.mini_batch_rows,
+        sleep_wakes=2 if before_fixes else 1,  # before: the rollout's and the refresh's; after: the refresh stays awake
         eval_tasks=EVAL_TASKS[env], eval_len=min(le, horizon), eval_turns=min(et, horizon),
         eval_every=cfg.eval.every, eval_refill=bool(cfg.eval.refill) and not before_fixes,
         iterations=cfg.trainer.iterations, save_every=cfg.trainer.save_every,
@@ -265,7 +267,7 @@ def render_time(plans: dict, title: str) -> str:
     for ph in PHASES:
         lines.append(f"| {ph} | {mid.seconds[ph]:.1f} | {mid.detail[ph]} |")
     lines.append(f"| **total** | **{mid.total:.0f}** | paper: {PAPER_SECONDS} s per ALFWorld/7B iteration on 4 GPUs |")
-    lines += ["", "| scenario | before fixes (prompt order, chunked eval, 1 Adam thread) | after fixes | "
+    lines += ["", "| scenario | before fixes (prompt order, chunked eval, 1 Adam thread, 2 sleep/wakes) | after fixes | "
               "of which evaluation (after) |", "|---|---|---|---|"]
     for sc in ("low", "mid", "high"):
         b, a = plans[(sc, "before")], plans[(sc, "after")]

@@ -644,12 +644,18 @@ class Trainer:
                                   generator=self.seeds.rollout, pad_id=self.pad_id)
 
     def sync_weights(self) -> None:
-        """Copy the actor's weights into the rollout engine (every rank; ZeRO-3 gathers each tensor)."""
+        """Copy the actor's weights into the rollout engine (every rank; ZeRO-3 gathers each tensor).
+
+        The engine stays awake afterwards, as it does after an evaluation: the next phase to use the accelerator is
+        an evaluation or a rollout, which need it awake, so one sleep and wake per iteration is saved (with vLLM's
+        sleep level 1, its weights to the host and back). What needs the memory for itself puts it to sleep first:
+        the rollout when it ends (the log-prob passes and the update follow), a checkpoint before it saves."""
         self.rollout_engine.wake()
         try:
             self.rollout_engine.update_weights(_with_aliases(self.ppo_actor.full_named_parameters(), self.tied_aliases))
-        finally:
+        except BaseException:
             self.rollout_engine.sleep()
+            raise
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Every eval split on its fixed task list (this rank's share): ``eval/<env>/<split>/...`` metrics."""
@@ -665,18 +671,14 @@ class Trainer:
             calls = [[t for tasks in mine.values() for t in tasks]] if mine else []
         else:
             calls = list(mine.values())
-        self.rollout_engine.wake()
-        try:
-            for call in calls:
-                metrics, _ = evaluate(self.agent, call, sampling=self.eval_sampling, seed=self.cfg.eval.seed,
-                                      **extra)
-                for k, v in metrics.items():
-                    if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)
-                        split = k.split("/")[2]
-                        out[k] = float(v)
-                        counts[k] = float(self._eval_count(k, split, mine[split]))
-        finally:
-            self.rollout_engine.sleep()
+        self.rollout_engine.wake()  # and it stays awake for the next rollout (a checkpoint puts it to sleep)
+        for call in calls:
+            metrics, _ = evaluate(self.agent, call, sampling=self.eval_sampling, seed=self.cfg.eval.seed, **extra)
+            for k, v in metrics.items():
+                if k.startswith("eval/"):  # the loop times the whole evaluation itself (perf/time_eval)
+                    split = k.split("/")[2]
+                    out[k] = float(v)
+                    counts[k] = float(self._eval_count(k, split, mine[split]))
         if self.world_size > 1:
             out = self._reduce_weighted(out, counts)
         self.evals_done.append(int(iteration))
@@ -736,6 +738,7 @@ class Trainer:
         """Save the checkpoint of ``iteration``, after fsyncing the log lines it covers (rank 0)."""
         from .checkpoint import save_checkpoint
 
+        self.rollout_engine.sleep()  # a no-op after an evaluation; after a refresh it frees the gather's memory
         if self.rank == 0:
             self.logger.sync()
             self.eval_log.sync()

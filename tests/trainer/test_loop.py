@@ -316,3 +316,63 @@ def test_the_loops_refilling_evaluation_gives_the_chunked_metrics(tmp_path, worl
         seen[refill] = (out, counts if world_size > 1 else None, len(engine.calls))
     assert seen[True][:2] == seen[False][:2] and seen[True][2] < seen[False][2]
     assert set(seen[True][0]) >= {"eval/counter/train/success_rate", "eval/counter/eval/num_episodes"}
+
+
+
+def test_the_engine_sleeps_once_per_iteration_and_is_asleep_whenever_the_trainer_needs_the_memory(tmp_path,
+                                                                                                   monkeypatch):
+    """Sleep and wake of the rollout engine over a run of 4 iterations (evaluation at 0, 2 and 4; checkpoints at 3
+    and 4): awake for every generate call and every weight refresh, asleep for every log-prob pass, update and
+    checkpoint, and one wake per iteration that neither evaluates nor saves (the refresh leaves the engine awake
+    for the next rollout instead of a sleep and a wake in between). The events are recorded on the real HF engine,
+    whose sleep is a no-op on CPU."""
+    import trainer.checkpoint as checkpoint_mod
+    from trainer.loop import Trainer
+
+    cfg = load_config(PRESET, ["env.groups=2", "env.group_size=2", "env.max_steps=2", "env.num_workers=0",
+                               "rollout.max_response_tokens=8", "trainer.iterations=4", "trainer.save_every=3",
+                               "eval.every=2", "eval.max_tasks_per_split=2", "logging.progress_bar=false",
+                               "logging.tensorboard=false", f"output_dir={tmp_path / 'run'}"])
+    torch.set_num_threads(1)
+    events: list[str] = []
+    awake = [True]  # an engine is built awake
+
+    def record(name, fn, need):
+        def wrapped(*args, **kwargs):
+            assert awake[0] is need, f"{name} with the engine {'asleep' if need else 'awake'}: {events}"
+            events.append(name)
+            return fn(*args, **kwargs)
+        return wrapped
+
+    def switch(to, fn):
+        def wrapped():
+            if awake[0] is not to:
+                events.append("wake" if to else "sleep")
+            awake[0] = to
+            fn()
+        return wrapped
+
+    monkeypatch.setattr(checkpoint_mod, "save_checkpoint",
+                        record("checkpoint", checkpoint_mod.save_checkpoint, need=False))
+    with Trainer(cfg, RunFolder(cfg)) as t:
+        t.setup()
+        e, a = t.rollout_engine, t.ppo_actor
+        e.wake, e.sleep = switch(True, e.wake), switch(False, e.sleep)
+        e.generate = record("generate", e.generate, need=True)
+        e.update_weights = record("refresh", e.update_weights, need=True)
+        a.compute_logprobs = record("logprobs", a.compute_logprobs, need=False)
+        a.update = record("update", a.update, need=False)
+        t.run()
+    after_update: list[list[str]] = []  # what the engine did between update k and update k+1 (or the end)
+    for ev in events:
+        if ev == "update":
+            after_update.append([])
+        elif after_update and ev in ("wake", "sleep", "checkpoint"):
+            after_update[-1].append(ev)
+    assert events.count("checkpoint") == 2 and len(after_update) == 4
+    # after iteration 1 (no evaluation, no checkpoint): the refresh's wake, then the next rollout's sleep; before,
+    # the refresh slept and the rollout woke it again: wake, sleep, wake, sleep
+    assert after_update[0] == ["wake", "sleep"]
+    assert after_update[1] == ["wake", "sleep"]  # the evaluation at 2 and the next rollout run awake in between
+    assert after_update[2] == ["wake", "sleep", "checkpoint", "wake", "sleep"]  # asleep for the save
+    assert after_update[3] == ["wake", "sleep", "checkpoint"]  # evaluation at 4, then asleep for the save
