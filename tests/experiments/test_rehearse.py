@@ -24,6 +24,8 @@ def test_scale_overrides_keep_the_family_and_the_offload_the_stage_allows():
     two = _over("alfworld_qwen2.5-7b.yaml", 2)  # offload_params needs stage 3; the optimizer offload stays
     assert (two["trainer.offload_params"], two["trainer.offload_optimizer"]) == ("false", "true")
     assert (small["trainer.offload_params"], small["trainer.offload_optimizer"]) == ("false", "false")
+    # a horizon in which the expert wins some episodes: ALFWorld's walkthroughs take 6-46 steps
+    assert (seven["env.max_steps"], small["env.max_steps"]) == ("16", "6")
     # every override is a valid config: the shrunk preset loads
     cfg = load_config(PAPER / "alfworld_qwen2.5-7b.yaml", rehearse.scale_overrides(
         load_config(PAPER / "alfworld_qwen2.5-7b.yaml"), 3))
