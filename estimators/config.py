@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
-from common.config_checks import check_choices, check_number, fail
-
+from .config_checks import check_choices, check_number, fail
 from .registry import ESTIMATORS
 
 __all__ = ["EstimatorConfig", "NORM_MODES", "CENTROIDS", "CLUSTER_BACKENDS", "PACE_KEYS", "PACE_FALLBACKS",
@@ -37,7 +36,7 @@ HGPO_RULES = get_args(HgpoRule)
 @dataclass
 class EstimatorConfig:
     """Configuration of ``compute_advantages``. Unknown names and bad values raise ``ConfigError`` (a
-    ``ValueError``; ``common.config_checks``)."""
+    ``ValueError``; ``estimators.config_checks``)."""
 
     name: str = "grpo"
     """Registry key of ``estimators.ESTIMATORS``: grpo | gigpo | bigpo | bipace_v | bipace_q | pace_anchor | hgpo |

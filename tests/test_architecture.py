@@ -7,8 +7,11 @@ object: ``agents.rollout.Agent``, a batch, a settings dataclass).
 Package order (a module may import its own package and packages of LOWER layers only; packages of one layer do not
 import each other)::
 
-    common  <-  envs, estimators  <-  agents  <-  trainer  <-  warmstart  <-  analysis  <-  groundtruth  <-  lab
-            <-  experiments (entry points), benchmarks
+    estimators  <-  common  <-  envs  <-  agents  <-  trainer  <-  warmstart  <-  analysis  <-  groundtruth  <-  lab
+                <-  experiments (entry points), benchmarks
+
+``estimators`` is the bottom layer: it imports nothing of the repo outside its own package, so that it installs
+alone as ``bipace.estimators`` (pyproject.toml, tests/test_packaging.py).
 
 Every import counts, including function-local ones (a cycle held apart by an import inside a function is still
 a cycle). Read with the standard library's ``ast``; no exceptions are listed.
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS: list[tuple[str, ...]] = [("common",), ("envs", "estimators"), ("agents",), ("trainer",), ("warmstart",),
+LAYERS: list[tuple[str, ...]] = [("estimators",), ("common",), ("envs",), ("agents",), ("trainer",), ("warmstart",),
                                  ("analysis",), ("groundtruth",), ("lab",), ("experiments", "benchmarks")]
 LAYER_OF = {pkg: k for k, layer in enumerate(LAYERS) for pkg in layer}
 #: where an environment may be stepped: the envs themselves and the one acting loop (benchmarks time envs directly)
@@ -294,12 +297,12 @@ def test_an_entry_point_above_envs_is_found(tmp_path):
     Local.__module__ = "groundtruth.textenv"
     bad = registration_violations({
         "Ok-v0": "envs.finite.textenv:RoomsEnv", "Common-v0": "common.x:E", "Gym-v1": "gymnasium.envs.x:C",
-        "Old-v0": "groundtruth.textenv:RoomsEnv", "Side-v0": "estimators.x:E", "Obj-v0": Local,
+        "Old-v0": "groundtruth.textenv:RoomsEnv", "Side-v0": "agents.x:E", "Obj-v0": Local,
         "Fn-v0": print,
     })
     assert [b.split(" (")[0] for b in bad] == [f"Obj-v0 -> {Local}", "Old-v0 -> groundtruth.textenv:RoomsEnv",
-                                              "Side-v0 -> estimators.x:E"]
-    assert "groundtruth is not below envs" in bad[1] and "estimators is not below envs" in bad[2]
+                                              "Side-v0 -> agents.x:E"]
+    assert "groundtruth is not below envs" in bad[1] and "agents is not below envs" in bad[2]
 def test_a_wide_function_is_found(tmp_path):
     _write(tmp_path, {
         "agents/a.py": ("def ok(a, b, c, d, e, f, g, h, i, j):\n    pass\n"

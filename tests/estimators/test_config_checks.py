@@ -1,4 +1,5 @@
-"""The checks every config class shares (``common.config_checks``): one error type, one message per kind of check."""
+"""The checks every config class shares (``estimators.config_checks``, re-exported by ``common.config_checks``): one
+error type, one message per kind of check."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from common.config_checks import ConfigError, check_choices, check_number, choice_message, is_choice
+from estimators.config_checks import ConfigError, check_choices, check_number, choice_message, is_choice
 
 
 def test_config_error_is_a_value_error():
@@ -72,3 +73,14 @@ def test_check_choices_reads_the_literal_fields():
         with pytest.raises(ConfigError) as e:
             check_choices(_Cfg(**kw), "cfg")
         assert str(e.value).startswith(message)
+
+
+def test_common_re_exports_the_one_set_of_checks():
+    """The run config, the warm start and the environments import ``common.config_checks``: the same objects, so
+    ``except ConfigError`` catches the estimators' errors too."""
+    import common.config_checks
+    import estimators.config_checks
+
+    for name in estimators.config_checks.__all__:
+        assert getattr(common.config_checks, name) is getattr(estimators.config_checks, name), name
+    assert common.config_checks.__all__ == estimators.config_checks.__all__
