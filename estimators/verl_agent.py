@@ -1,6 +1,6 @@
 """BiPACE inside verl-agent: GiGPO's advantage function, with BiPACE's inputs added (docs/verl-agent.md).
 
-    from estimators.verl_agent import compute_bipace_outcome_advantage
+    from bipace.estimators.verl_agent import compute_bipace_outcome_advantage   # pip install /path/to/bipace
     advantages, returns = compute_bipace_outcome_advantage(
         token_level_rewards, step_rewards, response_mask, anchor_obs, index, traj_index,   # as verl-agent's GiGPO
         step_advantage_w=1.0, mode="mean_norm",
