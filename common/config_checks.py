@@ -1,4 +1,4 @@
-"""The config checks every config class shares: ``ConfigError`` and one helper per kind of check. Their one home is
+"""The config checks every config class shares: ``ConfigError`` and one function per kind of check. Their one home is
 ``estimators.config_checks`` (the installed estimators carry them and import nothing outside their package); this
 module re-exports them, so the run config, the warm start and the environments import them from ``common``."""
 from estimators.config_checks import (

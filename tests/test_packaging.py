@@ -240,7 +240,7 @@ def _foreign_project(path: Path) -> Path:
     for pkg in ("common", "envs"):
         (path / pkg).mkdir(parents=True)
         (path / pkg / "__init__.py").write_text(f"WHOSE = 'theirs: {pkg}'\n")
-    (path / "common" / "util.py").write_text("def helper():\n    return 1\n")
+    (path / "common" / "util.py").write_text("def shared():\n    return 1\n")
     return path
 
 
