@@ -4,7 +4,8 @@ lookup it adds is run on a tiny Qwen2 (transformers) against ``output_hidden_sta
 Without verl-agent (CI): the patch is a well-formed unified diff of the five expected files, each hunk's line counts
 match its header, the pre-image blob ids are those of verl-agent at the pinned commit, and the adapter call it adds
 uses only keywords ``compute_bipace_outcome_advantage`` accepts. With a checkout of verl-agent at that commit in
-``BIPACE_VERL_AGENT_SRC``: the patch applies (``git apply --check``) and the patched Python files compile.
+``BIPACE_VERL_AGENT_SRC``: the patch applies (``git apply --check``), the patched Python files compile and their
+blob ids are the patch's post-image ids.
 """
 from __future__ import annotations
 
@@ -132,9 +133,14 @@ def test_the_patch_applies_to_the_pinned_checkout(tmp_path):
         shutil.copy(src / path, dst)
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "apply", str(PATCH)], cwd=tmp_path, check=True)
+    post = {m.group(2): m.group(1) for m in re.finditer(r"^index [0-9a-f]+\.\.([0-9a-f]+) \d+\n--- a/(\S+)",
+                                                         PATCH.read_text(), re.M)}
     for path in FILES:
         if path.endswith(".py"):
             py_compile.compile(str(tmp_path / path), doraise=True)
+        blob = subprocess.run(["git", "hash-object", path], cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+        assert blob.startswith(post[path]), f"{path}: the patch's post-image id {post[path]} is not the result's {blob}"
 
 
 def _added_function(path: str, name: str) -> str:
