@@ -684,6 +684,37 @@ class Trainer:
         self.evals_done.append(int(iteration))
         return out
 
+    def evaluate_start(self) -> dict[str, float]:
+        """The iteration-0 evaluation, or with ``eval.share_start`` an earlier run's of the same start
+        (``trainer.start_eval``): rank 0 looks it up and tells every rank, which then all skip or all evaluate."""
+        t = time.perf_counter()
+        key = inputs = shared = None
+        if self.cfg.eval.share_start:
+            from .start_eval import load_start_eval, start_eval_key
+
+            if self.rank == 0:
+                key, inputs = start_eval_key(self.cfg, self.world_size, self.model_dir)
+                shared = load_start_eval(key) if key is not None else None
+                if key is None:
+                    self._say("eval.share_start: the code has uncommitted changes, so the iteration-0 evaluation "
+                              "is neither shared nor reused")
+            if self.world_size > 1:
+                import torch.distributed as dist
+
+                box = [shared]
+                dist.broadcast_object_list(box, src=0)
+                shared = box[0]
+        if shared is not None:
+            self.evals_done.append(0)
+            self._say(f"iteration 0: the evaluation of this start, shared by an earlier run ({key})")
+            return {**shared, "perf/time_eval": time.perf_counter() - t, "perf/eval_shared": 1.0}
+        ev = self.evaluate(0)
+        if key is not None:
+            from .start_eval import store_start_eval
+
+            store_start_eval(key, inputs, ev, portable_path(self.folder.path))
+        return {**ev, "perf/time_eval": time.perf_counter() - t}
+
     def _eval_count(self, key: str, split: str, tasks: list) -> int:
         """Episodes behind an eval metric on this rank: all of the split's, or those of one task family."""
         parts = key.split("/")
@@ -848,9 +879,7 @@ class Trainer:
         self._say(f"run folder {self.folder.path}: iterations {start + 1}..{last} of {last}"
                   + (f" (resumed at {start})" if start else ""))
         if start == 0 and cfg.eval.at_start and cfg.eval.every > 0 and 0 not in self.evals_done:
-            t = time.perf_counter()
-            ev = self.evaluate(0)
-            self.log(0, {**ev, "perf/time_eval": time.perf_counter() - t})
+            self.log(0, self.evaluate_start())
         for it in range(start + 1, last + 1):
             metrics = self.train_iteration(it)
             if _is_due(it, cfg.eval.every, last):

@@ -100,7 +100,7 @@ RESUMABLE_CHANGES = ("output_dir", "logging.", "trainer.iterations", "trainer.re
                      "env.max_worker_restarts", "sft.warmstart", "sft.warmstart.",
                      "trainer.prefix_sharing", "trainer.suffix_buckets", "trainer.old_logprobs", "rollout.hf_decode",
                      "rollout.hf_share_prefixes", "rollout.hf_pack_weights", "trainer.optimizer_threads",
-                     "trainer.drop_optimizer_at_end", "trainer.collective_timeout_min")
+                     "trainer.drop_optimizer_at_end", "trainer.collective_timeout_min", "eval.share_start")
 
 
 #: settings added with a default that changes what older runs computed: a saved config without the key, where any

@@ -496,7 +496,17 @@ class EvalConfig:
     CPU runs (HF's batched generation can round differently in another batch composition). [choice: off in the
     CPU presets, on in the paper presets; verl-agent's validation fills its envs once per batch]"""
 
+    share_start: bool = False
+    """Share the iteration-0 evaluation between runs that start from the same weights with the same evaluation
+    settings, ranks and code (a sweep's methods and seeds): the first run stores its metrics under
+    ``$BIPACE_CACHE/start_evals/``, later runs log them as their own iteration 0 instead of evaluating
+    (``trainer/start_eval.py`` says what the key holds). Off: every run evaluates its start. [choice: on in the paper
+    presets, where the pass takes minutes per run; off in the CPU presets, whose reference runs evaluate their own]"""
+
     def validate(self) -> None:
+        if not isinstance(self.share_start, bool):
+            fail(f"eval.share_start={self.share_start!r} must be true or false (true reuses the iteration-0 "
+                 "evaluation of an earlier run that started from the same weights)")
         if not isinstance(self.refill, bool):
             fail(f"eval.refill={self.refill!r} must be true or false (true keeps the env pool full while evaluating, "
                  "false plays each split in chunks of the pool's size)")
