@@ -20,7 +20,7 @@ The ranks' work is made unequal, as in a real run: half of the episodes (``rollo
 task and copy) act by the env's expert, so some are won and end early while the model's own episodes (random weights:
 invalid actions) run to the horizon. A rank thus holds more or fewer rows than the other; its model-played copies,
 which see the same observations, have identical prompts (one shared prefix) while an expert-played copy's history
-departs from them (distinct prefixes). Log-prob batches and update micro-batches of 2 rows make the rank with fewer
+departs from them (distinct prefixes). Log-prob batches and update micro-batches of 1 row make the rank with fewer
 rows run extra forwards and dummy micro-batches, and under ZeRO-3 pad its LM head to the other rank's chunk count.
 Responses are mostly the full 16 tokens (a random model rarely stops early), so the ranks' tokens differ through
 their rows. The table gives, per rank, what each did (``perf/rank<r>/...``: episodes won and ended early, rows,
@@ -39,7 +39,8 @@ just enough layers for the preset's ``model.hidden_layer`` and width 64; device 
 CPU cannot rehearse); 2 prompt groups of 2, 6 turns (ALFWorld 16: ``HORIZON``), 16-token responses, half of the
 episodes played by the env's expert (which ALFWorld then enables: ``env.kwargs.expert=true``), 2 iterations, a
 checkpoint every iteration, evaluation on 2 tasks per split, one env worker, log-prob batches and micro-batches of
-2 rows, LM-head chunks of 16 tokens; and the ZeRO stage under rehearsal.
+1 row (so that a rank with fewer rows runs fewer forwards of its own: with 2-row batches, 11 and 12 rows gave both
+ranks 6), LM-head chunks of 16 tokens; and the ZeRO stage under rehearsal.
 Offload settings stay as the preset has them where the stage allows them (DeepSpeed's CPU build runs ZeRO-3 with
 parameter and optimizer offload; ``offload_params`` needs stage 3, so stage 2 keeps only the optimizer offload).
 
@@ -111,8 +112,7 @@ def scale_overrides(cfg, stage: int, engine: str = "hf") -> list[str]:
         *(["env.kwargs.expert=true"] if "expert" in cfg.env.kwargs else []),
         f"rollout.engine={engine}", "rollout.max_response_tokens=16", "rollout.expert_share=0.5",
         "trainer.iterations=2", "trainer.save_every=1", "trainer.logprob_chunk_tokens=16",
-        f"trainer.micro_batch_rows={min(t.micro_batch_rows, 2)}",
-        f"trainer.logprob_batch_rows={min(t.logprob_batch_rows, 2)}",
+        "trainer.micro_batch_rows=1", "trainer.logprob_batch_rows=1",  # a row more is a forward more
         "eval.every=2", "eval.max_tasks_per_split=2",
         "logging.progress_bar=false", "logging.tensorboard=false", "logging.wandb=false",
         f"trainer.zero_stage={stage}",
