@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from estimators import StepBatch
+from estimators.batch import concat_rows
 
 __all__ = ["RolloutBatch"]
 
@@ -90,18 +91,8 @@ class RolloutBatch:
 
     @staticmethod
     def concat(batches: Sequence[RolloutBatch]) -> RolloutBatch:
-        if not batches:
-            raise ValueError("RolloutBatch.concat needs at least one batch")
-        out = {}
-        for f in fields(RolloutBatch):
-            vals = [getattr(b, f.name) for b in batches]
-            if any(v is None for v in vals):
-                out[f.name] = None
-            elif isinstance(vals[0], torch.Tensor):
-                out[f.name] = torch.cat(vals)
-            else:
-                out[f.name] = [x for v in vals for x in v]
-        return RolloutBatch(**out)
+        """Concatenate batches (rollout chunks); a field missing from any batch is None in the result."""
+        return concat_rows(RolloutBatch, batches, partial="none")
 
     def padded_responses(self, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """(LongTensor (N, T_r_max), BoolTensor (N, T_r_max)): right-padded response ids and mask."""

@@ -2,7 +2,9 @@
 
 ``atomic_write_text`` writes ``<path>.tmp<pid>``, fsyncs it, renames it over ``path`` and fsyncs the folder, so a
 power loss leaves the old file or the new one, never a torn one; on any error (a full disk) the temporary file
-is removed. ``disk_full(exc)`` finds an ``ENOSPC`` anywhere in an exception's chain (safetensors reports it as a
+is removed. ``atomic_folder(out)`` does the same for a whole folder (a model folder): fill the temporary sibling it
+yields, and on a clean exit it replaces ``out``; on an error the sibling is removed and ``out`` is untouched.
+``disk_full(exc)`` finds an ``ENOSPC`` anywhere in an exception's chain (safetensors reports it as a
 ``SafetensorError`` whose text holds "os error 28").
 """
 from __future__ import annotations
@@ -10,9 +12,12 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_write_text", "fsync_path", "fsync_dir", "disk_full", "free_bytes",
+__all__ = ["atomic_write_text", "atomic_folder", "fsync_path", "fsync_dir", "disk_full", "free_bytes",
            "format_bytes"]
 
 
@@ -56,6 +61,31 @@ def atomic_write_text(path: str | Path, text: str, *, durable: bool = True) -> N
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_folder(out: str | Path, *, shared: bool = True) -> Iterator[Path]:
+    """Yield a fresh temporary sibling of ``out`` to fill; on a clean exit it replaces ``out`` (renamed into place).
+
+    An exception inside the block removes the sibling and leaves ``out`` as it was, so an interrupted write never
+    leaves a half folder at ``out``. ``shared``: make the folder 0755 and its files 0644 (``mkdtemp`` makes it
+    private; model caches are shared between users).
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        if shared:
+            tmp.chmod(0o755)
+            for f in tmp.iterdir():
+                f.chmod(0o644)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def disk_full(exc: BaseException | None) -> OSError | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-__all__ = ["StepBatch"]
+__all__ = ["StepBatch", "concat_rows"]
 
 
 def _check_tensor(name: str, value, n: int | None, dtype_kind: str, ndim: int) -> None:
@@ -36,6 +36,38 @@ def _check_tensor(name: str, value, n: int | None, dtype_kind: str, ndim: int) -
     }[dtype_kind]
     if not kind_ok:
         raise ValueError(f"StepBatch.{name} must be a {dtype_kind} tensor, got dtype {value.dtype}")
+
+
+def concat_rows(cls, batches: Sequence, *, pad_columns: Sequence[str] = (), partial: str = "error"):
+    """Concatenate dataclass batches of row fields (tensors with rows first, or lists) into one ``cls``.
+
+    ``pad_columns``: 2-D tensor fields whose widths may differ; right-padded with 0/False to the widest.
+    ``partial``: what a field that is None in some batches and set in others becomes: ``"error"`` (raise) or
+    ``"none"`` (None in the result). A field that is None in all batches stays None.
+    """
+    if not batches:
+        raise ValueError(f"{cls.__name__}.concat needs at least one batch")
+    if partial not in ("error", "none"):
+        raise ValueError(f"concat_rows: partial={partial!r}, use 'error' or 'none'")
+    out = {}
+    for f in fields(cls):
+        vals = [getattr(b, f.name) for b in batches]
+        if all(v is None for v in vals):
+            out[f.name] = None
+            continue
+        if any(v is None for v in vals):
+            if partial == "none":
+                out[f.name] = None
+                continue
+            raise ValueError(f"{cls.__name__}.concat: field {f.name} is set in some batches and None in others")
+        if isinstance(vals[0], torch.Tensor):
+            if vals[0].ndim == 2 and f.name in pad_columns:
+                width = max(v.shape[1] for v in vals)
+                vals = [torch.nn.functional.pad(v, (0, width - v.shape[1])) for v in vals]
+            out[f.name] = torch.cat(vals, dim=0)
+        else:
+            out[f.name] = [x for v in vals for x in v]
+    return cls(**out)
 
 
 @dataclass
@@ -186,24 +218,7 @@ class StepBatch:
 
         ``response_ids``/``response_mask`` of different widths are right-padded with 0/False.
         """
-        if not batches:
-            raise ValueError("StepBatch.concat needs at least one batch")
-        out = {}
-        for f in fields(StepBatch):
-            vals = [getattr(b, f.name) for b in batches]
-            if all(v is None for v in vals):
-                out[f.name] = None
-                continue
-            if any(v is None for v in vals):
-                raise ValueError(f"StepBatch.concat: field {f.name} is set in some batches and None in others")
-            if isinstance(vals[0], torch.Tensor):
-                if vals[0].ndim == 2 and f.name in ("response_ids", "response_mask"):
-                    width = max(v.shape[1] for v in vals)
-                    vals = [torch.nn.functional.pad(v, (0, width - v.shape[1])) for v in vals]
-                out[f.name] = torch.cat(vals, dim=0)
-            else:
-                out[f.name] = [x for v in vals for x in v]
-        return StepBatch(**out)
+        return concat_rows(StepBatch, batches, pad_columns=("response_ids", "response_mask"))
 
     def save(self, path) -> None:
         """Write the batch to ``path`` (torch file of tensors, strings and ints; ``state_key`` as repr strings)."""

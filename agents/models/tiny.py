@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from common.fsio import atomic_folder
 
 __all__ = [
     "QWEN2_SPLIT_REGEX",
@@ -221,21 +221,10 @@ def build_tiny_model(out_dir: str | os.PathLike, cfg: TinyModelConfig | None = N
         bos_token_id=None,
     )
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         model.save_pretrained(tmp)
         fast.save_pretrained(tmp)
         meta = {"builder": "agents.models.tiny", "config": asdict(cfg), "vocab_size": vocab,
                 "parameters": sum(p.numel() for p in model.parameters()), "token_ids": ids}
         (tmp / "bipace_tiny.json").write_text(json.dumps(meta, indent=1) + "\n")
-        tmp.chmod(0o755)
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
