@@ -30,19 +30,19 @@ import sys
 from pathlib import Path
 
 from analysis.runs import (
-    _FIELD_OF,
-    _JSON_FILES,
-    _TABLES,
+    FILE_FIELDS,
+    JSON_FILES,
     PACKED_FORMAT,
     PACKED_NAME,
     PACKED_VERSION,
+    TABLE_FIELDS,
     PackedRunsError,
-    _rows,
-    _write_file,
     damage_fix,
+    file_text,
     find_runs,
     is_record_path,
     read_packed,
+    table_rows,
 )
 
 __all__ = ["pack", "unpack", "verify", "pack_bytes", "DROPPED", "PackError", "main"]
@@ -78,7 +78,7 @@ def _table(rows: list[dict]) -> dict:
 def _encode(name: str, text: str):
     """(record field, value) for a file's text, or None when its parsed form would not write it back exactly."""
     try:
-        if name in _JSON_FILES:
+        if name in JSON_FILES:
             value = json.loads(text)
         elif name.endswith(".jsonl"):
             value = [json.loads(x) for x in text.splitlines()]
@@ -86,12 +86,12 @@ def _encode(name: str, text: str):
             value = text
     except json.JSONDecodeError:
         return None
-    if _write_file(name, value) != text:
+    if file_text(name, value) != text:
         return None
-    fld = _FIELD_OF[name]
-    if fld in _TABLES:
+    fld = FILE_FIELDS[name]
+    if fld in TABLE_FIELDS:
         value = _table(value)
-        if _write_file(name, _rows(value)) != text:
+        if file_text(name, table_rows(value)) != text:
             return None
     return fld, value
 
@@ -110,8 +110,8 @@ def _run_dirs(runs_root: Path) -> tuple[list[Path], list[str]]:
                             "there (or out of the study) and pack again")
         dirs.append(p)
         for f in sorted(p.iterdir()):
-            if f.name not in _FIELD_OF and f.name not in DROPPED:
-                notes.append(f"{f}: not packed (only {', '.join(_FIELD_OF)} are)")
+            if f.name not in FILE_FIELDS and f.name not in DROPPED:
+                notes.append(f"{f}: not packed (only {', '.join(FILE_FIELDS)} are)")
     for f in sorted(runs_root.iterdir()):
         if f.is_file() and f.name != "sweep.jsonl":
             notes.append(f"{f}: not packed (only the runs and sweep.jsonl are)")
@@ -129,13 +129,13 @@ def pack_bytes(runs_root: Path) -> tuple[bytes, list[str]]:
         text = sweep.read_text()
         try:
             rows = [json.loads(x) for x in text.splitlines()]
-            header["sweep"] = rows if _write_file("sweep.jsonl", rows) == text else text
+            header["sweep"] = rows if file_text("sweep.jsonl", rows) == text else text
         except json.JSONDecodeError:
             header["sweep"] = text
     lines = [json.dumps(header, separators=(",", ":"))]
     for d in dirs:
         rec: dict = {"path": d.relative_to(runs_root).as_posix()}
-        for name in _FIELD_OF:
+        for name in FILE_FIELDS:
             f = d / name
             if not f.is_file():
                 continue
@@ -151,7 +151,7 @@ def pack_bytes(runs_root: Path) -> tuple[bytes, list[str]]:
 
 
 def _files_of(run_dir: Path) -> dict[str, str]:
-    return {n: (run_dir / n).read_text() for n in _FIELD_OF if (run_dir / n).is_file()}
+    return {n: (run_dir / n).read_text() for n in FILE_FIELDS if (run_dir / n).is_file()}
 
 
 def verify(runs_root: Path, packed: Path) -> None:
@@ -238,18 +238,18 @@ def unpack(packed: Path, into: Path) -> int:
     root = into.resolve()
     if "sweep" in header:
         sweep = header["sweep"]
-        (into / "sweep.jsonl").write_text(sweep if isinstance(sweep, str) else _write_file("sweep.jsonl", sweep))
+        (into / "sweep.jsonl").write_text(sweep if isinstance(sweep, str) else file_text("sweep.jsonl", sweep))
     for rec in records:
         d = into / rec["path"]
         if not d.resolve().is_relative_to(root):  # a link below ``into`` could still lead out
             raise PackError(f"{packed}: the record {rec['path']!r} would be written outside {into}; "
                             f"{damage_fix(packed)}")
         d.mkdir(parents=True, exist_ok=True)
-        for name, fld in _FIELD_OF.items():
+        for name, fld in FILE_FIELDS.items():
             if name in (rec.get("text") or {}):
                 text = rec["text"][name]
             elif fld in rec:
-                text = _write_file(name, _rows(rec[fld]) if fld in _TABLES else rec[fld])
+                text = file_text(name, table_rows(rec[fld]) if fld in TABLE_FIELDS else rec[fld])
             else:
                 continue
             (d / name).write_text(text)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Run", "find_runs", "read_jsonl", "series", "final_eval", "CONTROL_METHOD", "PACKED_NAME", "PackedRunsError",
-           "packed_file", "read_packed", "load_run", "is_record_path", "damage_fix"]
+           "packed_file", "read_packed", "load_run", "is_record_path", "damage_fix", "PACKED_FORMAT", "PACKED_VERSION",
+           "FILE_FIELDS", "JSON_FILES", "TABLE_FIELDS", "file_text", "table_rows"]
 
 #: method folder of the no-update control (``python -m experiments.study <study> --control``): the warm start played
 #: on the same goal draws as every method of its seed, no weight ever changed; the report reads methods against it
@@ -74,15 +75,15 @@ class Run:
         rec = self.packed
         if name in (rec.get("text") or {}):
             return rec["text"][name]
-        fld = _FIELD_OF.get(name)
+        fld = FILE_FIELDS.get(name)
         if fld is None or fld not in rec:
             return None
-        return _write_file(name, rec[fld] if fld not in _TABLES else _rows(rec[fld]))
+        return file_text(name, rec[fld] if fld not in TABLE_FIELDS else table_rows(rec[fld]))
 
     def read_json(self, name: str) -> dict | None:
         """``read_text(name)`` parsed as JSON (the packed record's object itself, not a copy of its text)."""
-        if self.packed is not None and name in _JSON_FILES and _FIELD_OF[name] in self.packed:
-            return self.packed[_FIELD_OF[name]]
+        if self.packed is not None and name in JSON_FILES and FILE_FIELDS[name] in self.packed:
+            return self.packed[FILE_FIELDS[name]]
         text = self.read_text(name)
         return None if text is None else json.loads(text)
 
@@ -112,22 +113,22 @@ def parse_jsonl(text: str, where: str | Path = "<text>") -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ packed files
 #: file name -> record field; which files are JSON objects, which are JSON Lines tables
-_FIELD_OF = {"run.json": "run", "config.yaml": "config", "metrics.jsonl": "metrics", "eval.jsonl": "evals",
+FILE_FIELDS = {"run.json": "run", "config.yaml": "config", "metrics.jsonl": "metrics", "eval.jsonl": "evals",
              "epsilon.json": "epsilon", "grouping_scan.jsonl": "grouping_scan"}
-_JSON_FILES = ("run.json", "epsilon.json")
-_TABLES = ("metrics", "evals")
+JSON_FILES = ("run.json", "epsilon.json")
+TABLE_FIELDS = ("metrics", "evals")
 
 
-def _write_file(name: str, value) -> str:
+def file_text(name: str, value) -> str:
     """The text ``trainer.run_folder`` writes for a file of this content (``json.dumps`` as it calls it)."""
-    if name in _JSON_FILES:
+    if name in JSON_FILES:
         return json.dumps(value, indent=1) + "\n"
     if name.endswith(".jsonl"):
         return "".join(json.dumps(row) + "\n" for row in value)
     return value
 
 
-def _rows(table: dict) -> list[dict]:
+def table_rows(table: dict) -> list[dict]:
     """A packed table back as its lines (dicts, in the written key order)."""
     keys = list(table["columns"])
     values = [iter(v) for v in table["columns"].values()]
@@ -230,9 +231,9 @@ def _packed_run(rec: dict, runs_root: Path) -> Run | None:
     if not m or not ("metrics" in rec or "metrics.jsonl" in text):
         return None
     info = rec.get("run") if "run" in rec else (json.loads(text["run.json"]) if "run.json" in text else {})
-    metrics = (_rows(rec["metrics"]) if "metrics" in rec
+    metrics = (table_rows(rec["metrics"]) if "metrics" in rec
                else parse_jsonl(text["metrics.jsonl"], path / "metrics.jsonl"))
-    evals = (_rows(rec["evals"]) if "evals" in rec
+    evals = (table_rows(rec["evals"]) if "evals" in rec
              else parse_jsonl(text["eval.jsonl"], path / "eval.jsonl") if "eval.jsonl" in text else [])
     return Run(env=info.get("env", path.parent.parent.parent.name), model=info.get("model", path.parent.parent.name),
                method=info.get("method", path.parent.name), seed=int(m.group(1)), path=path, metrics=metrics,

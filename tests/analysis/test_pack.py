@@ -217,3 +217,17 @@ def test_the_damage_message_gives_the_fix_that_applies(tmp_path):
     with pytest.raises(PackedRunsError, match="git checkout -- ") as e:
         read_packed(out)
     assert "--force" not in str(e.value)
+
+
+def test_the_analysis_modules_import_only_public_names_of_each_other():
+    """``analysis.pack`` reads the packed format through ``analysis.runs``' public names (``FILE_FIELDS``,
+    ``file_text``, ``table_rows``, ...), as does every analysis module of another one."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "analysis"
+    private = []
+    for f in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("analysis")):
+                private += [f"{f.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not private, private
