@@ -11,6 +11,10 @@ Checks over every git-tracked text file (this file excepted, since it spells the
   (by name or ordinal: "this session", "(thirteenth session)"), a role as an author ("(lead, ...)", "other
   engineers' jobs") are refused; ``results/LOG.md`` is the dated research log and names entries by date and commit.
 
+* every command ``python -m <module>`` named in a Markdown file, the Makefile or a YAML file (a table's provenance
+  line, a README's recipe, a results/LOG.md entry) names a module that exists: a retired command's tables name the
+  command that now makes them.
+
 And the extension recipes hold: the estimator samples of ``README.md`` and ``estimators/README.md``, saved and imported
 as ``estimators/README.md`` says, register an estimator; every registered estimator has its row in the table of
 ``estimators/README.md`` and its defining paragraph in ``docs/method.md``.
@@ -42,6 +46,8 @@ DOC_REF = re.compile(
     r'(?<![\w./-])(?P<path>(?:\.\./)*docs/[\w./-]*?\.md)(?:#(?P<anchor>[\w-]+)|`?,\s*"(?P<heading>[^"\n]{1,80})")?'
 )
 MD_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+#: a command line ``python -m pkg.module`` (``python3`` too)
+PYTHON_M = re.compile(r"\bpython3? -m (?P<module>[A-Za-z_][\w.]*\w)")
 
 _ORDINAL = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth"
             r"|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|\d+(?:st|nd|rd|th))")
@@ -168,6 +174,21 @@ def narration(name: str, text: str) -> list[str]:
             for n, words in sorted(found.items())]
 
 
+def missing_modules(name: str, text: str) -> list[str]:
+    """'file:line: module' for each ``python -m <module>`` whose module cannot be found."""
+    import importlib.util
+
+    problems = []
+    for m in PYTHON_M.finditer(text):
+        try:
+            found = importlib.util.find_spec(m.group("module")) is not None
+        except (ImportError, ValueError):  # a parent that is no package
+            found = False
+        if not found:
+            problems.append(f"{name}:{_line(text, m.start())}: python -m {m.group('module')}")
+    return problems
+
+
 def test_the_scan_sees_the_repo():
     names = {n for n, _ in tracked_text_files()}
     assert len(names) > 100 and {"README.md", "estimators/algorithms.py", "configs/README.md"} <= names
@@ -190,6 +211,18 @@ def test_no_narration_outside_tests():
                     "(results/LOG.md: 'this entry', 'the previous entry'):\n"
                     + "".join(f"  {f}: {k} line(s)\n" for f, k in files.items()) + "\n".join(problems),
                     pytrace=False)
+
+
+def test_every_command_named_in_the_docs_and_results_exists():
+    """A provenance line ("Command: python -m ...", "made by python -m ...") names a command that still runs."""
+    problems = [p for name, text in tracked_text_files()
+                if name.endswith((".md", ".yaml", ".yml")) or name.rsplit("/", 1)[-1] == "Makefile"
+                for p in missing_modules(name, text)]
+    assert not problems, (f"{len(problems)} command(s) name a module that does not exist (point them at the command "
+                          "that now makes the table):\n" + "\n".join(problems))
+    assert missing_modules("x.md", "made by `python -m experiments.no_such_command --seed 1`") == [
+        "x.md:1: python -m experiments.no_such_command"]
+    assert missing_modules("x.md", "`python -m experiments.reanalyse`, `python -m pip install`") == []
 
 
 def test_every_docs_page_and_section_named_exists():
