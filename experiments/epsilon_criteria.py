@@ -3,6 +3,10 @@
     python -m experiments.epsilon_criteria results/learning/runs            # every epsilon.json below these folders
                                                                             # (or in a study's packed runs.jsonl.xz)
     python -m experiments.epsilon_criteria --batch steps.pt [--hidden hidden.pt --layer -8] --label "smollm2 alfworld"
+    python -m experiments.epsilon_criteria --collect                # the 37 first batches of results/epsilon/rules.md:
+                                                                    # collect what is missing, then write the table
+    python -m experiments.epsilon_criteria --collect --dry-run      # list the collections and whether each is done
+    python -m experiments.epsilon_criteria --collect --report-only  # the table from what is collected
 
 For each batch: the exact anchors (GiGPO) and, for each rule (``anchor_recall`` at 0.9, ``singleton_match``; with
 ``--batch`` also both on states centred by the prompt group's mean), the epsilon it picks and what that grouping is
@@ -11,17 +15,89 @@ epsilon = 0.05 and the epsilon of the grid with the best F1 (an oracle: it reads
 A rule is good when it lands near the oracle's F1 without seeing the state. ``epsilon.json`` files hold the scan the
 run made on its own first batch (uncentred unless the run centred); ``--batch`` files (``StepBatch.save``, e.g. the
 ``rollouts/steps.pt`` of ``experiments.geometry``) are scanned here. ``--out`` writes the table as markdown.
+
+``--collect [DIR]`` (default ``runs/eps-loo``; generated data, git-ignored) scores the rules on first batches none
+of them was chosen on, collected below DIR first (one thread each; a finished collection is skipped, an interrupted
+study resumes), and writes ``--out`` (default ``results/epsilon/rules.md``):
+
+* the first batch of every seed (0-9) of the three ``llm-groundtruth`` scenarios: the study's own warm start and
+  first iteration (``experiments.study llm-gt-<scenario> --estimators bigpo trainer.iterations=1``), whose
+  ``epsilon.json`` holds the scan; these are the committed study's first batches (same seeds, same warm start);
+* TextCraft, ALFWorld and WebShop first batches of the random tiny model (half the executed actions the expert's) and
+  of SmolLM2-135M-Instruct (``experiments.geometry``, the commands of ``results/epsilon/README.md``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 from envs.paths import portable_path
 
 PROG = "python -m experiments.epsilon_criteria"
+#: ``--collect``: the collections' folder and the table's file
+COLLECT_DIR, RULES_TABLE = "runs/eps-loo", "results/epsilon/rules.md"
+SCENARIOS = ("exact", "oversplit", "undersplit")
+_TINY = ["--model", "tiny:layers=4,hidden=128,heads=4", "--groups", "4", "--group-size", "8", "--max-steps", "6",
+         "--layers", "-2", "--max-tokens", "24", "--expert-prob", "0.5", "--threads", "1", "--seed", "0",
+         "--match-tol", "1e-5", "--no-plots"]
+_SMOL = ["--model", "smollm2", "--group-size", "8", "--max-steps", "4", "--layers", "-8", "--max-tokens", "16",
+         "--expert-prob", "0.5", "--threads", "1", "--match-tol", "1e-5", "--no-plots"]
+_WEB = ["--random-prob", "0.25", "--max-prompt-tokens", "4096"]
+#: (folder name, label in the table, experiments.geometry arguments)
+BATCHES = (
+    ("textcraft_tiny", "TextCraft, tiny random", _TINY + ["--env", "TextCraft-v0"]),
+    ("alfworld_tiny", "ALFWorld, tiny random", _TINY + ["--env", "ALFWorld-v0", "--random-prob", "0.25"]),
+    ("webshop_tiny", "WebShop, tiny random", _TINY + ["--env", "WebShop-v0"] + _WEB),
+    ("textcraft_smollm2", "TextCraft, SmolLM2", _SMOL + ["--groups", "2", "--seed", "0", "--env", "TextCraft-v0"]),
+    ("alfworld_smollm2", "ALFWorld, SmolLM2",
+     _SMOL + ["--groups", "2", "--seed", "0", "--env", "ALFWorld-v0", "--random-prob", "0.25"]),
+    ("webshop_smollm2", "WebShop, SmolLM2", _SMOL + ["--groups", "2", "--seed", "0", "--env", "WebShop-v0"] + _WEB),
+    ("textcraft_smollm2_s1", "TextCraft, SmolLM2, seed 1",
+     _SMOL + ["--groups", "4", "--seed", "1", "--env", "TextCraft-v0"]),
+)
+
+
+def _study_done(out: Path, scenario: str) -> int:
+    return len(list((out / scenario).rglob("epsilon.json")))
+
+
+def collect(out: Path, skip: set[str], dry_run: bool = False, report_only: bool = False) -> list[str] | int:
+    """``--collect``: run the collections below ``out`` that are missing (none with ``report_only``); the arguments
+    that score what is collected, or an exit status (0 after ``dry_run``, 1 on a failed collection, 2 when nothing
+    is collected)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    jobs = []
+    for sc in SCENARIOS:
+        cmd = [sys.executable, "-m", "experiments.study", f"llm-gt-{sc}", "--seeds", "0-9", "--estimators", "bigpo",
+               "--variants", "none", "--jobs", "1", "--out", str(out / sc), "--no-report", "trainer.iterations=1"]
+        jobs.append((sc, _study_done(out, sc) >= 10, cmd))
+    for name, _, geo in BATCHES:
+        if name in skip:
+            continue
+        cmd = [sys.executable, "-m", "experiments.geometry", *geo, "--out", str(out / name)]
+        jobs.append((name, (out / name / "rollouts" / "steps.pt").is_file(), cmd))
+    for name, done, cmd in jobs:
+        print(f"{'done' if done else 'to do'}: {name}: {' '.join(cmd[1:])}")
+    if dry_run:
+        return 0
+    if not report_only:
+        for name, done, cmd in jobs:
+            if not done and subprocess.run(cmd, env=env).returncode != 0:
+                print(f"{PROG}: error: the collection {name} failed (rerun to resume)", file=sys.stderr)
+                return 1
+    crit = [str(out / sc) for sc in SCENARIOS if _study_done(out, sc)]
+    for name, label, _ in BATCHES:
+        steps = out / name / "rollouts" / "steps.pt"
+        if name not in skip and steps.is_file():
+            crit += ["--batch", str(steps), "--label", label]
+    if not crit:
+        print(f"{PROG}: error: nothing collected under {out}; run without --report-only", file=sys.stderr)
+        return 2
+    return crit
 
 
 def _fmt(r: dict | None) -> str:
@@ -164,8 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", action="append", default=[], help="with --batch: {layer: (N, D)} torch file")
     ap.add_argument("--layer", type=int, default=None, help="with --hidden: which layer (default: the first)")
     ap.add_argument("--label", action="append", default=[], help="with --batch: its name in the table")
-    ap.add_argument("--out", help="write the table here (markdown)")
+    ap.add_argument("--out", help=f"write the table here (markdown; with --collect default {RULES_TABLE})")
+    ap.add_argument("--collect", nargs="?", const=COLLECT_DIR, default=None, metavar="DIR",
+                    help=f"collect the first batches of {RULES_TABLE} below DIR (default {COLLECT_DIR}) and score them")
+    ap.add_argument("--dry-run", action="store_true", help="with --collect: list the collections, run nothing")
+    ap.add_argument("--report-only", action="store_true", help="with --collect: the table from what is collected")
+    ap.add_argument("--skip", default="", help="with --collect: comma-separated collections to leave out "
+                    "(e.g. webshop_smollm2)")
     args = ap.parse_args(argv)
+    if args.collect is None and (args.dry_run or args.report_only or args.skip):
+        ap.error("--dry-run, --report-only and --skip go with --collect")
+    if args.collect is not None:
+        if args.folders or args.batch:
+            ap.error("--collect scores its own collections; give no folders or --batch with it")
+        got = collect(Path(args.collect), {s for s in args.skip.split(",") if s}, args.dry_run, args.report_only)
+        if isinstance(got, int):
+            return got
+        return main(got + ["--out", args.out or RULES_TABLE])
     by_batch: dict[str, tuple] = {}  # first batch -> its entry (runs of one seed share their first batch)
     for folder in args.folders:
         try:

@@ -536,15 +536,17 @@ def test_a_second_sigterm_is_ignored_while_the_run_stops():
         signal.signal(signal.SIGTERM, old)
 
 
-def test_epsilon_rules_lists_its_collections_and_refuses_an_empty_report(tmp_path, capsys):
-    from experiments.epsilon_rules import BATCHES, main
+def test_epsilon_criteria_collect_lists_its_collections_and_refuses_an_empty_report(tmp_path, capsys):
+    from experiments.epsilon_criteria import BATCHES, main
 
-    assert main(["--out", str(tmp_path), "--dry-run", "--skip", "webshop_smollm2"]) == 0
+    assert main(["--collect", str(tmp_path), "--dry-run", "--skip", "webshop_smollm2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 + len(BATCHES) - 1 and all(ln.startswith("to do: ") for ln in lines)
     assert any("llm-gt-oversplit" in ln and "trainer.iterations=1" in ln for ln in lines)
-    assert main(["--out", str(tmp_path), "--report-only", "--table", str(tmp_path / "t.md")]) == 2
+    assert main(["--collect", str(tmp_path), "--report-only", "--out", str(tmp_path / "t.md")]) == 2
     assert "nothing collected" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--dry-run"])  # a collection option without --collect
 
 
 def test_grouping_scan_logs_every_iteration_and_agrees_with_the_run_metrics(tmp_path):
