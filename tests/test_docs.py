@@ -47,7 +47,7 @@ DOC_REF = re.compile(
 )
 MD_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 #: a command line ``python -m pkg.module`` (``python3`` too)
-PYTHON_M = re.compile(r"\bpython3? -m (?P<module>[A-Za-z_][\w.]*\w)")
+PYTHON_M = re.compile(r"\bpython3?\s+-m\s+(?P<module>[A-Za-z_][\w.]*\w)")
 
 _ORDINAL = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth"
             r"|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|\d+(?:st|nd|rd|th))")
@@ -223,6 +223,8 @@ def test_every_command_named_in_the_docs_and_results_exists():
     assert missing_modules("x.md", "made by `python -m experiments.no_such_command --seed 1`") == [
         "x.md:1: python -m experiments.no_such_command"]
     assert missing_modules("x.md", "`python -m experiments.reanalyse`, `python -m pip install`") == []
+    assert missing_modules("x.md", "(`python -m\nexperiments.no_such_command`)") == [
+        "x.md:1: python -m experiments.no_such_command"]
 
 
 def test_every_docs_page_and_section_named_exists():

@@ -1,6 +1,6 @@
 """Every committed study's generated report, rebuilt from its packed run file (``results/<study>/runs.jsonl.xz``),
 equals the committed one: ``summary.md`` and ``tables.md`` of ``python -m experiments.report`` (the command each
-summary names in its "Made by" line), the ground-truth ``overview.md`` (``python -m experiments.truth_overview``)
+summary names in its "Made by" line), the ground-truth ``overview.md`` (``python -m experiments.reanalyse --overview``)
 and the learning study's ``epsilon_criteria.md`` (``python -m experiments.epsilon_criteria``). Figures are checked
 to be written, not compared byte for byte (they depend on the matplotlib version). The demo's reference run stays
 as run folders (``results/demo/runs``) and is rebuilt from them."""
@@ -65,13 +65,13 @@ def test_report_rebuilt_from_the_packed_runs_equals_the_committed_one(study, tmp
 
 @pytest.mark.slow
 def test_groundtruth_overview_rebuilt_from_the_packed_runs(tmp_path):
-    from experiments import truth_overview
+    from experiments import reanalyse
 
     root = tmp_path / "llm-groundtruth"
     for scenario in ("exact", "oversplit", "undersplit"):
         (root / scenario).mkdir(parents=True)
         shutil.copy(RESULTS / "llm-groundtruth" / scenario / PACKED_NAME, root / scenario / PACKED_NAME)
-    assert truth_overview.main([str(root)]) == 0
+    assert reanalyse.main(["--overview", str(root)]) == 0
     got = (root / "overview.md").read_text().replace(str(root), "results/llm-groundtruth")
     assert got == (RESULTS / "llm-groundtruth" / "overview.md").read_text()
 

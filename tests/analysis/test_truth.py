@@ -114,14 +114,14 @@ def test_runs_without_truth_metrics_get_no_section(tmp_path):
 
 
 def test_overview_sets_the_scenarios_side_by_side(tmp_path):
-    from experiments.truth_overview import main as overview_main
+    from experiments.reanalyse import main as reanalyse_main
 
     root = tmp_path / "gt"
     write_run(root / "undersplit" / "runs", "gigpo", 0, {"gigpo": [0.2, 0.2], "bipace_q": [0.1, 0.1]}, [0.2, 0.4])
     write_run(root / "exact" / "runs", "gigpo", 0, {"gigpo": [0.3, 0.3], "bipace_q": [0.5, 0.5]}, [0.5, 0.5])
     write_run(root / "exact" / "runs", "bipace_q-eps0.05", 0, {"gigpo": [0.0, 0.0], "bipace_q": [0.9, 0.9]},
               [0.5, 0.5], epsilon=0.05)  # not at epsilon auto: left out of the correlation tables
-    assert overview_main([str(root)]) == 0
+    assert reanalyse_main(["--overview", str(root)]) == 0
     md = (root / "overview.md").read_text()
     assert "| estimator | exact | undersplit |" in md  # the default order, not alphabetical by accident
     step = md.split("#### Step term: paired difference")[1].split("####")[0]
@@ -133,4 +133,4 @@ def test_overview_sets_the_scenarios_side_by_side(tmp_path):
     assert "| bipace_q | 0.200 (seeds > 0: 1/1) | -0.100 (seeds > 0: 0/1) |" in whole
     assert "runs > 0" not in md  # counts are per seed
     assert "| bipace_q-eps0.05 | 50.000 (n=1)" not in md and "| bipace_q-eps0.05 | 0.500 (n=1) | – |" in md
-    assert overview_main([str(tmp_path / "nothing")]) == 2
+    assert reanalyse_main(["--overview", str(tmp_path / "nothing")]) == 2
