@@ -16,7 +16,8 @@ actions can change (``state_facts()`` returns them readable): two states share a
 dynamic facts are equal. Some of those facts record the route rather than the world (negated literals such as
 ``not_atlocation(agent1, loc)``, and ``checked(receptacle)``); ``state_key="physical"`` hashes the others only, so
 two rows in the same place, holding the same things, with the same receptacles open, share a key whatever route
-led there (``experiments.alfworld_state_facts`` measures the difference). Diagnostics only: no agent reads it.
+led there (``experiments.grouping_diagnostic state-facts`` measures the difference). Diagnostics only: no agent reads
+it.
 
 The expert is ALFWorld's hand-coded expert (``expert=True``, the default), followed through every step
 whatever the agent does, as ALFWorld's DAgger training does; it costs a few ms per step, so rollouts

@@ -1,6 +1,6 @@
 """Random admissible walks through ALFWorld games, recording what a state diagnostic needs per row.
 
-Used by ``python -m experiments.alfworld_state_facts``: every row's game, observation, dynamic PDDL facts and
+Used by ``python -m experiments.grouping_diagnostic state-facts``: every row's game, observation, dynamic PDDL facts and
 admissible commands, from uniformly random admissible actions (not a policy's rows).
 """
 from __future__ import annotations

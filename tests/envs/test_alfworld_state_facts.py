@@ -1,17 +1,17 @@
-"""experiments.alfworld_state_facts: the fact filters, the pair counts by hand, and a short run on generated games."""
+"""``experiments.grouping_diagnostic state-facts``: the fact filters, the pair counts by hand, and a short run on
+generated games."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from experiments.alfworld_state_facts import (
+from envs.alfworld.env import is_bookkeeping, predicate
+from experiments.grouping_diagnostic import (
     DEFINITIONS,
     anchor_purity,
-    collect,
-    is_bookkeeping,
-    predicate,
-    report,
+    collect_walks,
+    facts_report,
     same_commands_share,
 )
 
@@ -43,11 +43,21 @@ def test_anchor_purity_by_hand():
 
 
 def test_a_short_run_on_generated_games(alfworld_data):
-    rows = collect(games=2, episodes=2, steps=6, seed=0, data_path=str(alfworld_data))
+    rows = collect_walks(games=2, episodes=2, steps=6, seed=0, data_path=str(alfworld_data))
     assert len({r[0] for r in rows}) == 2 and 4 <= len(rows) <= 24
     # the physical key is coarser than the full one: more same-observation pairs count as one state
     p_full, _ = anchor_purity(rows, FULL)
     p_phys, _ = anchor_purity(rows, PHYS)
     assert p_phys >= p_full
-    md = report(rows, ["--games", "2"])
-    assert md.startswith("Made by `python -m experiments.alfworld_state_facts --games 2`") and md.count("\n| ") == 4
+    md = facts_report(rows, ["--games", "2"])
+    assert md.startswith("Made by `python -m experiments.grouping_diagnostic state-facts --games 2`")
+    assert md.count("\n| ") == 4
+
+
+def test_the_subcommand_prints_the_table(alfworld_data, capsys):
+    from experiments.grouping_diagnostic import main
+
+    args = ["--games", "1", "--episodes", "2", "--steps", "3", "--data-path", str(alfworld_data)]
+    assert main(["state-facts", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Made by `python -m experiments.grouping_diagnostic state-facts {' '.join(args)}`")
