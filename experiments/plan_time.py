@@ -267,8 +267,8 @@ def render_time(plans: dict, title: str) -> str:
     for ph in PHASES:
         lines.append(f"| {ph} | {mid.seconds[ph]:.1f} | {mid.detail[ph]} |")
     lines.append(f"| **total** | **{mid.total:.0f}** | paper: {PAPER_SECONDS} s per ALFWorld/7B iteration on 4 GPUs |")
-    lines += ["", "| scenario | before fixes (prompt order, chunked eval, 1 Adam thread, 2 sleep/wakes) | after fixes | "
-              "of which evaluation (after) |", "|---|---|---|---|"]
+    lines += ["", "| scenario | before fixes (prompt order, chunked eval, 1 Adam thread, 2 sleep/wakes) | "
+              "after fixes | of which evaluation (after) |", "|---|---|---|---|"]
     for sc in ("low", "mid", "high"):
         b, a = plans[(sc, "before")], plans[(sc, "after")]
         lines.append(f"| {sc} | {b.total:.0f} s | {a.total:.0f} s | {a.seconds['evaluation']:.0f} s |")

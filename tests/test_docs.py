@@ -180,8 +180,11 @@ def missing_modules(name: str, text: str) -> list[str]:
 
     problems = []
     for m in PYTHON_M.finditer(text):
+        module = m.group("module")
+        if module.startswith("bipace."):  # the installed name of a repo package (pyproject's package-dir)
+            module = module.removeprefix("bipace.")
         try:
-            found = importlib.util.find_spec(m.group("module")) is not None
+            found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):  # a parent that is no package
             found = False
         if not found:
@@ -223,6 +226,8 @@ def test_every_command_named_in_the_docs_and_results_exists():
     assert missing_modules("x.md", "made by `python -m experiments.no_such_command --seed 1`") == [
         "x.md:1: python -m experiments.no_such_command"]
     assert missing_modules("x.md", "`python -m experiments.reanalyse`, `python -m pip install`") == []
+    assert missing_modules("x.md", "`python -m bipace.estimators.calibrate`") == []  # installed as bipace.estimators
+    assert missing_modules("x.md", "`python -m bipace.estimators.nope`") == ["x.md:1: python -m bipace.estimators.nope"]
     assert missing_modules("x.md", "(`python -m\nexperiments.no_such_command`)") == [
         "x.md:1: python -m experiments.no_such_command"]
 
