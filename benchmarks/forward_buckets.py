@@ -81,10 +81,10 @@ def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
                 eng.load_optimizer_state(*copy.deepcopy(state[1]))
                 eng.load_counters_state(copy.deepcopy(state[2]))
                 old, w1, c1 = timed(eng.compute_logprobs, ps, rs, pad_id=tr.pad_id)
-                ref, w2, c2 = timed(eng.compute_logprobs, ps, rs, reference=True, hidden_layer=None,
+                ref, w2, c2 = timed(eng.compute_logprobs, ps, rs, reference=True, hidden=False,
                                     pad_id=tr.pad_id)
                 if adv is None:
-                    adv, _ = tr.advantages(batch, old.hidden, it)
+                    adv, _ = tr.advantages(batch.to_step_batch(hidden=old.hidden), it)
                 gen = torch.Generator().manual_seed(1000 + it)
                 _, w3, c3 = timed(eng.update, ps, rs, adv, old.logprobs, ref.logprobs, generator=gen,
                                   pad_id=tr.pad_id)

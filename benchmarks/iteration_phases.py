@@ -203,9 +203,9 @@ def run_cell(preset: str, init_from: str, iterations: int, out_dir: str) -> dict
                 tag = "shared" if share else "unshared"
                 old, w1, c1 = timed(lambda ps=ps, rs=rs: eng.compute_logprobs(ps, rs, pad_id=tr.pad_id))
                 ref, w2, c2 = timed(lambda ps=ps, rs=rs: eng.compute_logprobs(ps, rs, reference=True,
-                                                                               hidden_layer=None, pad_id=tr.pad_id))
+                                                                               hidden=False, pad_id=tr.pad_id))
                 if adv is None:
-                    adv, _ = tr.advantages(batch, old.hidden, it)
+                    adv, _ = tr.advantages(batch.to_step_batch(hidden=old.hidden), it)
                 gen = torch.Generator().manual_seed(1000 + it)
                 _, w3, c3 = timed(lambda ps=ps, rs=rs, adv=adv, old=old, ref=ref, gen=gen: eng.update(
                     ps, rs, adv, old.logprobs, ref.logprobs, generator=gen, pad_id=tr.pad_id))

@@ -70,8 +70,8 @@ def run(preset: str, init_from: str, batches: int, threads: int | None, extra: t
             ps, rs = batch.prompt_ids, batch.response_ids
             old, w1, c1 = timed(eng.compute_logprobs, ps, rs, pad_id=tr.pad_id)
             mine, w0, c0 = timed(old_from_rollout, batch)
-            ref, w2, c2 = timed(eng.compute_logprobs, ps, rs, reference=True, hidden_layer=None, pad_id=tr.pad_id)
-            adv, _ = tr.advantages(batch, old.hidden, it)
+            ref, w2, c2 = timed(eng.compute_logprobs, ps, rs, reference=True, hidden=False, pad_id=tr.pad_id)
+            adv, _ = tr.advantages(batch.to_step_batch(hidden=old.hidden), it)
             gen = torch.Generator().manual_seed(1000 + it)
             _, w3, c3 = timed(eng.update, ps, rs, adv, old.logprobs, ref.logprobs, generator=gen, pad_id=tr.pad_id)
             n_resp = sum(int(r.numel()) for r in rs)

@@ -127,11 +127,11 @@ def run_cell(a: dict) -> dict:
         # the hook's cost is a small difference of two passes: alternate them and keep the faster of two each
         t_old = t_oldh = float("inf")
         for _ in range(2):
-            _, t = _timed(lambda: eng.compute_logprobs(prompts, responses, hidden_layer=None), device)
+            _, t = _timed(lambda: eng.compute_logprobs(prompts, responses, hidden=False), device)
             t_oldh = min(t_oldh, t)
             old, t = _timed(lambda: eng.compute_logprobs(prompts, responses), device)
             t_old = min(t_old, t)
-        ref, t_ref = _timed(lambda: eng.compute_logprobs(prompts, responses, reference=True, hidden_layer=None),
+        ref, t_ref = _timed(lambda: eng.compute_logprobs(prompts, responses, reference=True, hidden=False),
                             device)
         sb = stepbatch(old.hidden.to(device))
         res, t_est = _timed(lambda sb=sb: compute_advantages(sb, EstimatorConfig(name="bipace_q", epsilon=0.05),

@@ -45,12 +45,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from .batch import StepBatch
 from .cluster import center_by_group, greedy_cosine_clusters
+from .config import EstimatorConfig
 from .diagnostics import grouping_stats, pair_count, pair_purity
 from .grouping import anchor_groups
 from .ops import dense_ids, discounted_returns, factorize
@@ -137,17 +138,19 @@ def _row(label: str, gid: torch.Tensor, kind: str, states: torch.Tensor | None, 
     return row
 
 
-def scan_epsilon(
-    batch: StepBatch, grid: Sequence[float] = DEFAULT_GRID, centroid: str = "mean", backend: str = "torch",
-    center: bool = False, gamma: float = 0.95, invalid_penalty: float = 0.1,
-) -> list[dict]:
+def scan_epsilon(batch: StepBatch, grid: Sequence[float] = DEFAULT_GRID,
+                 cfg: EstimatorConfig | None = None) -> list[dict]:
     """One dict per grouping: the exact anchors first (``epsilon`` None), then each epsilon of ``grid``.
+
+    ``cfg``: the run's ``EstimatorConfig``, read whole (None: its defaults): the clustering's ``centroid``,
+    ``cluster_backend`` and ``center_states`` (cluster the states minus their prompt group's mean,
+    ``center_by_group``), and ``gamma`` and ``invalid_penalty`` for the ``return_loo`` column's step returns.
 
     Keys: grouping, epsilon, singleton_rate, groups, size_mean, size_p90, anchor_recall (share of same-anchor
     pairs in one group; NaN without such pairs), anchor_precision, anchor_f1, return_loo (``return_loo``: the
-    grouping's leave-one-trajectory-out error as a predictor of the step return, with ``gamma`` and
-    ``invalid_penalty`` as the estimators compute it) and, with ``state_key``, precision, recall, f1 against the
-    true state. ``center``: cluster the states minus their prompt group's mean (``center_states``)."""
+    grouping's leave-one-trajectory-out error as a predictor of the step return, with the step returns as the
+    estimators compute them) and, with ``state_key``, precision, recall, f1 against the true state."""
+    cfg = EstimatorConfig() if cfg is None else cfg
     batch.validate(need_hidden=True)
     if any(e < 0 for e in grid):
         raise ValueError(f"epsilon grid {list(grid)} holds a negative value")
@@ -156,12 +159,14 @@ def scan_epsilon(
         states = dense_ids(batch.group_id, factorize([repr(s) for s in batch.state_key], device=batch.device))
     anchors = anchor_groups(batch.group_id, batch.anchor_obs)
     traj = dense_ids(batch.group_id, batch.traj_id)
-    ret = return_loo_scorer(discounted_returns(batch.reward, traj, batch.step, batch.valid, gamma, invalid_penalty),
+    ret = return_loo_scorer(discounted_returns(batch.reward, traj, batch.step, batch.valid, cfg.gamma,
+                                               cfg.invalid_penalty),
                             dense_ids(batch.group_id), traj)
     rows = [{**_row("exact anchor obs", anchors, "anchor", states, anchors, ret), "epsilon": None}]
-    hidden = center_by_group(batch.hidden, batch.group_id) if center else batch.hidden
+    hidden = center_by_group(batch.hidden, batch.group_id) if cfg.center_states else batch.hidden
     for eps in grid:
-        cl = greedy_cosine_clusters(hidden, batch.group_id, batch.traj_id, batch.step, eps, centroid, backend)
+        cl = greedy_cosine_clusters(hidden, batch.group_id, batch.traj_id, batch.step, eps, cfg.centroid,
+                                    cfg.cluster_backend)
         rows.append({**_row(f"hidden eps={eps:g}", cl.cluster_id, "cluster", states, anchors, ret),
                      "epsilon": float(eps)})
     return rows
@@ -204,17 +209,14 @@ def _column_best(rows: list[dict], column: str, higher: bool = True) -> tuple[fl
     return best, hit
 
 
-def choose_epsilon(
-    batch: StepBatch, criterion: str = "anchor_f1", target: float = 0.9, grid: Sequence[float] = AUTO_GRID,
-    centroid: str = "mean", backend: str = "torch", center: bool = False, gamma: float = 0.95,
-    invalid_penalty: float = 0.1,
-) -> Calibration:
-    """The epsilon ``estimator.epsilon: auto`` freezes for a run (rules: the module docstring); ``gamma`` and
-    ``invalid_penalty``: the run's, for the ``return_loo`` rule's step returns."""
-    if criterion not in CRITERIA:
-        raise ValueError(f"epsilon_criterion={criterion!r} is not one of {list(CRITERIA)}")
-    scan = scan_epsilon(batch, sorted(float(e) for e in grid), centroid, backend, center, gamma, invalid_penalty)
-    return pick_from_scan(scan, criterion, target, center)
+def choose_epsilon(batch: StepBatch, cfg: EstimatorConfig | None = None,
+                   grid: Sequence[float] = AUTO_GRID) -> Calibration:
+    """The epsilon ``estimator.epsilon: auto`` freezes for a run (rules: the module docstring). ``cfg``: the run's
+    ``EstimatorConfig``, read whole (None: its defaults): the rule (``epsilon_criterion``, ``epsilon_target``) and
+    the scan's settings (``scan_epsilon``)."""
+    cfg = EstimatorConfig() if cfg is None else cfg
+    scan = scan_epsilon(batch, sorted(float(e) for e in grid), cfg)
+    return pick_from_scan(scan, cfg.epsilon_criterion, cfg.epsilon_target, cfg.center_states)
 
 
 def pick_from_scan(scan: list[dict], criterion: str = "anchor_f1", target: float = 0.9,
@@ -314,10 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch = synthetic_batch(groups=16, group_size=8, max_steps=30, hidden_size=args.hidden_size, noise=args.noise,
                                 states_per_group=20, obs_variants=3, seed=args.seed)
     print(batch.summary())
-    print(format_scan(scan_epsilon(batch, grid, args.centroid, args.backend, args.center)))
+    cfg = EstimatorConfig(centroid=args.centroid, cluster_backend=args.backend, center_states=args.center)
+    print(format_scan(scan_epsilon(batch, grid, cfg)))
     if args.auto:
         for crit in CRITERIA:
-            cal = choose_epsilon(batch, crit, centroid=args.centroid, backend=args.backend, center=args.center)
+            cal = choose_epsilon(batch, replace(cfg, epsilon_criterion=crit))
             print(f"{crit}: epsilon = {cal.epsilon:g} ({cal.rule}: {cal.reason})")
     return 0
 

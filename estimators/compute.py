@@ -26,9 +26,8 @@ def compute_advantages(batch: StepBatch, cfg, diagnostics: bool = True) -> Estim
     ``diagnostics=False`` skips the batch diagnostics (``estimators.diagnostics``), which otherwise
     cluster hidden states for every estimator; the estimator's own metrics are always returned.
     """
-    if not isinstance(cfg, EstimatorConfig):
+    if not isinstance(cfg, EstimatorConfig):  # checked when built, and frozen: not checked again here
         raise ValueError(f"compute_advantages needs an EstimatorConfig, got {type(cfg).__name__}")
-    cfg.validate()
     spec = ESTIMATORS[cfg.name]
     need_ids = spec.uses_action_keys and cfg.pace_key == "first_tokens"
     batch.validate(need_hidden=spec.needs_hidden, need_response_ids=need_ids,

@@ -33,10 +33,11 @@ EPSILON_CRITERIA = get_args(EpsilonCriterion)
 HGPO_RULES = get_args(HgpoRule)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EstimatorConfig:
     """Configuration of ``compute_advantages``. Unknown names and bad values raise ``ConfigError`` (a
-    ``ValueError``; ``estimators.config_checks``)."""
+    ``ValueError``; ``estimators.config_checks``) when it is built; it is frozen, so a built one stays valid and is
+    never checked again (``dataclasses.replace`` builds, and checks, a changed copy)."""
 
     name: str = "grpo"
     """Registry key of ``estimators.ESTIMATORS``: grpo | gigpo | bigpo | bipace_v | bipace_q | pace_anchor | hgpo |

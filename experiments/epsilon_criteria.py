@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch:
         import torch
 
+        from estimators import EstimatorConfig
         from estimators.batch import StepBatch
         from estimators.calibrate import AUTO_GRID, scan_epsilon
 
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             label = args.label[i] if i < len(args.label) else portable_path(path)
             picks = {}
             for center in (False, True):
-                scan = scan_epsilon(b, AUTO_GRID, center=center)
+                scan = scan_epsilon(b, AUTO_GRID, EstimatorConfig(center_states=center))
                 picks.update(rules_on_scan(scan, center))
             entries.append((label, len(b), scan[0], picks))
     if not entries:

@@ -336,7 +336,7 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
     with ph.phase("ZeRO-3: old log-probs + hidden", tokens=all_tokens):
         old = eng.compute_logprobs(prompts, responses, pad_id=pad)
     with ph.phase("ZeRO-3: reference log-probs", tokens=all_tokens):
-        ref = eng.compute_logprobs(prompts, responses, reference=True, hidden_layer=None, pad_id=pad)
+        ref = eng.compute_logprobs(prompts, responses, reference=True, hidden=False, pad_id=pad)
     from trainer.forward import pack_rows, policy_forward
 
     def plain_logprobs(rows: list[int]) -> torch.Tensor:
@@ -375,7 +375,7 @@ def _deepspeed_phases(ph: _Phases, model, batch, adv, micro: int, layer: int, pa
         own = dict(model.named_parameters())
         for nm, t in eng.full_named_parameters(clone=False):
             own[nm].copy_(t.to(own[nm].device, own[nm].dtype))
-    new = eng.compute_logprobs(prompts[:micro], responses[:micro], hidden_layer=None, pad_id=pad)
+    new = eng.compute_logprobs(prompts[:micro], responses[:micro], hidden=False, pad_id=pad)
     copy_lp = plain_logprobs(list(range(min(micro, n))))
     w = copy_lp.shape[1]
     r_diff = float((new.logprobs[:, :w] - copy_lp).abs()[new.mask[:, :w]].max())

@@ -27,6 +27,7 @@ is in the conditioning only.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -265,9 +266,12 @@ class TruthProbe:
         self.mdp = mdp.with_returns(mdp.gamma if gamma is None else gamma,
                                     mdp.invalid_penalty if invalid_penalty is None else invalid_penalty)
 
-    def __call__(self, trainer, batch, hidden: torch.Tensor | None) -> dict[str, float]:
+    def __call__(self, trainer, batch, step_batch) -> dict[str, float]:
+        """The ``groundtruth/...`` metrics of this training batch: ``batch`` the ``RolloutBatch``, ``step_batch`` the
+        estimator's view of it that the trainer built for this iteration (``RolloutBatch.to_step_batch``, with the
+        actor's hidden states or None); the hidden-state estimators are skipped when those hold NaN/Inf."""
         def scorer(prompts, responses):
-            return trainer.ppo_actor.compute_logprobs(prompts, responses, hidden_layer=None, pad_id=trainer.pad_id)
+            return trainer.ppo_actor.compute_logprobs(prompts, responses, hidden=False, pad_id=trainer.pad_id)
 
         head: dict[str, float] = {}
         fill = None
@@ -275,9 +279,10 @@ class TruthProbe:
             fill, head = self.canonical_policy(trainer, batch, scorer)
         bt = batch_truth(self.mdp, batch, scorer, trainer.tokenizer, pad_id=trainer.pad_id, max_rows=len(batch),
                          fallback=fill)
+        hidden = step_batch.hidden
         if hidden is not None and not bool(torch.isfinite(hidden).all()):
             hidden = None  # the hidden-state estimators are skipped on this batch
-        step_batch = batch.to_step_batch(hidden=hidden)
+            step_batch = dataclasses.replace(step_batch, hidden=None)
         base, own = arm_configs(trainer.cfg.method, trainer.estimator_cfg)
         references = {}
         if fill is not None:
@@ -321,8 +326,7 @@ def oracle_epsilon(step_batch, cfg) -> float | None:
     from estimators.calibrate import choose_epsilon
 
     try:
-        cal = choose_epsilon(step_batch, "state_f1", centroid=cfg.centroid, backend=cfg.cluster_backend,
-                             center=cfg.center_states)
+        cal = choose_epsilon(step_batch, dataclasses.replace(cfg, epsilon_criterion="state_f1"))
     except ValueError as e:
         if "state_f1" not in str(e):
             raise

@@ -9,7 +9,9 @@ One iteration ``k`` (1-based; iteration 0 is the state before any update)::
     batch, m_roll    = collect(agent, tasks, G, ...)                     # RolloutBatch, N rows; agent: pool + engine
     old              = actor.compute_logprobs(prompt+response)          # (N, T_r) log-probs + (N, D) hidden at L
     ref              = reference.compute_logprobs(...)                  # (N, T_r), only with the KL loss
-    adv              = compute_advantages(batch.to_step_batch(hidden), cfg.estimator)   # (N,)
+    step_batch       = batch.to_step_batch(old.hidden)                  # StepBatch, built once per iteration
+    adv              = compute_advantages(step_batch, cfg.estimator)    # (N,); the grouping scan and the batch
+                                                                        # probe read the same step_batch
     m_loss           = actor.update(batch, adv, old, ref)               # PPO-clip (+ dual clip, KL, entropy)
     rollout_engine  <- actor.full_named_parameters()                    # weight refresh, no disk
     log(k, rollout/ adv/ group/ loss/ perf/)
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from agents.prompts import PromptConfig
     from agents.rollout import Agent
     from envs.pool import EnvPool, Task, TaskSampler
+    from estimators import EstimatorConfig, StepBatch
 
     from .logging import JsonlSink, MetricLogger
     from .ppo_actor import PPOActor
@@ -181,8 +184,9 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, folder: RunFolder, *, progress_file=None, batch_probe: Callable | None = None):
         self.cfg = cfg
-        # batch_probe(trainer, batch, hidden) -> metrics, run on every training batch before the update (e.g. the
-        # exact advantages of a finite world, groundtruth.live.probe_for; experiments.train passes it)
+        # batch_probe(trainer, batch, step_batch) -> metrics, run on every training batch before the update with the
+        # iteration's RolloutBatch and its StepBatch (e.g. the exact advantages of a finite world,
+        # groundtruth.live.probe_for; experiments.train passes it)
         self.batch_probe = batch_probe
         self.folder = folder
         self.progress_file = progress_file
@@ -216,6 +220,7 @@ class Trainer:
         self.saved_iteration = 0  # iteration of the newest checkpoint (where a restart would resume)
         self.evals_done: list[int] = []
         self.epsilon: float | None = None  # estimator.epsilon=auto: the value frozen at the first training step
+        self._frozen_estimator: EstimatorConfig | None = None  # cfg.estimator with that value (estimator_cfg)
         self.logger: MetricLogger | None = None
         self.eval_log: JsonlSink | None = None
         self._family_cache: dict[tuple[str, int], str] = {}
@@ -523,8 +528,7 @@ class Trainer:
         finally:
             self.rollout_engine.sleep()
             self._report_worker_restarts(iteration)
-        batch.validate()
-        if len(batch) == 0:
+        if len(batch) == 0:  # collect's batch is validated where it is built (agents.rollout)
             raise TrainingFailed(f"iteration {iteration}: the rollout returned no step rows")
         metrics = dict(metrics)
         # restarts since the last iteration's rollout (an evaluation's included): 0 on a healthy run
@@ -545,11 +549,12 @@ class Trainer:
         ref = None
         if self.cfg.trainer.use_kl_loss:
             ref = self.ppo_actor.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True,
-                                               hidden_layer=None, pad_id=self.pad_id)
+                                               hidden=False, pad_id=self.pad_id)
         return old, ref
 
-    def advantages(self, batch, hidden: torch.Tensor | None, iteration: int = 1):
-        """``estimators.compute_advantages`` on the step batch (the estimator is ``cfg.estimator.name``).
+    def advantages(self, step_batch: StepBatch, iteration: int = 1):
+        """``estimators.compute_advantages`` on the iteration's step batch (``RolloutBatch.to_step_batch`` with the
+        old-log-prob pass's hidden states; the estimator is ``cfg.estimator.name``).
 
         Rows whose hidden state holds NaN/Inf cannot be clustered: they get a finite placeholder for the
         estimator and a NaN advantage afterwards, so the engine skips their optimizer step, reports the rows
@@ -557,14 +562,15 @@ class Trainer:
         """
         from estimators import compute_advantages
 
-        bad = torch.zeros(len(batch), dtype=torch.bool)
+        bad = torch.zeros(len(step_batch), dtype=torch.bool)
+        hidden = step_batch.hidden
         if hidden is not None:
             bad = ~torch.isfinite(hidden).all(dim=1)  # (N,)
             if bool(bad.any()):
                 hidden = hidden.clone()
                 hidden[bad] = 1.0
                 log.warning("non-finite hidden states in rows %s", torch.nonzero(bad).flatten().tolist()[:20])
-        step_batch = batch.to_step_batch(hidden=hidden)
+                step_batch = dataclasses.replace(step_batch, hidden=hidden)  # the same rows, placeholder states
         if self.cfg.estimator.epsilon_is_auto and self.epsilon is None:
             self._calibrate_epsilon(step_batch, iteration)
         try:
@@ -580,14 +586,16 @@ class Trainer:
         return adv, result
 
     @property
-    def estimator_cfg(self):
+    def estimator_cfg(self) -> EstimatorConfig:
         """The estimator settings the run uses: ``cfg.estimator`` with ``epsilon: auto`` replaced by the frozen
-        value."""
+        value (built, and so checked, once per frozen value, not per batch)."""
         if not self.cfg.estimator.epsilon_is_auto:
             return self.cfg.estimator
         if self.epsilon is None:
             raise TrainingFailed("estimator.epsilon=auto has not been calibrated yet (a bug: the first batch does it)")
-        return dataclasses.replace(self.cfg.estimator, epsilon=float(self.epsilon))
+        if self._frozen_estimator is None or self._frozen_estimator.epsilon != float(self.epsilon):
+            self._frozen_estimator = dataclasses.replace(self.cfg.estimator, epsilon=float(self.epsilon))
+        return self._frozen_estimator
 
     def _calibrate_epsilon(self, step_batch, iteration: int) -> None:
         """``estimator.epsilon: auto``: scan this batch, freeze the epsilon for the run, save the scan (rank 0's
@@ -599,9 +607,7 @@ class Trainer:
             raise TrainingFailed("estimator.epsilon=auto needs the actor's hidden states, and this batch has none")
         t = time.perf_counter()
         try:
-            cal = choose_epsilon(step_batch, est.epsilon_criterion, est.epsilon_target, centroid=est.centroid,
-                                 backend=est.cluster_backend, center=est.center_states, gamma=est.gamma,
-                                 invalid_penalty=est.invalid_penalty)
+            cal = choose_epsilon(step_batch, est)
         except ValueError as e:  # e.g. state_f1 on a batch where no two rows share a true state
             raise TrainingFailed(f"estimator.epsilon=auto with epsilon_criterion={est.epsilon_criterion}: {e}") from e
         eps = cal.epsilon
@@ -621,19 +627,18 @@ class Trainer:
         log.info(head)
         self._say(head)
 
-    def _grouping_scan(self, batch, hidden, iteration: int) -> None:
+    def _grouping_scan(self, step_batch: StepBatch, iteration: int) -> None:
         """``logging.grouping_scan``: rank 0's batch scanned over ``AUTO_GRID``, one line of ``grouping_scan.jsonl``."""
         if self.rank != 0:
             return
         from estimators.calibrate import AUTO_GRID, scan_epsilon
 
+        hidden = step_batch.hidden
         if hidden is None or not bool(torch.isfinite(hidden).all()):
             log.warning("logging.grouping_scan: iteration %d has no finite hidden states; not scanned", iteration)
             return
-        est = self.cfg.estimator
-        scan = scan_epsilon(batch.to_step_batch(hidden=hidden), AUTO_GRID, est.centroid, est.cluster_backend,
-                            est.center_states, est.gamma, est.invalid_penalty)
-        self.folder.append_grouping_scan({"iteration": int(iteration), "rows": len(batch), "scan": scan})
+        scan = scan_epsilon(step_batch, AUTO_GRID, self.cfg.estimator)
+        self.folder.append_grouping_scan({"iteration": int(iteration), "rows": len(step_batch), "scan": scan})
 
     def update(self, batch, adv: torch.Tensor, old, ref) -> dict[str, float]:
         """One PPO pass over the batch (DeepSpeed); ``loss/...`` metrics. Raises ``NonFiniteError`` (engine)."""
@@ -805,14 +810,15 @@ class Trainer:
         with timer("logprobs"):
             old, ref = self.logprobs(batch)
         with timer("advantages"):
-            adv, result = self.advantages(batch, old.hidden, iteration)
+            step_batch = batch.to_step_batch(hidden=old.hidden)  # the estimator's view, built once per iteration
+            adv, result = self.advantages(step_batch, iteration)
         if self.cfg.logging.grouping_scan:
             with timer("grouping_scan"):
-                self._grouping_scan(batch, old.hidden, iteration)
+                self._grouping_scan(step_batch, iteration)
         m_probe: dict[str, float] = {}
         if self.batch_probe is not None:  # before the update: it sees the policy that sampled the batch
             with timer("probe"):
-                m_probe = self.batch_probe(self, batch, old.hidden)
+                m_probe = self.batch_probe(self, batch, step_batch)
         with timer("update"):
             m_loss = self.update(batch, adv, old, ref)
         with timer("weight_sync"):

@@ -678,15 +678,14 @@ class PPOActor:
 
     @torch.no_grad()
     def compute_logprobs(self, prompt_ids: Sequence[torch.Tensor], response_ids: Sequence[torch.Tensor], *,
-                         reference: bool = False, hidden_layer: int | None | str = "config",
+                         reference: bool = False, hidden: bool = True,
                          compute_entropy: bool = False, pad_id: int = 0) -> ForwardOutput:
-        """Log-probs (N, T_r) of the response tokens under the actor (or the reference), plus the hidden state
-        (N, D) at ``hidden_layer`` ("config" = ``model.hidden_layer``; None = don't capture) of the last prompt
-        token, in batches of ``logprob_batch_rows`` rows sorted by length (less padding). T_r is the longest
-        response of all N rows. Runs the same number of forwards on every rank (ZeRO-3 gathers in each).
+        """Log-probs (N, T_r) of the response tokens under the actor (or the reference), plus, with ``hidden``, the
+        hidden state (N, D) of the last prompt token at ``model.hidden_layer`` (``hidden=False``: none captured,
+        ``.hidden`` is None), in batches of ``logprob_batch_rows`` rows sorted by length (less padding). T_r is the
+        longest response of all N rows. Runs the same number of forwards on every rank (ZeRO-3 gathers in each).
         """
-        if hidden_layer == "config":
-            hidden_layer = self.model_cfg.hidden_layer
+        hidden_layer = self.model_cfg.hidden_layer if hidden else None
         if reference and not self.cfg.use_kl_loss:
             raise RuntimeError("compute_logprobs(reference=True) but trainer.use_kl_loss=false: no reference model")
         n = len(prompt_ids)
@@ -700,7 +699,7 @@ class PPOActor:
         logprobs = torch.zeros((n, t_r), dtype=torch.float32)
         entropy = torch.zeros((n, t_r), dtype=torch.float32) if compute_entropy else None
         mask = torch.zeros((n, t_r), dtype=torch.bool)
-        hidden = None
+        hidden_out = None
         bad: list[int] = []
         if reference and self.ref is not None:
             model = self.ref
@@ -729,12 +728,12 @@ class PPOActor:
                 if entropy is not None:
                     entropy[ix, :w] = out.entropy.float().cpu()
                 if out.hidden is not None:
-                    if hidden is None:
-                        hidden = torch.zeros((n, out.hidden.shape[1]), dtype=torch.float32)
-                    hidden[ix] = out.hidden.cpu()
+                    if hidden_out is None:
+                        hidden_out = torch.zeros((n, out.hidden.shape[1]), dtype=torch.float32)
+                    hidden_out[ix] = out.hidden.cpu()
                 bad.extend(idx[j] for j in out.nonfinite_rows.tolist())
         self.engine.train()
-        return ForwardOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden,
+        return ForwardOutput(logprobs=logprobs, entropy=entropy, mask=mask, hidden=hidden_out,
                            nonfinite_rows=torch.tensor(sorted(bad), dtype=torch.long))
 
     # ------------------------------------------------------------------------------------- update

@@ -1,6 +1,8 @@
 """Bad input raises a clear ValueError naming the field."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -43,11 +45,20 @@ def test_bad_config_values(field, value, pattern):
         EstimatorConfig(name="bipace_q", **{field: value})
 
 
-def test_config_mutated_after_creation_is_rechecked(batch):
+def test_config_is_checked_once_when_built_and_cannot_change_after(batch, monkeypatch):
+    """A built config is valid for good: it is frozen (a change is a new config, checked when built), so
+    ``compute_advantages`` does not check it again on every batch."""
     cfg = EstimatorConfig(name="bipace_q")
-    cfg.epsilon = -1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.epsilon = -1.0
     with pytest.raises(ValueError, match="epsilon"):
-        compute_advantages(batch, cfg)
+        dataclasses.replace(cfg, epsilon=-1.0)
+    checks = []
+    real = EstimatorConfig.validate
+    monkeypatch.setattr(EstimatorConfig, "validate", lambda self: checks.append(1) or real(self))
+    compute_advantages(batch, cfg)
+    compute_advantages(batch, cfg)
+    assert checks == []
 
 
 @pytest.mark.parametrize("name", ["bigpo", "bipace_q", "bipace_v"])

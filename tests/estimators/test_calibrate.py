@@ -16,6 +16,11 @@ from estimators.reference import reference_clusters
 from estimators.synthetic import synthetic_batch
 
 
+def rule(criterion: str, **settings) -> EstimatorConfig:
+    """An estimator config whose ``epsilon: auto`` rule is ``criterion`` (the other settings: ``settings``)."""
+    return EstimatorConfig(epsilon_criterion=criterion, **settings)
+
+
 def anisotropic(batch, spread: float = 0.05, noise: float = 2e-3, seed: int = 1):
     """The batch's states as a small model's: one shared direction of norm 1 plus a state direction of norm
     ``spread`` plus noise, so that every pair of rows lies within cosine distance ~spread^2 of each other."""
@@ -54,7 +59,7 @@ def known():
 def test_auto_picks_the_epsilon_that_recovers_known_clusters(known):
     within, between = pairwise_distances(known)
     assert within < between < 0.05  # the paper's 0.05 would merge every state of a group
-    cal = choose_epsilon(known, "anchor_recall", 0.9)
+    cal = choose_epsilon(known, rule("anchor_recall", epsilon_target=0.9))
     assert cal.rule == "anchor_recall" and within / 2 <= cal.epsilon < between
     # the expected epsilon, found independently: the first grid value at which the one-row-at-a-time reference
     # clustering keeps >= 90% of the same-observation pairs together
@@ -95,7 +100,7 @@ def test_anchor_f1_agrees_best_with_the_anchors_and_stays_precise_where_they_ali
             cl = greedy_cosine_clusters(batch.hidden, batch.group_id, batch.traj_id, batch.step, eps).cluster_id
             scores.append((f1_against(cl, anchors), -eps))
         expected = -max(scores)[1]
-        cal = choose_epsilon(batch, "anchor_f1")
+        cal = choose_epsilon(batch, rule("anchor_f1"))
         assert cal.rule == "anchor_f1" and cal.epsilon == pytest.approx(expected)
         assert "agree best with the exact anchors" in cal.reason
 
@@ -105,30 +110,30 @@ def test_anchor_f1_agrees_best_with_the_anchors_and_stays_precise_where_they_ali
 
     assert pair_purity(dense_ids(aliased.group_id, factorize(list(aliased.anchor_obs))), st)[0] < 0.7
     # measured: 0.92 against 0.25 (anchor_recall's epsilon merges most of each group)
-    assert truth_precision(choose_epsilon(aliased, "anchor_f1")) > 0.9
-    assert truth_precision(choose_epsilon(aliased, "anchor_recall")) < 0.5
+    assert truth_precision(choose_epsilon(aliased, rule("anchor_f1"))) > 0.9
+    assert truth_precision(choose_epsilon(aliased, rule("anchor_recall"))) < 0.5
 
 
 def test_singleton_match_and_the_fallback_without_repeated_observations(known):
-    cal = choose_epsilon(known, "singleton_match")
+    cal = choose_epsilon(known, rule("singleton_match"))
     anchor_rate = cal.scan[0]["singleton_rate"]
     hit = next(r for r in cal.scan[1:] if r["epsilon"] == cal.epsilon)
     assert cal.rule == "singleton_match" and hit["singleton_rate"] <= anchor_rate
     assert all(r["singleton_rate"] > anchor_rate for r in cal.scan[1:] if r["epsilon"] < cal.epsilon)
     unique = dataclasses.replace(known, anchor_obs=[f"obs {i}" for i in range(len(known))])  # no two rows alike
     for crit in ("anchor_recall", "anchor_f1", "singleton_match"):
-        fb = choose_epsilon(unique, crit)
+        fb = choose_epsilon(unique, rule(crit))
         assert fb.rule == "fallback_singleton_rate" and "share an observation" in fb.reason
         row = next(r for r in fb.scan[1:] if r["epsilon"] == fb.epsilon)
         assert row["singleton_rate"] <= FALLBACK_SINGLETON_RATE
-    with pytest.raises(ValueError, match="epsilon_criterion"):
-        choose_epsilon(known, "purity")
+    with pytest.raises(ValueError, match="epsilon_criterion"):  # refused where the config is built
+        rule("purity")
 
 
 def test_state_f1_is_the_oracle_and_needs_true_states(known):
     """The smallest epsilon of the grid whose clusters agree best with the true state, computed here from clusterings
     of our own; refused without state_key."""
-    cal = choose_epsilon(known, "state_f1")
+    cal = choose_epsilon(known, rule("state_f1"))
     st = true_states(known)
 
     def f1(eps):
@@ -144,14 +149,14 @@ def test_state_f1_is_the_oracle_and_needs_true_states(known):
     assert cal.rule == "state_f1" and cal.epsilon == min(e for e, v in scores.items() if v >= best - 1e-12)
     assert best > 0.99  # the known geometry separates the states
     with pytest.raises(ValueError, match="state_key"):
-        choose_epsilon(dataclasses.replace(known, state_key=None), "state_f1")
+        choose_epsilon(dataclasses.replace(known, state_key=None), rule("state_f1"))
 
 
 def test_centring_makes_the_epsilon_scale_free(known):
     """Centred by the prompt group's mean, the shared direction is gone: the same states are recovered at an
     epsilon thousands of times larger, near the paper's scale."""
-    plain = choose_epsilon(known, "anchor_recall")
-    centred = choose_epsilon(known, "anchor_recall", center=True)
+    plain = choose_epsilon(known, rule("anchor_recall"))
+    centred = choose_epsilon(known, rule("anchor_recall", center_states=True))
     assert centred.center and centred.epsilon > 100 * plain.epsilon
     h = center_by_group(known.hidden, known.group_id)
     clusters = greedy_cosine_clusters(h, known.group_id, known.traj_id, known.step, centred.epsilon).cluster_id
@@ -265,12 +270,12 @@ def test_return_loo_equals_a_loop_reference_and_is_scale_free():
 def test_return_loo_recovers_states_whose_values_differ_without_reading_the_anchors(known):
     b = _valued(known, noise=0.01)
     within, between = pairwise_distances(b)
-    cal = choose_epsilon(b, "return_loo")
+    cal = choose_epsilon(b, rule("return_loo"))
     assert cal.rule == "return_loo" and within / 2 <= cal.epsilon < between, cal.reason
     assert cal.scan[0]["return_loo"] < 1  # the anchors (here: the true states) predict returns too
     # the anchors do not enter: the same epsilon with every observation made unique, or all made equal
     for obs in ([f"o{i}" for i in range(len(b))], ["same"] * len(b)):
-        assert choose_epsilon(dataclasses.replace(b, anchor_obs=obs), "return_loo").epsilon == cal.epsilon
+        assert choose_epsilon(dataclasses.replace(b, anchor_obs=obs), rule("return_loo")).epsilon == cal.epsilon
     # returns that do not depend on the state leave nothing to predict: no clustering beats the prompt group by much
     flat = dataclasses.replace(b, reward=torch.zeros_like(b.reward))
     assert all(r["return_loo"] != r["return_loo"] or r["return_loo"] == pytest.approx(1.0)
@@ -279,5 +284,5 @@ def test_return_loo_recovers_states_whose_values_differ_without_reading_the_anch
 
 def test_return_loo_falls_back_without_two_trajectories_in_a_prompt_group():
     b = synthetic_batch(groups=4, group_size=1, max_steps=6, seed=2)
-    cal = choose_epsilon(b, "return_loo")
+    cal = choose_epsilon(b, rule("return_loo"))
     assert cal.rule == "fallback_singleton_rate" and "two trajectories" in cal.reason

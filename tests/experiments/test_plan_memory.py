@@ -173,7 +173,7 @@ def test_disk_of_a_checkpoint_matches_the_files_written(tmp_path):
                                                        micro_batch_rows=2, logprob_batch_rows=4, use_kl_loss=False),
                    model_cfg=ModelConfig(path="tiny:test", hidden_layer=-1))
     b = make_rollout_batch(n=4, seed=1)  # one step, so that AdamW's m and v exist
-    old = eng.compute_logprobs(b.prompt_ids, b.response_ids, hidden_layer=None)
+    old = eng.compute_logprobs(b.prompt_ids, b.response_ids, hidden=False)
     eng.update(b.prompt_ids, b.response_ids, torch.ones(4), old.logprobs)
     ck = save_checkpoint(tmp_path, 1, eng, keep_last=1)
     shape = pm.resolve_shape(str(ck / "model"))

@@ -164,7 +164,7 @@ def test_the_probe_scores_a_variant_under_its_name_and_the_estimators_as_registe
     model, tok = tiny_lm
     pad = tok.pad_token_id or 0
 
-    def logprobs(prompts, responses, hidden_layer=None, pad_id=0):
+    def logprobs(prompts, responses, hidden=False, pad_id=0):
         return policy_forward(model, pack_rows_shared(prompts, responses, pad_id), compute_entropy=False)
 
     variant = EstimatorConfig(name="bipace_q", epsilon=0.05, pace_norm="cluster_std")
@@ -173,7 +173,7 @@ def test_the_probe_scores_a_variant_under_its_name_and_the_estimators_as_registe
     probe = TruthProbe("FiniteRooms-v0", ROOMS, cells="visited")
     states = sorted({int(k) for k in batch.state_key})
     hidden = torch.eye(len(states))[[states.index(int(k)) for k in batch.state_key]]  # clusters = true states
-    m = probe(trainer, batch, hidden)
+    m = probe(trainer, batch, batch.to_step_batch(hidden=hidden))
 
     bt = batch_truth(probe.mdp, batch, model, tok, pad_id=pad, max_rows=len(batch))
     step_batch = batch.to_step_batch(hidden=hidden)

@@ -76,7 +76,7 @@ def run_variant(out: str, stage: int, sharing: bool, ckpt: bool, share: int = MB
     for it in range(2):
         adv = torch.randn(N, generator=torch.Generator().manual_seed(100 + it))[rows]
         old = eng.compute_logprobs(p, r, compute_entropy=True)
-        ref = eng.compute_logprobs(p, r, reference=True, hidden_layer=None)
+        ref = eng.compute_logprobs(p, r, reference=True, hidden=False)
         metrics.append(eng.update(p, r, adv, old.logprobs, ref.logprobs))
         if it == 0:
             first = old

@@ -46,7 +46,7 @@ def iterate(eng, full, rows, its, ckpt=None):
     for it in its:
         adv = torch.randn(len(full), generator=torch.Generator().manual_seed(100 + it))[rows]
         old = eng.compute_logprobs(b.prompt_ids, b.response_ids)
-        ref = eng.compute_logprobs(b.prompt_ids, b.response_ids, reference=True, hidden_layer=None)
+        ref = eng.compute_logprobs(b.prompt_ids, b.response_ids, reference=True, hidden=False)
         metrics.append(eng.update(b.prompt_ids, b.response_ids, adv, old.logprobs, ref.logprobs))
         if ckpt is not None and it == 3:
             save_checkpoint(ckpt, it, eng)

@@ -58,7 +58,7 @@ def toy_loop(eng, seeds, sampler, start, stop, root):
         adv = torch.randn(len(batch), generator=seeds.rollout)
         noise = float(torch.rand(1)) + random.random() + float(np.random.rand())  # the global RNGs
         old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids)
-        ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
+        ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden=False)
         m = eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs, ref.logprobs, generator=seeds.rollout)
         m["rollout/noise"] = noise
         m["rollout/hidden_sum"] = float(old.hidden.sum())

@@ -376,3 +376,54 @@ def test_the_engine_sleeps_once_per_iteration_and_is_asleep_whenever_the_trainer
     assert after_update[1] == ["wake", "sleep"]  # the evaluation at 2 and the next rollout run awake in between
     assert after_update[2] == ["wake", "sleep", "checkpoint", "wake", "sleep"]  # asleep for the save
     assert after_update[3] == ["wake", "sleep", "checkpoint"]  # evaluation at 4, then asleep for the save
+
+
+def test_one_iteration_builds_one_step_batch_and_checks_each_thing_once(tmp_path, monkeypatch):
+    """Per iteration: the rollout batch is validated once (where it is built), one ``StepBatch`` is built and handed
+    to the estimator, the grouping scan and the batch probe alike, and the estimator config is checked only when a
+    config is built (``epsilon: auto``: once, when the calibrated value is frozen), never per batch."""
+    import groundtruth.live
+    from agents.batch import RolloutBatch
+    from estimators import EstimatorConfig, StepBatch
+    from experiments.train import main
+    from trainer.loop import Trainer
+
+    counts = {"rollout_checks": 0, "step_batches": 0, "config_checks": 0}
+
+    def counting(cls, name, key):
+        real = getattr(cls, name)
+
+        def wrapped(self, *args, **kwargs):
+            counts[key] += 1
+            return real(self, *args, **kwargs)
+        monkeypatch.setattr(cls, name, wrapped)
+
+    counting(RolloutBatch, "validate", "rollout_checks")
+    counting(StepBatch, "__init__", "step_batches")
+    counting(EstimatorConfig, "validate", "config_checks")
+    per_iteration = []
+    real_iteration = Trainer.train_iteration
+
+    def iteration(self, it):
+        before = dict(counts)
+        out = real_iteration(self, it)
+        per_iteration.append({k: counts[k] - before[k] for k in counts})
+        return out
+    monkeypatch.setattr(Trainer, "train_iteration", iteration)
+    seen = []
+
+    def probe(trainer, batch, step_batch):
+        seen.append(step_batch)
+        return {}
+    monkeypatch.setattr(groundtruth.live, "probe_for", lambda cfg: probe)
+    torch.set_num_threads(1)
+    out = tmp_path / "run"
+    rc = main(["--config", str(PRESET), "env.groups=2", "env.group_size=2", "env.max_steps=2",
+               "rollout.max_response_tokens=8", "trainer.iterations=2", "trainer.mini_batch_rows=64", "eval.every=0",
+               "eval.at_start=false", "estimator.epsilon=auto", "logging.grouping_scan=true",
+               "logging.progress_bar=false", "logging.tensorboard=false", f"output_dir={out}"])
+    assert rc == 0
+    assert per_iteration == [{"rollout_checks": 1, "step_batches": 1, "config_checks": 1},
+                             {"rollout_checks": 1, "step_batches": 1, "config_checks": 0}]
+    assert [type(b) for b in seen] == [StepBatch, StepBatch] and all(b.hidden is not None for b in seen)
+    assert len((out / "grouping_scan.jsonl").read_text().splitlines()) == 2

@@ -30,10 +30,10 @@ def advantages(n: int, seed: int) -> torch.Tensor:
 
 def train(eng: PPOActor, batch, iterations: int, seed: int = 0) -> list[dict]:
     metrics = []
-    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None) \
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden=False) \
         if eng.cfg.use_kl_loss else None
     for it in range(iterations):
-        old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+        old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden=False)
         metrics.append(eng.update(batch.prompt_ids, batch.response_ids, advantages(len(batch), seed + it),
                                   old.logprobs, None if ref is None else ref.logprobs))
     return metrics
@@ -107,13 +107,13 @@ def test_update_changes_parameters_and_lowers_the_surrogate(batch):
     eng = make_actor(2, use_kl_loss=False, entropy_coef=0.0, mini_batch_rows=10, micro_batch_rows=4, lr=3e-3)
     before = params(eng)
     adv = advantages(len(batch), 11)
-    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden=False)
     surrogate_before = ppo_loss(old.logprobs, old.logprobs, adv, old.mask, ref_logp=None).metrics["loss/policy"]
     m = eng.update(batch.prompt_ids, batch.response_ids, adv, old.logprobs)
     assert m["loss/optimizer_steps"] == 1.0 and m["loss/skipped_steps"] == 0.0
     after = params(eng)
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    new = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    new = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden=False)
     surrogate_after = ppo_loss(new.logprobs, old.logprobs, adv, old.mask, ref_logp=None).metrics["loss/policy"]
     assert float(surrogate_after) < float(surrogate_before) - 1e-3
 
@@ -122,8 +122,8 @@ def test_micro_batches_accumulate_to_the_large_batch_gradient(batch):
     """Stage 0 keeps full gradients in p.grad: compare them directly (Adam's updates hide gradient scale)."""
     eng = make_actor(0, mini_batch_rows=10)
     n = len(batch)
-    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
-    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden=False)
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden=False)
     adv = advantages(n, 3)
     r_len = torch.tensor([r.numel() for r in batch.response_ids])
     assert len(set(r_len.tolist())) > 2  # micro-batches hold different token counts
@@ -155,7 +155,7 @@ def test_nonfinite_steps_are_skipped_counted_and_stop_after_three(stage, batch, 
     train(eng, batch, 1)  # optimizer state exists
     before = params(eng)
     opt_before, _ = eng.optimizer_state()
-    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    old = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden=False)
     adv = advantages(n, 1)
     adv[6] = float("nan")
     with caplog.at_level("WARNING", logger="trainer.ppo_actor"):
@@ -219,7 +219,7 @@ def test_rows_go_in_length_order_where_sharing_is_refused(monkeypatch):
                      use_kl_loss=False, shuffle_minibatches=False)
     assert eng.cfg.prefix_sharing and eng.sharing_allowed(grad=False) and not eng.sharing_allowed(grad=True)
     seen = _forward_rows(eng, monkeypatch)
-    old = eng.compute_logprobs(prompts, responses, hidden_layer=None)
+    old = eng.compute_logprobs(prompts, responses, hidden=False)
     by_prompt = [int(responses[i].numel()) for i in sorted(range(9), key=lambda i: prompts[i].tolist())]
     assert [r for f in seen for r in f] == by_prompt  # allowed in the no-gradient pass: rows sharing a prefix together
     seen.clear()
@@ -229,7 +229,7 @@ def test_rows_go_in_length_order_where_sharing_is_refused(monkeypatch):
     # refused in every pass (ZeRO-3 on several ranks): the log-prob pass goes by length as well
     monkeypatch.setattr(eng, "sharing_allowed", lambda *, grad: False)
     seen.clear()
-    again = eng.compute_logprobs(prompts, responses, hidden_layer=None)
+    again = eng.compute_logprobs(prompts, responses, hidden=False)
     assert seen == [[int(responses[i].numel()) for i in by_length[k: k + 3]] for k in (0, 3, 6)]
     assert torch.equal(again.mask, old.mask)  # each row's log-probs land in its own place
 
@@ -245,8 +245,8 @@ def test_zero3_reference_model_and_hidden_states(batch):
     assert torch.allclose(got.logprobs, want.logprobs, atol=1e-5)
     assert torch.allclose(got.hidden, want.hidden, atol=1e-4)
     train(eng, batch, 1)
-    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
-    new = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden_layer=None)
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden=False)
+    new = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, hidden=False)
     assert torch.allclose(ref.logprobs, want.logprobs, atol=1e-5)  # the reference stays frozen
     assert (new.logprobs - want.logprobs).abs().max() > 1e-3
 
@@ -276,7 +276,7 @@ def test_lora_actor(batch, tmp_path):
     assert eng.ref is None  # the reference is the base model with adapters off
     base = tiny_qwen2(layers=2)
     train(eng, batch, 2)
-    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden_layer=None)
+    ref = eng.compute_logprobs(batch.prompt_ids, batch.response_ids, reference=True, hidden=False)
     from trainer.forward import pack_rows, policy_forward
 
     with torch.no_grad():
@@ -587,7 +587,7 @@ def test_offloaded_optimizer_steps_on_the_configured_threads():
         eng = make_actor(1, offload_optimizer=True, optimizer_threads=2, use_kl_loss=False)
         assert torch.get_num_threads() == 2
         b = make_rollout_batch(n=4, seed=3)
-        old = eng.compute_logprobs(b.prompt_ids, b.response_ids, hidden_layer=None)
+        old = eng.compute_logprobs(b.prompt_ids, b.response_ids, hidden=False)
         m = eng.update(b.prompt_ids, b.response_ids, advantages(4, 0), old.logprobs)
         assert m["loss/optimizer_steps"] == 1.0
     finally:

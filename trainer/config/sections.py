@@ -586,10 +586,8 @@ class RunConfig:
                  "(e.g. bipace_q_eps0.10), or null for the estimator name")
         for section in (self.env, self.model, self.rollout, self.trainer, self.logging, self.eval, self.sft):
             section.validate()
-        try:
-            self.estimator.validate()
-        except ValueError as e:
-            raise ConfigError(f"estimator: {e}") from e
+        if not isinstance(self.estimator, EstimatorConfig):  # it checks itself when built, and is frozen
+            raise ConfigError(f"estimator must be an EstimatorConfig, got {type(self.estimator).__name__}")
         if self.rollout.prompt_format == "verl_agent" and self.env_name not in ("alfworld", "webshop"):
             fail(f"rollout.prompt_format='verl_agent' with env.id={self.env.id!r}: verl-agent has prompts for "
                  "ALFWorld and WebShop only; use rollout.prompt_format=bipace")
