@@ -49,11 +49,7 @@ def main(argv: list[str] | None = None, *, runs_root: str = "results/runs") -> i
     try:
         try:
             cfg.check_paths()
-            if cfg.sft.enabled and not cfg.sft.init_from:
-                raise ConfigError(
-                    "sft.enabled=true but no warm-started model is given: this command does not train the warm "
-                    "start; build it first (python -m experiments.warmstart ...) and pass its folder as "
-                    "sft.init_from or model.path")
+            cfg.check_warm_start()  # before the run folder is touched
             from_run_config(cfg)  # sft.warmstart: the warm start's settings, checked by their own package
             cfg.check_before_compute()
             folder.check_location()

@@ -255,11 +255,7 @@ class Trainer:
                 f"env.groups={cfg.env.groups} is not divisible by the {self.world_size} ranks, because each rank owns "
                 f"P/W prompt groups end to end: use a multiple of {self.world_size}"
             )
-        if cfg.sft.enabled and not cfg.sft.init_from:
-            raise ConfigError(
-                "sft.enabled=true but no warm-started model is given: build the warm start first "
-                "(python -m experiments.warmstart ...) and pass its folder as model.path or sft.init_from"
-            )
+        cfg.check_warm_start()  # experiments.train checked it before the run folder; other drivers, here
         self.groups_local = cfg.env.groups // self.world_size
 
     def _build_envs(self) -> None:

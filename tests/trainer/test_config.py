@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 
 import pytest
@@ -412,3 +413,24 @@ def test_an_hgpo_folder_saved_before_hgpo_rule_resumes_only_under_its_rule():
         del old["estimator"]["hgpo_rule"]
         new = config_to_dict(load_config(None, [f"estimator.name={name}", f"estimator.hgpo_rule={rule}"]))
         assert config_differences(old, new) == diff, (name, rule)
+
+
+def test_the_warm_start_rule_is_one_check_for_the_command_and_the_trainer(tmp_path, capsys):
+    """sft.enabled without sft.init_from loads (a preset leaves the folder to experiments.study) and is refused
+    before compute, with one message, by ``RunConfig.check_warm_start``: in ``experiments.train`` before the run
+    folder is touched, and at the set-up of a ``Trainer`` another driver builds."""
+    from experiments.train import main
+    from trainer.loop import Trainer
+    from trainer.run_folder import RunFolder
+
+    out = tmp_path / "run"
+    cfg = load_config(None, ["sft.enabled=true", "model.path=tiny:layers=2", f"output_dir={out}"])
+    msg = r"sft.enabled=true but no warm-started model is given: training does not build the warm start"
+    with pytest.raises(ConfigError, match=msg):
+        cfg.check_warm_start()
+    with pytest.raises(ConfigError, match=msg):
+        Trainer(cfg, RunFolder(cfg))._check_config()
+    load_config(None, ["sft.enabled=true", "sft.init_from=/some/folder"]).check_warm_start()
+    load_config(None, []).check_warm_start()
+    assert main(["sft.enabled=true", "model.path=tiny:layers=2", f"output_dir={out}"]) == 2
+    assert re.search(msg, capsys.readouterr().err) and not out.exists()

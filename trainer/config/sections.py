@@ -654,6 +654,15 @@ class RunConfig:
                 fail(f"env.kwargs.{key}={self.env.kwargs[key]!r} is not an argument of {self.env.id} ({entry})"
                      + (f"; did you mean env.kwargs.{close[0]}?" if close else "") + f" Its arguments: {valid}")
 
+    def check_warm_start(self) -> None:
+        """``sft.enabled`` needs the warm start's folder (``sft.init_from``), which training does not build; checked
+        before compute (``experiments.train`` before it touches the run folder, ``trainer.loop.Trainer`` at set-up),
+        not at load time, since a preset leaves it for ``experiments.study`` to fill."""
+        if self.sft.enabled and not self.sft.init_from:
+            fail("sft.enabled=true but no warm-started model is given: training does not build the warm start; "
+                 "build it first (python -m experiments.warmstart ...) and pass its folder as sft.init_from or "
+                 "model.path")
+
     def check_paths(self) -> None:
         """Check that local model/tokenizer folders exist (called before compute, not at load time)."""
         for key, value in (("model.path", self.model.path), ("model.tokenizer", self.model.tokenizer),
