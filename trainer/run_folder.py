@@ -79,6 +79,23 @@ _ARCHIVED = ("config.yaml", "run.json", "metrics.jsonl", "eval.jsonl", "train.lo
 _DELETING = ".checkpoints.deleting-"
 
 
+def _checked_state(ck: Path) -> dict:
+    """A checkpoint's ``state.json`` as saved: ``ValueError`` when it differs from the SHA-256 its manifest lists (an
+    edit or a disk error; the loader skips such a checkpoint, so its iteration says nothing about the resume). A
+    manifest without a digest for it (an older save) is taken as is."""
+    from .checkpoint import file_sha256
+
+    path = ck / "state.json"
+    files = json.loads((ck / "manifest.json").read_text())["files"]
+    if not isinstance(files, dict):
+        raise ValueError(f"{ck / 'manifest.json'} is unreadable")
+    entry = files.get("state.json")
+    digest = entry.get("sha256") if isinstance(entry, dict) else None
+    if digest is not None and file_sha256(path) != digest:
+        raise ValueError(f"{path} does not match the SHA-256 in its manifest")
+    return json.loads(path.read_text())
+
+
 def _spans(numbers: list[int]) -> str:
     """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
     out, start = [], None
@@ -391,10 +408,10 @@ class RunFolder:
                                            else "no complete checkpoint in checkpoints/")
         for ck in reversed(found):
             try:
-                state = json.loads((ck / "state.json").read_text())
+                state = _checked_state(ck)
                 iteration = int(state["iteration"])
             except (OSError, ValueError, KeyError, TypeError):
-                continue  # unreadable: the loader falls back past it, with a warning naming it
+                continue  # unreadable or not the saved one: the loader falls back past it, with a warning naming it
             saved = (state.get("world_size"), state.get("zero_stage"))
             if saved != (world_size, self.cfg.trainer.zero_stage):
                 raise self.world_mismatch_error(saved[0], saved[1], world_size, ck)

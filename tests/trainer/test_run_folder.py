@@ -119,6 +119,26 @@ def test_a_checkpoint_whose_logs_lack_its_iterations_is_refused_before_compute(t
     assert _files(out) == before
 
 
+def test_a_checkpoint_whose_state_json_fails_its_checksum_says_nothing_about_the_logs(tmp_path):
+    """The loader skips a checkpoint whose ``state.json`` differs from its manifest's SHA-256 (an edit, a disk
+    error) and resumes from the previous one, so the checks before compute read the previous one too: an edited
+    iteration (2 -> 7) is neither a gap in the logs nor, with another rank count written in, a reason to refuse."""
+    from trainer.checkpoint import file_sha256
+    from trainer.run_folder import RunFolder, RunFolderError
+
+    out, cfg = _folder(tmp_path)
+    ck = out / "checkpoints" / "iter_00000002"
+    state = ck / "state.json"
+    (ck / "manifest.json").write_text(json.dumps({"format": 1, "files": {
+        "state.json": {"size": state.stat().st_size, "sha256": file_sha256(state)}}}))
+    state.write_text(state.read_text().replace('"iteration": 2', '"iteration": 7').replace('"world_size": 1',
+                                                                                          '"world_size": 4'))
+    RunFolder(cfg).check_resumable()  # checkpoint 1: its world and logs agree
+    (out / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "time": 0.0}) + "\n")
+    with pytest.raises(RunFolderError, match=r"checkpoint of iteration 1 \(iter_00000001\).*iteration\(s\) 1\b"):
+        RunFolder(cfg).check_resumable()
+
+
 def test_a_checkpoint_of_another_rank_count_is_refused_before_compute_saying_how_to_relaunch(tmp_path, capsys):
     from experiments.train import main
 
