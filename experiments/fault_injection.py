@@ -2,6 +2,7 @@
 
     python -m experiments.fault_injection                  # prints the Markdown table (a few minutes, 1 thread)
     python -m experiments.fault_injection --out results/faults/table.md
+    python -m experiments.fault_injection --only restart_killed,pack_damaged   # some rows (function names)
 
 Each row is one fault: how it is made, what the trainer did (exit status and its message), and what data was
 lost. Every outcome is checked (an unexpected one fails the command with exit 1), so the table is also a test.
@@ -9,6 +10,13 @@ The runs are ``configs/cpu/textcraft_tiny.yaml`` shrunk to P=2, G=2, 3 steps, 2 
 iteration; they run in this process (``experiments.train.main``) except where two processes are the fault.
 The disk-full fault is injected at the file-write layer: the safetensors write of a checkpoint file fails with
 ``ENOSPC`` after writing part of the file, as on a full disk.
+
+Besides the run folder: a DeepSpeed build lock left by a killed start (child processes whose
+``TORCH_EXTENSIONS_DIR`` is a temporary folder), a ``--restart`` killed between its two steps, a resume on another
+rank count (``torchrun``, 2 gloo ranks) or ZeRO stage, ``analysis.pack`` on a study whose packed file holds more
+runs than its folders, a record path with ``..`` or a truncated file, and env worker processes killed with SIGKILL
+during the rollout. Each outcome is judged from the process's exit status, its messages and the files it left
+(the ``classify_*`` functions), never written in.
 """
 from __future__ import annotations
 
@@ -76,7 +84,7 @@ _TMP: list[str] = []  # the temporary folder, written <tmp> in the table
 
 def _first_line(text: str) -> str:
     lines = [x for x in text.strip().splitlines() if x.strip()]
-    msg = lines[-1] if lines else ""
+    msg = (lines[-1] if lines else "").replace("[deepspeed op] ", "")
     for t in _TMP:
         msg = msg.replace(t, "<tmp>")
     msg = re.sub(r" on \S+ since \S+:", " on <host> since <time>:", msg)
@@ -294,6 +302,388 @@ def webshop_garbage(tmp: Path, ref: Path) -> tuple[str, str]:
     return "exit 2 naming the file and the command that fills the folder", "none"
 
 
+# ------------------------------------------------------------------------------ DeepSpeed build lock (item 1)
+_LOCK_OP = "deepspeed_shm_comm"  # the op experiments.train JIT-loads on CPU (trainer.ppo_actor.init_distributed)
+#: a run that reaches DeepSpeed's start: one iteration, no evaluation
+_SHORT = ["trainer.iterations=1", "eval.every=0", "eval.at_start=false"]
+
+
+def _aged_lock(folder: Path, age_s: float) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / "lock"
+    lock.touch()
+    os.utime(lock, (time.time() - age_s, time.time() - age_s))
+    return lock
+
+
+def _train_child(args: list[str], env: dict | None = None, timeout: float = 600) -> tuple[int, str, str, float]:
+    """(exit status, stdout, stderr, seconds) of ``python -m experiments.train`` in a child process."""
+    t = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "experiments.train", *ARGS, *args], cwd=REPO, env=env or child_env(),
+                         capture_output=True, text=True, timeout=timeout)
+    return res.returncode, res.stdout, res.stderr, time.perf_counter() - t
+
+
+def _ext_env(ext: Path) -> dict:
+    """A child environment whose torch extensions (DeepSpeed's JIT-built ops) live in ``ext``."""
+    from trainer.ppo_actor import _AUTO_EXT_FLAG
+
+    env = child_env()
+    env.pop(_AUTO_EXT_FLAG, None)  # a value set by this process's own start would be replaced by the venv's
+    env.update(TORCH_EXTENSIONS_DIR=str(ext), DS_ACCELERATOR="cpu")
+    return env
+
+
+def classify_lock_not_waited(rc: int, err: str, lock: Path, lock_left: bool, took: float) -> str:
+    """A stale lock on an op that is built: the run goes on at once, says which lock it did not wait on and which
+    file only to remove, and leaves the lock alone."""
+    _check(rc == 0, f"exit {rc}: {err[-400:]}")
+    _check(re.search(re.escape(str(lock)) + r" \(\d+ s old\) is not waited on", err) is not None
+           and f"rm {lock})" in err and err.count("is not waited on") == 1, f"no line about the lock: {err[-600:]}")
+    _check(lock_left, "the lock file was removed")
+    line = next(x for x in err.splitlines() if "is not waited on" in x)
+    return f"exit 0 in {took:.0f} s, one line: \"{_short(_first_line(line), 200)}\"; the lock left in place"
+
+
+def classify_lock_refused(rc: int, err: str, lock: Path, lock_left: bool, computed: bool, took: float, *,
+                          holder: str | None = None, bound_s: float | None = None) -> str:
+    """A lock on an op that has to be built: exit 2 naming the lock file to remove (only that file), before any
+    compute; with ``holder`` (a process working in the op's folder), first a line that names it, the lock's age and
+    the bound (``bound_s``, default the trainer's), then the refusal once the lock is older than the bound."""
+    from trainer.ppo_actor import STALE_BUILD_LOCK_S
+
+    bound = f"after it is {(STALE_BUILD_LOCK_S if bound_s is None else bound_s) / 60:.0f} minutes old"
+    _check(rc == 2, f"exit {rc}: {err[-600:]}")
+    _check(f"build lock {lock} is " in err and f"(rm {lock}; not its folder" in err and "Traceback" not in err,
+           f"the refusal does not name the lock file: {err[-600:]}")
+    _check(lock_left and not computed, "the lock was removed or an iteration was computed")
+    refusal = next(x for x in err.splitlines() if f"(rm {lock}; not its folder" in x)
+    if holder is None:
+        _check("waiting for DeepSpeed's op" not in err, "waited on a lock older than the bound")
+        return f"exit 2 in {took:.0f} s, nothing computed: \"{_short(_first_line(refusal), 260)}\""
+    waits = [x for x in err.splitlines() if "waiting for DeepSpeed's op" in x]
+    _check(len(waits) == 1 and f"held by {holder}" in waits[0] and bound in waits[0] and f"rm {lock})" in waits[0],
+           f"no single line naming the holder {holder} and the bound: {err[-800:]}")
+    _check(f"the processes {holder} work in its folder" in refusal, f"the refusal does not name {holder}")
+    return (f"one line: \"{_short(_first_line(waits[0]), 230)}\"; at the bound: exit 2 ({took:.0f} s in all), "
+            f"nothing computed: \"{_short(_first_line(refusal), 200)}\"")
+
+
+def build_lock_built_op(tmp: Path, ref: Path) -> tuple[str, str]:
+    from trainer.ppo_actor import built_op_is_current
+
+    mine = Path(os.environ.get("TORCH_EXTENSIONS_DIR", "")) / _LOCK_OP  # built by the reference run's start
+    _check(built_op_is_current(_LOCK_OP, mine), f"no built {_LOCK_OP} in {mine} to copy")
+    folder = tmp / "ext_built" / _LOCK_OP
+    shutil.copytree(mine, folder, ignore=shutil.ignore_patterns("lock"))  # mtimes kept: ninja sees it built
+    lock = _aged_lock(folder, 3600.0)
+    rc, _, err, took = _train_child([*_SHORT, f"output_dir={tmp / 'lock_built'}"], _ext_env(folder.parent))
+    return classify_lock_not_waited(rc, err, lock, lock.exists(), took), "none"
+
+
+def build_lock_stale(tmp: Path, ref: Path) -> tuple[str, str]:
+    lock = _aged_lock(tmp / "ext_stale" / _LOCK_OP, 3600.0)
+    out = tmp / "lock_stale"
+    rc, _, err, took = _train_child([*_SHORT, f"output_dir={out}"], _ext_env(lock.parent.parent))
+    return classify_lock_refused(rc, err, lock, lock.exists(), (out / "metrics.jsonl").exists(), took), "none"
+
+
+def build_lock_held(tmp: Path, ref: Path) -> tuple[str, str]:
+    from trainer.ppo_actor import STALE_BUILD_LOCK_S
+
+    lock = _aged_lock(tmp / "ext_held" / _LOCK_OP, STALE_BUILD_LOCK_S - 60.0)
+    holder = subprocess.Popen(["sleep", "600"], cwd=lock.parent)  # a process working in the op's folder
+    out = tmp / "lock_held"
+    try:
+        rc, _, err, took = _train_child([*_SHORT, f"output_dir={out}"], _ext_env(lock.parent.parent))
+    finally:
+        holder.kill()
+        holder.wait()
+    return classify_lock_refused(rc, err, lock, lock.exists(), (out / "metrics.jsonl").exists(), took,
+                                 holder=f"{holder.pid} (sleep)"), "none"
+
+
+# ------------------------------------------------------------------------ logs a checkpoint covers (item 3)
+def classify_logs_refused(rc: int, err: str, needle: str, unchanged: bool) -> str:
+    """A resume whose logs miss what the checkpoint covers: exit 2 before compute, the message names the missing
+    lines and the choices (restore the logs, ``--restart``, another output_dir), the folder unchanged."""
+    _check(rc == 2 and needle in err and "Traceback" not in err, f"exit {rc}: {err[-600:]}")
+    _check(all(c in err for c in ("restore the logs", "--restart", "output_dir=<folder>")),
+           f"the choices are not all named: {err[-600:]}")
+    _check(unchanged, "the run folder changed")
+    return f"exit 2, folder unchanged: \"{_short(_first_line(err).replace('refused: ', ''), 230)}\""
+
+
+def logs_no_metrics(tmp: Path, ref: Path) -> tuple[str, str]:
+    out = tmp / "nometrics"
+    shutil.copytree(ref, out)
+    (out / "metrics.jsonl").unlink()
+    before = _files(out)
+    rc, _, err = _train(["trainer.iterations=3", f"output_dir={out}"])
+    said = classify_logs_refused(rc, err, "metrics.jsonl is missing (it should hold iteration(s) 0-2)",
+                                 _files(out) == before)
+    rc2, _, err2 = _train(["--restart", "trainer.iterations=3", f"output_dir={out}"])
+    kept = list(out.glob("restarted_*"))
+    _check(rc2 == 0 and len(kept) == 1 and (kept[0] / "eval.jsonl").read_bytes() == before["eval.jsonl"],
+           f"--restart: exit {rc2}: {err2[-400:]}")
+    return f"{said}; then `--restart`: exit 0, old logs in restarted_<date>/", "metrics.jsonl (deleted by hand)"
+
+
+def logs_no_eval_line(tmp: Path, ref: Path) -> tuple[str, str]:
+    out = tmp / "noeval"
+    shutil.copytree(ref, out)
+    lines = (out / "eval.jsonl").read_text().splitlines(keepends=True)
+    _check(json.loads(lines[-1])["iteration"] == 2, "the reference has no evaluation at iteration 2")
+    (out / "eval.jsonl").write_text("".join(lines[:-1]))
+    before = _files(out)
+    rc, _, err = _train(["trainer.iterations=3", f"output_dir={out}"])
+    return classify_logs_refused(rc, err, "eval.jsonl has no line for evaluation at iteration(s) 2",
+                                 _files(out) == before), "the eval line (deleted by hand)"
+
+
+_KILL_AFTER_CHECKPOINTS_GO = """
+import os, shutil, signal, sys
+from trainer import run_folder
+real = shutil.rmtree
+def rmtree(path, *a, **k):
+    real(path, *a, **k)
+    if os.path.basename(str(path)).startswith(run_folder._DELETING):
+        os.kill(os.getpid(), signal.SIGKILL)  # checkpoints deleted, logs not moved yet
+shutil.rmtree = rmtree
+from experiments.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def restart_killed(tmp: Path, ref: Path) -> tuple[str, str]:
+    out = tmp / "restartkill"
+    shutil.copytree(ref, out)
+    metrics = (out / "metrics.jsonl").read_bytes()
+    res = subprocess.run([sys.executable, "-c", _KILL_AFTER_CHECKPOINTS_GO, *ARGS, "--restart",
+                          f"output_dir={out}"], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    _check(res.returncode == -9, f"the --restart was not killed where planned: exit {res.returncode}: "
+                                 f"{res.stderr[-400:]}")
+    _check(not (out / "checkpoints").exists() and (out / "metrics.jsonl").read_bytes() == metrics,
+           "the kill did not leave logs without checkpoints")
+    before = _files(out)
+    rc, _, err = _train(["trainer.iterations=3", f"output_dir={out}"])  # 2 would be "already finished"
+    _check(rc == 2 and "no usable checkpoint" in err and "--restart" in err and _files(out) == before,
+           f"resume: exit {rc}: {err[-400:]}")
+    rc2, _, err2 = _train(["--restart", "trainer.iterations=3", f"output_dir={out}"])
+    kept = list(out.glob("restarted_*"))
+    _check(rc2 == 0 and len(kept) == 1 and (kept[0] / "metrics.jsonl").read_bytes() == metrics,
+           f"second --restart: exit {rc2}: {err2[-400:]}")
+    return ("killed: checkpoints gone, logs in place; rerun: exit 2 \"...holds a run (...) but no usable checkpoint "
+            "(...)\" with the choices; `--restart` again: exit 0, old logs in restarted_<date>/"), \
+        "none (the checkpoints were being discarded)"
+
+
+# --------------------------------------------------------------------- rank count and ZeRO stage (item 4)
+def classify_world_refused(rc: int, err: str, saved_world: int, unchanged: bool, built: bool) -> str:
+    """A resume on another rank count than the checkpoint's: refused before the model is built, saying how to
+    relaunch; the folder unchanged."""
+    how = "a plain python process" if saved_world == 1 else f"torchrun --nproc_per_node {saved_world}"
+    _check(rc != 0 and f"Relaunch with {saved_world} rank(s) ({how}" in err, f"exit {rc}: {err[-800:]}")
+    _check(unchanged and not built, "the run folder changed, or a rank built its model")
+    line = _first_line(next(x for x in err.splitlines() if "Relaunch with" in x))
+    said = re.search(r"was written by .*? to resume it", line)
+    return f"exit {rc}, folder unchanged: \"...{said.group(0) if said else _short(line, 250)}...\""
+
+
+def other_rank_count(tmp: Path, ref: Path) -> tuple[str, str]:
+    from trainer.ppo_actor import free_port
+
+    out = tmp / "ranks"
+    shutil.copytree(ref, out)
+    before = _files(out)
+    env = dict(child_env(), DS_ACCELERATOR="cpu")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                          "127.0.0.1", "--master_port", str(free_port()), "-m", "experiments.train", *ARGS,
+                          "trainer.iterations=3", f"output_dir={out}"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=600)
+    built = (out / "train.rank1.log").exists() or (out / "train.log").read_bytes() != before["train.log"]
+    said = classify_world_refused(res.returncode, res.stderr, 1, _files(out) == before, built)
+    return f"2 ranks (torchrun, gloo): {said}", "none (folder unchanged)"
+
+
+def other_zero_stage(tmp: Path, ref: Path) -> tuple[str, str]:
+    out = tmp / "zero"
+    shutil.copytree(ref, out)
+    before = _files(out)
+    rc, _, err = _train(["trainer.zero_stage=1", "trainer.iterations=3", f"output_dir={out}"])
+    _check(rc == 2 and "trainer.zero_stage: 0 -> 1" in err and _files(out) == before and "Traceback" not in err,
+           f"exit {rc}: {err[-600:]}")
+    return f"exit 2 before the model is built, folder unchanged: \"{_short(_first_line(err), 200)}\"", "none"
+
+
+# ----------------------------------------------------------------------------------- analysis.pack (item 5)
+def _pack(args: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``python -m analysis.pack`` in this process."""
+    from analysis.pack import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(args)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _study(tmp: Path, ref: Path, name: str, seeds: tuple[int, ...] = (0, 1)) -> Path:
+    """A study folder whose runs/ holds copies of ``ref`` (without checkpoints) at textcraft/tiny/<method>/seed_k."""
+    study = tmp / name
+    for k in seeds:
+        shutil.copytree(ref, study / "runs" / "textcraft" / "tiny" / "bipace_q" / f"seed_{k}",
+                        ignore=shutil.ignore_patterns("checkpoints", ".lock"))
+    return study
+
+
+def pack_drop_runs(tmp: Path, ref: Path) -> tuple[str, str]:
+    from analysis.runs import PACKED_NAME, read_packed
+
+    study = _study(tmp, ref, "study_drop")
+    rc, _, err = _pack([str(study)])
+    _check(rc == 0, f"first pack: exit {rc}: {err[-400:]}")
+    packed = study / PACKED_NAME
+    data = packed.read_bytes()
+    shutil.rmtree(study / "runs" / "textcraft" / "tiny" / "bipace_q" / "seed_1")
+    rc, _, err = _pack([str(study)])
+    _check(rc == 2 and "textcraft/tiny/bipace_q/seed_1" in err and "--force" in err and "--unpack" in err,
+           f"pack after a run folder was deleted: exit {rc}: {err[-400:]}")
+    _check(packed.read_bytes() == data and not list(study.glob(".packing-*")), "the packed file changed")
+    rc2, _, err2 = _pack([str(study), "--force"])
+    _check(rc2 == 0 and [r["path"] for r in read_packed(packed)[1]] == ["textcraft/tiny/bipace_q/seed_0"],
+           f"--force: exit {rc2}: {err2[-400:]}")
+    msg = _first_line(err).replace(str(study), "<study>").replace("python -m analysis.pack: ", "")
+    return (f"exit 2, packed file unchanged: \"{_short(msg, 230)}\"; with `--force`: exit 0, 1 run"), \
+        "none (with --force: the run dropped, as asked)"
+
+
+def pack_escaping_record(tmp: Path, ref: Path) -> tuple[str, str]:
+    import lzma
+
+    from analysis.runs import PACKED_NAME
+
+    study = _study(tmp, ref, "study_escape", seeds=(0,))
+    rc, _, err = _pack([str(study)])
+    _check(rc == 0, f"pack: exit {rc}: {err[-400:]}")
+    packed = study / PACKED_NAME
+    lines = lzma.decompress(packed.read_bytes()).decode().splitlines()
+    rec = json.loads(lines[1])
+    rec["path"] = "../../escaped/seed_0"  # four names, as a record path has, two of them ..
+    lines[1] = json.dumps(rec, separators=(",", ":"))
+    packed.write_bytes(lzma.compress(("\n".join(lines) + "\n").encode(), format=lzma.FORMAT_XZ))
+    shutil.rmtree(study / "runs")  # a committed study: the packed file alone
+    around = tmp / "escape"
+    around.mkdir()
+    into = around / "a" / "into"  # the record would land in escape/escaped/seed_0
+    rc, _, err = _pack([str(study), "--unpack", "--into", str(into)])
+    _check(rc == 2 and "record path '../../escaped/seed_0'" in err and "git checkout --" in err,
+           f"unpack: exit {rc}: {err[-400:]}")
+    _check(not any(around.rglob("*")), f"something was written below {around}: {list(around.rglob('*'))}")
+    # a run folder not at <env>/<model>/<method>/seed_<k>: refused on packing
+    odd = _study(tmp, ref, "study_odd", seeds=(0,))
+    shutil.move(odd / "runs" / "textcraft" / "tiny" / "bipace_q" / "seed_0", odd / "runs" / "textcraft" / "seed_0")
+    rc2, _, err2 = _pack([str(odd)])
+    _check(rc2 == 2 and "sits at <env>/<model>/<method>/seed_<k>" in err2 and not (odd / PACKED_NAME).exists(),
+           f"pack of a misplaced run folder: exit {rc2}: {err2[-400:]}")
+    msg = _first_line(err).replace(str(study), "<study>").replace("python -m analysis.pack: ", "")
+    return (f"unpack: exit 2, nothing written: \"{_short(msg, 260)}\"; a run folder at runs/textcraft/seed_0: "
+            "pack exit 2, nothing written"), "none"
+
+
+def pack_damaged(tmp: Path, ref: Path) -> tuple[str, str]:
+    from analysis.runs import PACKED_NAME
+
+    study = _study(tmp, ref, "study_damaged", seeds=(0,))
+    rc, _, err = _pack([str(study)])
+    _check(rc == 0, f"pack: exit {rc}: {err[-400:]}")
+    packed = study / PACKED_NAME
+    packed.write_bytes(packed.read_bytes()[: packed.stat().st_size // 2])
+    data = packed.read_bytes()
+    rc, _, err = _pack([str(study), "--unpack", "--into", str(tmp / "damaged_into")])
+    _check(rc == 2 and "--force` writes it again from the run folders" in err and "Traceback" not in err,
+           f"unpack with run folders on disk: exit {rc}: {err[-400:]}")
+    shutil.rmtree(study / "runs")
+    rc2, _, err2 = _pack([str(study), "--unpack", "--into", str(tmp / "damaged_into2")])
+    _check(rc2 == 2 and f"git checkout -- {packed}" in err2, f"unpack without run folders: exit {rc2}: {err2[-400:]}")
+    _check(packed.read_bytes() == data, "the damaged file was changed")
+    msg = _first_line(err2).replace(str(study), "<study>").replace("python -m analysis.pack: ", "")
+    return ("`--unpack`: exit 2; the fix named is `analysis.pack <study> --force` while the run folders exist, else: "
+            f"\"{_short(msg, 230)}\""), "none (the file was damaged by hand)"
+
+
+# ---------------------------------------------------------------------------------- env workers (item 6)
+def classify_worker_restarts(rc: int, out: str, err: str, rows: list[dict], kills: list[int], limit: int) -> str:
+    """Env workers SIGKILLed ``kills`` (their pids): one console warning per restart naming the worker, its exit
+    code (-9) and the limit; ``rollout/worker_restarts`` counts them per iteration; a restart past ``limit``
+    (env.max_worker_restarts) stops the run with exit 3 naming the setting."""
+    warnings = [x for x in out.splitlines() if "warning: iteration" in x and "env worker" in x]
+    allowed = min(len(kills), limit)  # restarts the run goes on after; the one past the limit is a line too
+    _check(len(warnings) == len(kills), f"{len(warnings)} restart warnings for {len(kills)} kills (limit {limit})")
+    for pid, w in zip(kills, warnings):
+        _check(f"(pid {pid})" in w and "exit code -9: restart" in w and f"(at most {limit})" in w, f"warning: {w}")
+    _check(sum(r.get("rollout/worker_restarts", 0) for r in rows) == allowed,
+           f"rollout/worker_restarts: {[r.get('rollout/worker_restarts') for r in rows]}")
+    if len(kills) <= limit:
+        _check(rc == 0, f"exit {rc}: {err[-600:]}")
+        per = [int(r["rollout/worker_restarts"]) for r in rows if "rollout/worker_restarts" in r]
+        return (f"exit 0; {len(warnings)} warnings, e.g. \"{_short(warnings[0].replace('[train] ', ''), 200)}\"; "
+                f"rollout/worker_restarts per iteration: {per}")
+    _check(rc == 3 and "env.max_worker_restarts" in err and "exit code -9" in err and "Traceback" not in err,
+           f"exit {rc}: {err[-600:]}")
+    return (f"exit 3 at restart {limit + 1}: \"{_short(_first_line(err), 230)}\"; "
+            f"{len(rows)} iteration(s) logged before it")
+
+
+def _kill_workers_in_rollouts(out: Path, extra: list[str]) -> tuple[int, str, str, list[int]]:
+    """Train 2 iterations with one env worker process, SIGKILLing it at the second step of each rollout."""
+    import signal
+
+    from envs.pool import EnvPool
+
+    kills: list[int] = []
+    steps = [0]
+    reset, step = EnvPool.reset, EnvPool.step
+
+    def counted_reset(self, *args, **kwargs):
+        steps[0] = 0
+        return reset(self, *args, **kwargs)
+
+    def killing_step(self, indices, actions):
+        steps[0] += 1
+        proc = self._workers[0].process
+        if steps[0] == 2 and proc is not None and proc.is_alive():
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join(5.0)
+            kills.append(proc.pid)
+        return step(self, indices, actions)
+
+    EnvPool.reset, EnvPool.step = counted_reset, killing_step
+    try:
+        rc, so, err = _train(["env.num_workers=1", "eval.every=0", "eval.at_start=false", *extra,
+                              f"output_dir={out}"])
+    finally:
+        EnvPool.reset, EnvPool.step = reset, step
+    return rc, so, err, kills
+
+
+def worker_killed(tmp: Path, ref: Path) -> tuple[str, str]:
+    out = tmp / "workers"
+    rc, so, err, kills = _kill_workers_in_rollouts(out, [])
+    _check(len(kills) == 2, f"{len(kills)} kills")
+    said = classify_worker_restarts(rc, so, err, _lines(out / "metrics.jsonl"), kills, limit=10)
+    return said, "the killed worker's live episodes (truncated)"
+
+
+def worker_killed_past_limit(tmp: Path, ref: Path) -> tuple[str, str]:
+    out = tmp / "workers_limit"
+    rc, so, err, kills = _kill_workers_in_rollouts(out, ["env.max_worker_restarts=1"])
+    rows = _lines(out / "metrics.jsonl") if (out / "metrics.jsonl").exists() else []
+    said = classify_worker_restarts(rc, so, err, rows, kills, limit=1)
+    status = json.loads((out / "run.json").read_text()).get("status")
+    _check(status == "failed", f"run.json status {status!r}")
+    return f"{said}; run.json `failed`", "iteration 2 (rerun resumes from checkpoint 1)"
+
+
 FAULTS = [
     ("two `experiments.train` on one folder", "start the same command twice", two_processes),
     ("lock file of a dead process", "a `.lock` naming a PID that has exited", stale_lock),
@@ -308,6 +698,28 @@ FAULTS = [
     ("disk full while writing checkpoint 2", "ENOSPC from the safetensors write after 4 KB", disk_full),
     ("bad configs", "9 configs from the hostile-user list", bad_configs),
     ("garbage WEBSHOP_DATA", "a truncated product file", webshop_garbage),
+    ("stale DeepSpeed build lock, op built", "a copy of the built `deepspeed_shm_comm` op folder with a `lock` 1 h "
+     "old, as TORCH_EXTENSIONS_DIR", build_lock_built_op),
+    ("stale DeepSpeed build lock, op not built", "an op folder holding only a `lock` 1 h old", build_lock_stale),
+    ("DeepSpeed build lock younger than the bound", "a `lock` 4 min old and a `sleep` process working in the op "
+     "folder", build_lock_held),
+    ("metrics.jsonl deleted after checkpoint 2", "rm metrics.jsonl, trainer.iterations=3", logs_no_metrics),
+    ("eval.jsonl without the evaluation checkpoint 2 lists", "its last line deleted, trainer.iterations=3",
+     logs_no_eval_line),
+    ("`--restart` killed between its two steps", "SIGKILL right after checkpoints/ is deleted, before the logs move",
+     restart_killed),
+    ("another rank count than the checkpoint's", "resume a 1-rank run with `torchrun --nproc_per_node 2`",
+     other_rank_count),
+    ("another ZeRO stage than the checkpoint's", "resume a stage-0 run with trainer.zero_stage=1", other_zero_stage),
+    ("`analysis.pack` after a run folder was deleted", "pack 2 runs, rm -r one, pack again", pack_drop_runs),
+    ("packed record path with `../`", "a record's path set to `../../escaped/seed_0`, `--unpack --into`; a run "
+     "folder at runs/textcraft/seed_0",
+     pack_escaping_record),
+    ("truncated packed file", "the xz file cut in half, `--unpack`", pack_damaged),
+    ("env worker SIGKILLed, twice", "env.num_workers=1, `kill -9` of the worker at step 2 of each of 2 rollouts",
+     worker_killed),
+    ("env worker SIGKILLed past env.max_worker_restarts", "the same with env.max_worker_restarts=1",
+     worker_killed_past_limit),
 ]
 
 
@@ -340,7 +752,8 @@ def main(argv: list[str] | None = None) -> int:
                 happened, lost = fn(tmp, ref)
                 ok = "yes"
             except FaultFailed as e:
-                happened, lost, ok = f"UNEXPECTED: {_short(str(e).strip(), 300)}", "?", "NO"
+                said = str(e).strip().replace(str(tmp), "<tmp>").replace("|", "/")
+                happened, lost, ok = f"UNEXPECTED: {_short(said, 300)}", "?", "NO"
                 failed += 1
             rows.append((fault, how, happened, lost, ok, time.perf_counter() - t))
             print(f"[faults] {fault}: {'as expected' if ok == 'yes' else 'UNEXPECTED'} "
