@@ -503,7 +503,8 @@ def other_rank_count(tmp: Path, ref: Path) -> tuple[str, str]:
                          text=True, timeout=600)
     built = (out / "train.rank1.log").exists() or (out / "train.log").read_bytes() != before["train.log"]
     said = classify_world_refused(res.returncode, res.stderr, 1, _files(out) == before, built)
-    return f"2 ranks (torchrun, gloo): {said}", "none (folder unchanged)"
+    _check(re.search(r"exitcode\s*: 2 ", res.stderr) is not None, f"no rank exited 2: {res.stderr[-800:]}")
+    return f"2 ranks (torchrun, gloo): a rank exit 2, torchrun {said}", "none (folder unchanged)"
 
 
 def other_zero_stage(tmp: Path, ref: Path) -> tuple[str, str]:
@@ -681,7 +682,11 @@ def worker_killed_past_limit(tmp: Path, ref: Path) -> tuple[str, str]:
     said = classify_worker_restarts(rc, so, err, rows, kills, limit=1)
     status = json.loads((out / "run.json").read_text()).get("status")
     _check(status == "failed", f"run.json status {status!r}")
-    return f"{said}; run.json `failed`", "iteration 2 (rerun resumes from checkpoint 1)"
+    from trainer.checkpoint import list_checkpoints
+
+    kept = [p.name for p in list_checkpoints(out / "checkpoints")]
+    _check(kept == ["iter_00000001"], f"checkpoints {kept}")
+    return f"{said}; run.json `failed`, checkpoint 1 kept", "iteration 2's rollout"
 
 
 FAULTS = [
