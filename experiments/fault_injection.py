@@ -629,8 +629,8 @@ def classify_worker_restarts(rc: int, out: str, err: str, rows: list[dict], kill
         per = [int(r["rollout/worker_restarts"]) for r in rows if "rollout/worker_restarts" in r]
         return (f"exit 0; {len(warnings)} warnings, e.g. \"{_short(warnings[0].replace('[train] ', ''), 200)}\"; "
                 f"rollout/worker_restarts per iteration: {per}")
-    _check(rc == 3 and "env.max_worker_restarts" in err and "exit code -9" in err and "Traceback" not in err,
-           f"exit {rc}: {err[-600:]}")
+    _check(rc == 3 and "env.max_worker_restarts" in err and "exit code -9" in err and "Traceback" not in err
+           and "non-finite" not in err, f"exit {rc}: {err[-600:]}")  # worker failures are not named as NaN stops
     return (f"exit 3 at restart {limit + 1}: \"{_short(_first_line(err), 230)}\"; "
             f"{len(rows)} iteration(s) logged before it")
 

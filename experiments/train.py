@@ -107,8 +107,8 @@ def _train(cfg, folder) -> int:
         folder.write_info("failed", _done(trainer, folder), error=f"config error: {e}")
         return 2
     except (NonFiniteError, TrainingFailed, EnvWorkersFailed, FloatingPointError) as e:
-        msg = (f"training stopped: {e}" if isinstance(e, EnvWorkersFailed)
-               else f"training stopped at a non-finite or broken value: {e}")
+        workers = isinstance(e, EnvWorkersFailed) or isinstance(e.__cause__, EnvWorkersFailed)
+        msg = f"training stopped: {e}" if workers else f"training stopped at a non-finite or broken value: {e}"
         print(f"{PROG}: {msg}", file=sys.stderr)
         import logging
 

@@ -132,6 +132,9 @@ def test_killed_env_workers_need_a_warning_each_the_metric_and_the_limit():
     assert said.startswith("exit 3 at restart 2:") and said.endswith("1 iteration(s) logged before it")
     with pytest.raises(FaultFailed):  # the run went on past the limit
         fi.classify_worker_restarts(0, out1, "", rows, [11, 12], limit=1)
+    with pytest.raises(FaultFailed):  # named as a non-finite stop
+        fi.classify_worker_restarts(3, out1, stop.replace("stopped: ", "stopped at a non-finite or broken value: "),
+                                    rows[:1], [11, 12], limit=1)
 
 
 def _ref(tmp_path: Path) -> Path:
