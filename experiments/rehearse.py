@@ -40,7 +40,8 @@ CPU cannot rehearse); 2 prompt groups of 2, 6 turns (ALFWorld 16: ``HORIZON``), 
 episodes played by the env's expert (which ALFWorld then enables: ``env.kwargs.expert=true``), 2 iterations, a
 checkpoint every iteration, evaluation on 2 tasks per split, one env worker, log-prob batches and micro-batches of
 1 row (so that a rank with fewer rows runs fewer forwards of its own: with 2-row batches, 11 and 12 rows gave both
-ranks 6), LM-head chunks of 16 tokens; and the ZeRO stage under rehearsal.
+ranks 6), LM-head chunks of 16 tokens, no shared iteration-0 evaluation (every launch's own is compared); and the
+ZeRO stage under rehearsal.
 Offload settings stay as the preset has them where the stage allows them (DeepSpeed's CPU build runs ZeRO-3 with
 parameter and optimizer offload; ``offload_params`` needs stage 3, so stage 2 keeps only the optimizer offload).
 
@@ -113,7 +114,7 @@ def scale_overrides(cfg, stage: int, engine: str = "hf") -> list[str]:
         f"rollout.engine={engine}", "rollout.max_response_tokens=16", "rollout.expert_share=0.5",
         "trainer.iterations=2", "trainer.save_every=1", "trainer.logprob_chunk_tokens=16",
         "trainer.micro_batch_rows=1", "trainer.logprob_batch_rows=1",  # a row more is a forward more
-        "eval.every=2", "eval.max_tasks_per_split=2",
+        "eval.every=2", "eval.max_tasks_per_split=2", "eval.share_start=false",  # each launch evaluates its start
         "logging.progress_bar=false", "logging.tensorboard=false", "logging.wandb=false",
         f"trainer.zero_stage={stage}",
         f"trainer.offload_params={str(t.offload_params and stage == 3).lower()}",

@@ -89,3 +89,34 @@ def test_a_later_run_from_the_same_start_logs_the_shared_evaluation_which_equals
     assert b[0]["perf/eval_shared"] == 1.0 and "perf/eval_shared" not in a[0] and "perf/eval_shared" not in c[0]
     assert b[0]["perf/time_eval"] < a[0]["perf/time_eval"]
     assert (tmp_path / "b" / "eval.jsonl").read_text().count('"iteration": 0') == 1
+
+
+@pytest.mark.slow
+def test_two_ranks_skip_or_run_the_start_evaluation_together(tmp_path):
+    """2 gloo ranks (torchrun): run A evaluates its start and stores it; run B (another seed and estimator) takes it
+    on both ranks, rank 0 having told rank 1 (were the ranks to disagree, one would wait in the evaluation's
+    reduction until the timeout), and logs A's values as its iteration 0."""
+    import os
+    import subprocess
+    import sys
+
+    from trainer.ppo_actor import free_port
+
+    folder = tmp_path / "start_evals"
+    folder.mkdir()
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    rows = {}
+    for name, extra in (("a", []), ("b", ["seed=1", "estimator.name=grpo"])):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), str(Path(__file__).with_name("dist_share_worker.py")), str(folder),
+               "--config", str(PRESET), *SMALL, "eval.share_start=true", "trainer.collective_timeout_min=3",
+               *extra, f"output_dir={tmp_path / name}"]
+        p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        rows[name] = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    ev = [{k: v for k, v in rows[n][0].items() if k.startswith("eval/")} for n in "ab"]
+    assert ev[0] and ev[0] == ev[1]
+    assert rows["b"][0]["perf/eval_shared"] == 1.0 and "perf/eval_shared" not in rows["a"][0]
+    assert len(rows["b"]) == 2  # and iteration 1 trained on both ranks after it
