@@ -6,7 +6,7 @@
 Nothing here ran on a GPU: the GPU rates are ASSUMPTIONS (H100 SXM figures and utilisations typical of such
 passes, each printed), and so are the rollout's shape (mean episode length, prompt and response tokens), which only
 a run of the trained 7B model gives. What the CPU can check is checked and cited: the token-position factors of
-the row order (``benchmarks/row_order.py``), the evaluation's turns chunked vs refilling
+the row order (``benchmarks/switches/row_order.py``), the evaluation's turns chunked vs refilling
 (``benchmarks/eval_refill.py``; the model below counts turns the same way), the ALFWorld env's step rate
 (``results/benchmarks/envs.md``). Three scenarios (low / mid / high) bound what is not known.
 

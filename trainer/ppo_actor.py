@@ -633,7 +633,7 @@ class PPOActor:
                   grad: bool) -> list[int]:
         """The order in which a pass cuts rows into forwards: by prompt (rows sharing a prefix side by side, so that
         a forward computes it once) where ``sharing_allowed``, else by length (the least padding). Rows in prompt
-        order but packed unshared cost more token positions than in length order (``benchmarks.row_order``)."""
+        order but packed unshared cost more token positions than in length order (``benchmarks.switches.row_order``)."""
         if self.sharing_allowed(grad=grad):
             return prefix_order(prompt_ids)
         return length_order(prompt_ids, response_ids)

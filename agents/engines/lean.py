@@ -12,7 +12,7 @@ SmolLM2-135M reads its 540 MB of weights from memory, and ``F.linear`` (MKL) rea
 of these machines against 13.6 GB/s for a plain sum. ``LeanWeights`` reorders such a model's weights once into
 oneDNN's blocked layout, whose matmul keeps 8-11 GB/s there; they are kept until the parameters change. The
 demo's tiny model is not packed (its weights sit in the cache, where packing is slower).
-``results/benchmarks/decode_linear.md`` (``python -m benchmarks.decode_linear``) has the figures.
+``results/benchmarks/decode_linear.md`` (``python -m benchmarks.switches pack-weights``) has the figures.
 
 Per step, for B' live rows, layer by layer (D width, H query heads, H_kv key/value heads, d = head width):
     x   = RMSNorm(h)                                   h (B', D)

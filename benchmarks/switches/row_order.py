@@ -1,9 +1,9 @@
 """Benchmark: token positions of the trainer's passes with rows in prompt order vs length order, on rollout rows,
 at a preset's batch shape.
 
-    python -m benchmarks.row_order                                        # generated ALFWorld, the 7B preset's shape
-    python -m benchmarks.row_order --init-from DIR --batches 2 --out results/benchmarks/row_order.md
-    python -m benchmarks.row_order --shape configs/paper/webshop_qwen2.5-7b.yaml --nproc 4
+    python -m benchmarks.switches row-order  # generated ALFWorld, the 7B preset's shape
+    python -m benchmarks.switches row-order --init-from DIR --batches 2 --out results/benchmarks/row_order.md
+    python -m benchmarks.switches row-order --shape configs/paper/webshop_qwen2.5-7b.yaml --nproc 4
 
 A pass cuts a rank's rows into forwards (``logprob_batch_rows`` rows per log-prob forward; in the update,
 ``mini_batch_rows`` / ``--nproc`` rows per mini-batch cut into micro-batches of ``micro_batch_rows``). Each
@@ -29,6 +29,8 @@ import tempfile
 PRESET = "configs/cpu/alfworld_tiny_sft.yaml"
 SHAPE = "configs/paper/alfworld_qwen2.5-7b.yaml"
 VARIANTS = ("prompt order, unshared", "length order, unshared", "prompt order, shared")
+
+PROG = "python -m benchmarks.switches row-order"
 
 
 def forwards_positions(prompt_ids, response_ids, groups: list[list[int]], variant: str,
@@ -152,8 +154,9 @@ def _median(xs: list[int]) -> float:
     return statistics.median(xs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.row_order", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m benchmarks.switches row-order``."""
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=PRESET, help="the preset whose trainer plays the rollouts")
     ap.add_argument("--init-from", default=None, help="warm start the rollouts play from (default: untrained)")
     ap.add_argument("--shape", default=SHAPE, help="the preset whose batch shape the passes take")
@@ -161,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=1)
     ap.add_argument("--matmul-threads", type=int, default=2, help="torch threads of the matmul rate printed")
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.nproc < 1 or args.batches < 1:
         print("--nproc and --batches must be >= 1", file=sys.stderr)
@@ -179,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.matmul_threads)
     rate = matmul_gflops()
     torch.set_num_threads(threads)
-    shown = ["python -m benchmarks.row_order", f"--batches {args.batches}"]
+    shown = [PROG, f"--batches {args.batches}"]
     for flag, val, default in (("--preset", args.preset, PRESET), ("--init-from", args.init_from, None),
                                ("--shape", args.shape, SHAPE), ("--nproc", args.nproc, 4)):
         if val != default:
@@ -188,7 +196,3 @@ def main(argv: list[str] | None = None) -> int:
     emit_table(summarise(recs, rows, shape, who, " ".join(shown), machine, rate,
                          f"load average before / after: {load0} / {loadavg()}"), args.out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,9 @@
-"""``benchmarks.row_order``: the token positions of the trainer's passes, counted as the engine packs them."""
+"""``benchmarks.switches.row_order``: the token positions of the trainer's passes, counted as the engine packs them."""
 from __future__ import annotations
 
 import torch
 
-from benchmarks.row_order import VARIANTS, batch_positions
+from benchmarks.switches.row_order import VARIANTS, batch_positions
 
 
 def test_length_order_pads_less_than_prompt_order_without_sharing():

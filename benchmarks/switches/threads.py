@@ -1,8 +1,8 @@
 """Torch threads on a shared CPU: one SFT-shaped training step (the demo's tiny 4x128 model, 8 rows of 512
 tokens, forward + backward + AdamW) timed per setting, idle and beside one busy process, in one run.
 
-    python -m benchmarks.thread_scaling                 # table to stdout
-    python -m benchmarks.thread_scaling --out results/benchmarks/threads.md
+    python -m benchmarks.switches threads  # table to stdout
+    python -m benchmarks.switches threads --out results/benchmarks/threads.md
 
 Each cell is a fresh subprocess (OpenMP reads its settings when torch loads) that runs ``--warmup`` steps, then
 times ``--steps``; "busy" = a second process spinning on one core for the whole cell. The settings: a fixed thread
@@ -60,6 +60,8 @@ SETTINGS = [  # (label, threads argument: 0 = auto, OpenMP variables)
 ]
 _OMP_VARS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")
 
+PROG = "python -m benchmarks.switches threads"
+
 
 def run_cell(threads: int, omp: dict, busy: bool, warmup: int, steps: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _OMP_VARS}
@@ -69,7 +71,7 @@ def run_cell(threads: int, omp: dict, busy: bool, warmup: int, steps: int) -> di
         if spinner:
             time.sleep(1.5)  # let the load average see it
         out = subprocess.run([sys.executable, "-c", _WORKER, str(threads), str(warmup), str(steps)], env=env,
-                             cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True)
+                             cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, check=True)
     finally:
         if spinner:
             spinner.kill()
@@ -77,13 +79,19 @@ def run_cell(threads: int, omp: dict, busy: bool, warmup: int, steps: int) -> di
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main(argv: list[str] | None = None) -> int:
-    from common.machine import describe, loadavg
-
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.thread_scaling", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m benchmarks.switches threads``."""
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    from common.machine import describe, loadavg
+
+    ap = parser()
     args = ap.parse_args(argv)
     rows = []
     base = None
@@ -94,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"| {label} | {'busy' if busy else 'idle'} | {r['threads']} | {r['s_per_step']:.3f} | "
                         f"{r['cpu_s_per_step']:.3f} | {r['s_per_step'] / base:.2f}x |")
             print(rows[-1], flush=True)
-    cmd = "python -m benchmarks.thread_scaling" + (f" --warmup {args.warmup} --steps {args.steps}")
+    cmd = PROG + (f" --warmup {args.warmup} --steps {args.steps}")
     text = "\n".join([
         "# Torch threads on a shared CPU", "",
         f"Command: `{cmd}`. Machine: {describe(threads=False)}; load before the run {loadavg()}.", "",
@@ -104,7 +112,3 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|", *rows, ""])
     emit_table(text, args.out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

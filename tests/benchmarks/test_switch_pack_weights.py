@@ -1,11 +1,11 @@
-"""The decode-matmul benchmark (``benchmarks.decode_linear``): its matrices are the lean step's, and a real run on
-the tiny shapes gives a table with every row count."""
+"""The decode-matmul benchmark (``python -m benchmarks.switches pack-weights``): its matrices are the lean step's,
+and a real run on the tiny shapes gives a table with every row count."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from benchmarks.decode_linear import SHAPES, matrices, run, table
+from benchmarks.switches.pack_weights import SHAPES, matrices, run, table
 
 
 @pytest.mark.parametrize("model", sorted(SHAPES))

@@ -1,9 +1,9 @@
 """Benchmark: the PPO ratio's old log-probs and the BiGPO hidden states from the rollout instead of the trainer's
 own pass (``trainer.old_logprobs: rollout`` against ``recompute``), on real rollout batches.
 
-    python -m benchmarks.old_logprobs                                  # demo preset, cached warm start
-    python -m benchmarks.old_logprobs --batches 5 --threads 1 --out results/benchmarks/old_logprobs.md
-    python -m benchmarks.old_logprobs --preset configs/cpu/finite_rooms_gt.yaml --init-from DIR
+    python -m benchmarks.switches old-logprobs  # demo preset, cached warm start
+    python -m benchmarks.switches old-logprobs --batches 5 --threads 1 --out results/benchmarks/old_logprobs.md
+    python -m benchmarks.switches old-logprobs --preset configs/cpu/finite_rooms_gt.yaml --init-from DIR
 
 The HF engine already computes each sampled token's ``log softmax(z / tau)``, and its prompt forward passes
 through layer L at the last prompt token, where BiGPO reads its state. With ``recompute`` (verl's way, the
@@ -29,6 +29,8 @@ import tempfile
 PRESET = "configs/cpu/textcraft_demo.yaml"
 VARIANTS = ("recompute", "rollout")
 
+PROG = "python -m benchmarks.switches old-logprobs"
+
 
 def run(preset: str, init_from: str, batches: int, threads: int | None, extra: tuple[str, ...] = ()) -> dict:
     """The measurements of ``batches`` iterations (``extra``: more config overrides, e.g. a smaller batch)."""
@@ -36,8 +38,8 @@ def run(preset: str, init_from: str, batches: int, threads: int | None, extra: t
 
     import torch
 
-    from benchmarks.forward_buckets import pass_work
     from benchmarks.iteration_phases import bench_trainer, floor_work, forward_flops, packed_work, timed
+    from benchmarks.switches.suffix_buckets import pass_work
     from trainer.loop import old_from_rollout
 
     if threads:
@@ -138,14 +140,20 @@ def summarise(rec: dict, cmd: str, machine: str, load_txt: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.old_logprobs", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m benchmarks.switches old-logprobs``."""
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=PRESET)
     ap.add_argument("--init-from", default=None, help="warm-started model folder (default, for the demo preset "
                                                       "only: its cached warm start)")
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.batches < 1 or (args.threads is not None and args.threads < 1):
         print("--batches and --threads must be >= 1", file=sys.stderr)
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load0 = loadavg()
     rec = run(args.preset, init, args.batches, args.threads)
-    shown = ["python -m benchmarks.old_logprobs", f"--batches {args.batches}"]
+    shown = [PROG, f"--batches {args.batches}"]
     if args.threads:
         shown.append(f"--threads {args.threads}")
     if args.preset != PRESET:
@@ -168,7 +176,3 @@ def main(argv: list[str] | None = None) -> int:
     emit_table(summarise(rec, " ".join(shown), describe(threads=True),
                          f"load average before / after: {load0} / {loadavg()}"), args.out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,9 @@
 """Benchmark: the trainer's forwards with their suffixes in length buckets (``trainer.suffix_buckets``), on real
 rollout batches, against one suffix forward and against the compute floor.
 
-    python -m benchmarks.forward_buckets                                  # demo preset, cached warm start
-    python -m benchmarks.forward_buckets --batches 4 --out results/benchmarks/buckets.md
-    python -m benchmarks.forward_buckets --preset configs/cpu/finite_rooms_gt.yaml --init-from DIR
+    python -m benchmarks.switches suffix-buckets  # demo preset, cached warm start
+    python -m benchmarks.switches suffix-buckets --batches 4 --out results/benchmarks/buckets.md
+    python -m benchmarks.switches suffix-buckets --preset configs/cpu/finite_rooms_gt.yaml --init-from DIR
 
 With ``trainer.prefix_sharing`` a forward runs the rows' shared prompt prefixes once, then the rest of every row
 (its "suffix": the last prompt tokens and the response) as one batch right-padded to the longest suffix. Suffix
@@ -29,6 +29,8 @@ import sys
 import tempfile
 
 PRESET = "configs/cpu/textcraft_demo.yaml"
+
+PROG = "python -m benchmarks.switches suffix-buckets"
 
 
 def pass_work(prompt_ids, response_ids, bsz: int, suffix_buckets: int) -> tuple[int, int]:
@@ -147,14 +149,20 @@ def summarise(rec: dict, variants: list[int], cmd: str, machine: str, load_txt: 
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.forward_buckets", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m benchmarks.switches suffix-buckets``."""
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=PRESET)
     ap.add_argument("--init-from", default=None, help="warm-started model folder (default, for the demo preset "
                                                       "only: its cached warm start)")
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--buckets", default="1,2,4,8", help="comma list of trainer.suffix_buckets values (1 included)")
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     try:
         variants = sorted({int(x) for x in args.buckets.split(",") if x.strip()} | {1})
@@ -174,13 +182,9 @@ def main(argv: list[str] | None = None) -> int:
 
     load0 = loadavg()
     rec = run(args.preset, init, args.batches, variants)
-    shown = ["python -m benchmarks.forward_buckets", f"--batches {args.batches}", f"--buckets {args.buckets}"]
+    shown = [PROG, f"--batches {args.batches}", f"--buckets {args.buckets}"]
     if args.preset != PRESET:
         shown.append(f"--preset {args.preset}")
     emit_table(summarise(rec, variants, " ".join(shown), describe(threads=True),
                          f"load average before / after: {load0} / {loadavg()}"), args.out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Benchmark: how fast a decode step's matmuls stream a model's weights, ``F.linear`` (MKL) against oneDNN's packed
 layout (``agents.engines.lean.LeanWeights``), by rows, beside the memory's own streaming rate.
 
-    python -m benchmarks.decode_linear                       # SmolLM2-135M's and the tiny model's shapes, one thread
-    python -m benchmarks.decode_linear --out results/benchmarks/decode_linear.md
+    python -m benchmarks.switches pack-weights  # SmolLM2-135M's and the tiny model's shapes, one thread
+    python -m benchmarks.switches pack-weights --out results/benchmarks/decode_linear.md
 
 A decode step multiplies a few rows (a rollout's live rows) by every weight matrix of the model once. For a model
 whose weights do not fit the CPU's cache (SmolLM2-135M: 540 MB in float32), the floor of that step is the time to
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 
 SHAPES = {  # (layers, width, mlp, q heads, kv heads, head dim, vocabulary)
     "smollm2": (30, 576, 1536, 9, 3, 64, 49152),
     "tiny": (4, 128, 512, 4, 4, 32, 1370),
 }
+
+PROG = "python -m benchmarks.switches pack-weights"
 
 
 def matrices(model: str) -> list[tuple[int, int]]:
@@ -96,13 +97,19 @@ def table(res: dict, model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.decode_linear", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m benchmarks.switches pack-weights``."""
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="smollm2,tiny", help=f"comma-separated, of {sorted(SHAPES)}")
     ap.add_argument("--rows", default="1,4,8,16,64", help="comma-separated row counts")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the demo's runs use 1)")
     ap.add_argument("--out", default=None, help="also write the table to this file")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = parser()
     a = ap.parse_args(argv)
     try:
         rows = [int(x) for x in a.rows.split(",")]
@@ -118,13 +125,9 @@ def main(argv: list[str] | None = None) -> int:
 
     load0 = loadavg()
     parts = [table(run(m, rows, a.repeats, a.threads), m) for m in models]
-    cmd = "python -m benchmarks.decode_linear" + "".join(f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
+    cmd = PROG + "".join(f" {x}" for x in argv)
     head = ["# A decode step's matmuls: GB of weights read per second, F.linear against oneDNN's packed layout", "",
             f"Command: `{cmd}`. Machine: {describe(threads=True)}; load average before / after: {load0} / "
             f"{loadavg()}.", ""]
     emit_table("\n".join(head) + "\n" + "\n".join(parts), a.out, announce=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

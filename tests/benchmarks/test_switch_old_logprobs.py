@@ -1,11 +1,11 @@
-"""The old-log-prob source benchmark (``benchmarks.old_logprobs``): a real run on a tiny model finds the same
+"""The old-log-prob source benchmark (``benchmarks.switches.old_logprobs``): a real run on a tiny model finds the same
 tokens and the same log-probs and hidden states from both sources; the report adds the phases per variant."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from benchmarks.old_logprobs import run, summarise
+from benchmarks.switches.old_logprobs import run, summarise
 
 TINY = "tiny:layers=2,hidden=64,heads=2"
 
@@ -46,7 +46,7 @@ def test_report_adds_the_phases_of_each_variant():
     (["--preset", "configs/cpu/finite_rooms_gt.yaml"], "pass --init-from"),
 ])
 def test_bad_arguments_are_refused_before_any_compute(argv, says, capsys):
-    from benchmarks.old_logprobs import main
+    from benchmarks.switches.old_logprobs import main
 
     assert main(argv) == 2
     assert says in capsys.readouterr().err

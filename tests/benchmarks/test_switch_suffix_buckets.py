@@ -1,12 +1,13 @@
-"""The suffix-bucket benchmark's work accounting and report (``benchmarks.forward_buckets``): a bucketed pack is
-counted at each bucket's own width, and the report gives every variant with its speed-up and differences."""
+"""The suffix-bucket benchmark's work accounting and report (``python -m benchmarks.switches suffix-buckets``): a
+bucketed pack is counted at each bucket's own width, and the report gives every variant with its speed-up and
+differences."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from benchmarks.forward_buckets import pass_work, summarise
 from benchmarks.iteration_phases import batch_work
+from benchmarks.switches.suffix_buckets import pass_work, summarise
 from trainer.forward import pack_rows_shared
 
 
@@ -39,7 +40,7 @@ def test_report_gives_every_variant_and_its_speed_up():
 
     rec = {"matmul_gflops": 100.0, "threads": 1, "shape": {}, "batches": [{"rows": 8, 1: cell(2.0, 0.0),
                                                                             4: cell(1.0, 3e-6)}]}
-    text = summarise(rec, [1, 4], "python -m benchmarks.forward_buckets", "test machine", "load 0")
+    text = summarise(rec, [1, 4], "python -m benchmarks.switches suffix-buckets", "test machine", "load 0")
     assert "| log-prob passes | 4 | 1.00 |" in text and "| update | 1 | 2.00 |" in text
     assert "| 4 | 2.00 | 2.00x |" in text and "| 1 | 4.00 | 1.00x |" in text
     assert "3.0e-06" in text
@@ -52,7 +53,7 @@ def test_report_gives_every_variant_and_its_speed_up():
     (["--preset", "configs/cpu/finite_rooms_gt.yaml"], "pass --init-from"),
 ])
 def test_bad_arguments_are_refused_before_any_compute(argv, says, capsys):
-    from benchmarks.forward_buckets import main
+    from benchmarks.switches.suffix_buckets import main
 
     assert main(argv) == 2
     assert says in capsys.readouterr().err
