@@ -46,7 +46,7 @@ def run(preset: str, init_from: str, batches: int, threads: int | None, extra: t
         torch.set_num_threads(threads)
     tmp_dir = tempfile.TemporaryDirectory(prefix="old_logprobs-")
     tmp = tmp_dir.name
-    tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog="old_logprobs",
+    tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog=PROG,
                                     extra=("trainer.old_logprobs=recompute", *extra))
     eng = tr.ppo_actor
     layer = tr.cfg.model.hidden_layer
@@ -94,7 +94,7 @@ def run(preset: str, init_from: str, batches: int, threads: int | None, extra: t
             tr.sync_weights()
             tr.train_sampling = plain
             rec["batches"].append(row)
-            print(f"[old_logprobs] batch {it}: {len(a)} rows, rollout {row['rollout/recompute']['wall']:.1f} / "
+            print(f"[old-logprobs] batch {it}: {len(a)} rows, rollout {row['rollout/recompute']['wall']:.1f} / "
                   f"{row['rollout/rollout']['wall']:.1f} s, old pass {w1:.1f} s, ref {w2:.1f} s, update {w3:.1f} s",
                   file=sys.stderr, flush=True)
     finally:

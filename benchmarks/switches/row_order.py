@@ -92,7 +92,7 @@ def batch_positions(prompt_ids, response_ids, shape: dict) -> dict:
 def shape_of(path: str, nproc: int) -> dict:
     from trainer.config import config_from_argv
 
-    t = config_from_argv(["--config", path], prog="row_order").trainer
+    t = config_from_argv(["--config", path], prog=PROG).trainer
     return {"preset": path, "nproc": nproc, "mini_batch_rows": t.mini_batch_rows,
             "micro_batch_rows": t.micro_batch_rows, "logprob_batch_rows": t.logprob_batch_rows,
             "suffix_buckets": t.suffix_buckets}
@@ -108,7 +108,7 @@ def rollout_rows(preset: str, init_from: str | None, batches: int) -> tuple[list
     with tempfile.TemporaryDirectory(prefix="row_order-") as tmp:
         cfg = config_from_argv(["--config", preset, *model, f"trainer.iterations={batches}", "eval.at_start=false",
                                 "eval.every=100000", f"output_dir={tmp}/run", "trainer.resume=false",
-                                "logging.tensorboard=false"], prog="row_order")
+                                "logging.tensorboard=false"], prog=PROG)
         folder = RunFolder(cfg, f"{tmp}/runs")
         folder.start_fresh()
         tr = Trainer(cfg, folder)
@@ -118,7 +118,7 @@ def rollout_rows(preset: str, init_from: str | None, batches: int) -> tuple[list
             for it in range(1, batches + 1):
                 b = tr.rollout(it)[0]
                 out.append((list(b.prompt_ids), list(b.response_ids)))
-                print(f"[row_order] rollout {it}: {len(b.prompt_ids)} rows", file=sys.stderr, flush=True)
+                print(f"[row-order] rollout {it}: {len(b.prompt_ids)} rows", file=sys.stderr, flush=True)
         finally:
             tr.close()
     who = f"warm start {init_from}" if init_from else f"the untrained `{cfg.model.path}` (responses near the cap)"

@@ -54,9 +54,9 @@ def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
 
     from benchmarks.iteration_phases import bench_trainer, floor_work, forward_flops, timed
 
-    tmp_dir = tempfile.TemporaryDirectory(prefix="forward_buckets-")
+    tmp_dir = tempfile.TemporaryDirectory(prefix="suffix_buckets-")
     tmp = tmp_dir.name
-    tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog="forward_buckets",
+    tr, shape, rate = bench_trainer(preset, init_from, batches, f"{tmp}/run", f"{tmp}/runs", prog=PROG,
                                     extra=("trainer.prefix_sharing=true",))
     eng = tr.ppo_actor
     rec: dict = {"threads": torch.get_num_threads(), "matmul_gflops": rate, "shape": shape, "batches": []}
@@ -107,7 +107,7 @@ def run(preset: str, init_from: str, batches: int, variants: list[int]) -> dict:
             eng.cfg.suffix_buckets = 1
             tr.sync_weights()
             rec["batches"].append(row)
-            print(f"[forward_buckets] batch {it}: " + ", ".join(
+            print(f"[suffix-buckets] batch {it}: " + ", ".join(
                 f"B={v} {row[v]['logprobs']['wall'] + row[v]['update']['wall']:.1f}s" for v in variants),
                 file=sys.stderr, flush=True)
     finally:
