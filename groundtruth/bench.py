@@ -199,11 +199,12 @@ def prepare_truth(mdp: TabularMDP, pi: np.ndarray, ro: Rollout, values: Values |
 
 
 def estimate(batch, name: str, epsilon: float = 0.0, norm_mode: str = "mean_std_norm", true_adv=None,
-             state_vectors: np.ndarray | None = None):
+             state_vectors: np.ndarray | None = None, options: dict | None = None):
     """(advantages, step_term or None, cluster ids or None, seconds) of one method on one batch.
 
     ``name`` is a registry key, ``oracle`` (returns ``true_adv``), or ``<key>|state`` (the estimator with the
     true state as the grouping: anchor = state id for gigpo, hidden = ``state_vectors`` rows at ε = 0).
+    ``options``: further ``EstimatorConfig`` fields (e.g. ``{"hgpo_rule": "start_marker"}``); their defaults else.
     """
     t0 = time.perf_counter()
     if name == "oracle":
@@ -220,7 +221,8 @@ def estimate(batch, name: str, epsilon: float = 0.0, norm_mode: str = "mean_std_
         name = key
     eps = float(epsilon) if np.isfinite(epsilon) else EstimatorConfig.epsilon  # ε-free estimators ignore it
     # diagnostics=False: the benchmark computes its own metrics; the advantages are the same
-    res = compute_advantages(batch, EstimatorConfig(name=name, epsilon=eps, norm_mode=norm_mode), diagnostics=False)
+    cfg = EstimatorConfig(name=name, epsilon=eps, norm_mode=norm_mode, **(options or {}))
+    res = compute_advantages(batch, cfg, diagnostics=False)
     step = res.step.double().numpy()
     has_step = name not in ("grpo", "rloo")
     cluster = None if res.cluster_id is None else res.cluster_id.numpy()

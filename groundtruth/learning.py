@@ -100,8 +100,9 @@ class LearnConfig:
 
 
 def train_one(mdp: TabularMDP, method: str, theta0: np.ndarray, cfg: LearnConfig, seed: int,
-              proxy: ProxyEmbedder | None) -> np.ndarray:
-    """Exact success rate at ``cfg.eval_iterations()`` for one method and seed."""
+              proxy: ProxyEmbedder | None, options: dict | None = None) -> np.ndarray:
+    """Exact success rate at ``cfg.eval_iterations()`` for one method and seed (``options``: further
+    ``EstimatorConfig`` fields, as in ``groundtruth.bench.estimate``)."""
     rng = np.random.default_rng([seed, 7])  # same task draws for every method (first draws of this stream)
     task_rng = np.random.default_rng([seed, 8])
     theta = torch.tensor(theta0, dtype=torch.float64)
@@ -125,7 +126,7 @@ def train_one(mdp: TabularMDP, method: str, theta0: np.ndarray, cfg: LearnConfig
         hidden = proxy.embed(ro.state, obs) if (proxy is not None and method in HIDDEN_ESTIMATORS) else None
         batch = to_step_batch(mdp, ro, obs, hidden)
         true_adv = evaluate_policy(mdp, pi).A[ro.step, ro.state, ro.action] if method == "oracle" else None
-        adv, _, _, _ = estimate(batch, method, cfg.epsilon, cfg.norm_mode, true_adv)
+        adv, _, _, _ = estimate(batch, method, cfg.epsilon, cfg.norm_mode, true_adv, options=options)
         g = score_gradient(pi, ro.state, ro.action, adv) / len(ro)  # (S, A) ascent direction
         opt.zero_grad()
         theta.grad = torch.as_tensor(-g)
