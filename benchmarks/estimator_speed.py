@@ -2,6 +2,7 @@
 
     python -m benchmarks.estimator_speed              # paper-scale batches, writes results/benchmarks/estimators.md
     python -m benchmarks.estimator_speed --quick      # small batch, a smoke run
+    python -m benchmarks.estimator_speed --estimators hgpo --hgpo-rules start_marker,verl_agent --out F.md
 
 Paper-scale batch: 16 prompt groups x 8 trajectories x up to 50 steps, hidden sizes 3584 (Qwen2.5-7B)
 and 1536 (Qwen2.5-1.5B). Two length profiles: ``typical`` (trajectory lengths uniform in [10, 50]) and
@@ -44,7 +45,8 @@ def _cell(args: dict, queue) -> None:
         states_per_group=60, noise=args["noise"], obs_variants=3, seed=0, early_stop=args["profile"] == "typical",
         device=args["device"],
     )
-    cfg = EstimatorConfig(name=args["name"], epsilon=args["epsilon"], cluster_backend=args["backend"])
+    cfg = EstimatorConfig(name=args["name"], epsilon=args["epsilon"], cluster_backend=args["backend"],
+                          **({"hgpo_rule": args["hgpo_rule"]} if args.get("hgpo_rule") else {}))
     base = _reset_peak_rss()
     if args["device"] == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -134,9 +136,19 @@ def main(argv=None) -> int:
     ap.add_argument("--profiles", default="typical,worst")
     ap.add_argument("--no-reference", action="store_true", help="skip the plain-loop references (slow at paper scale)")
     ap.add_argument("--out", default=str(RESULTS / "estimators.md"))
+    ap.add_argument("--estimators", default=None, help="comma-separated estimators (default: all)")
+    ap.add_argument("--hgpo-rules", default=None,
+                    help="comma-separated estimator.hgpo_rule values, each timed as its own row (default: the "
+                         "config's default)")
     args = ap.parse_args(argv)
 
     names = ["grpo", "rloo", "gigpo", "hgpo", "bigpo", "bipace_v", "bipace_q"]
+    if args.estimators:
+        unknown = sorted(set(args.estimators.split(",")) - set(names))
+        if unknown:
+            ap.error(f"--estimators: unknown {unknown}; choose from {names}")
+        names = [n for n in names if n in args.estimators.split(",")]
+    rules = args.hgpo_rules.split(",") if args.hgpo_rules else [None]
     cells = []
     hiddens = [256] if args.quick else [int(x) for x in args.hidden.split(",")]
     profiles = ["typical"] if args.quick else args.profiles.split(",")
@@ -145,7 +157,7 @@ def main(argv=None) -> int:
             steps = (10, 10) if args.quick else ((10, 50) if profile == "typical" else (50, 50))
             for name in names:
                 backends = ["torch", "faiss"] if name in ("bigpo", "bipace_q") else ["torch"]
-                for backend in backends:
+                for backend, rule in [(b, r) for b in backends for r in (rules if name == "hgpo" else [None])]:
                     # the loop reference of the clustering estimators takes minutes at 3584: run it for bipace_q only
                     ref = not args.no_reference and (name not in ("bigpo", "bipace_v") and backend == "torch")
                     if args.device == "cuda" and backend == "faiss":
@@ -153,7 +165,7 @@ def main(argv=None) -> int:
                     kw = dict(name=name, backend=backend, hidden=hidden, profile=profile, min_steps=steps[0],
                               max_steps=steps[1], epsilon=0.10 if hidden >= 3000 else 0.05, noise=0.25,
                               repeats=3 if args.quick else args.repeats, threads=args.threads, device=args.device,
-                              reference=ref)
+                              reference=ref, hgpo_rule=rule)
                     r = run_cell(**kw)
                     cells.append({**kw, **r})
                     print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in cells[-1].items()}),
@@ -171,8 +183,9 @@ def main(argv=None) -> int:
         ratio = f"{c['ref_cpu_ms'] / max(c['cpu_ms'], 1e-3):.1f}x" if "ref_cpu_ms" in c else "–"
         diff = f"{c['max_abs_diff']:.1e}" if "max_abs_diff" in c else "–"
         sc = c["singleton_rate_cluster"]
+        label = c["name"] + (f" ({c['hgpo_rule']})" if c.get("hgpo_rule") else "")
         lines.append(
-            f"| {c['hidden']} | {c['profile']} | {c['rows']} | {c['name']} | {c['backend']} | {c['ms']:.1f} | "
+            f"| {c['hidden']} | {c['profile']} | {c['rows']} | {label} | {c['backend']} | {c['ms']:.1f} | "
             f"{c['cpu_ms']:.1f} | {c['ms_diag']:.1f} | {c['peak_mb']:.1f} | {ref} | {ref_cpu} | {ratio} | {diff} | "
             f"{c['singleton_rate_anchor']:.3f} / {'–' if sc is None else f'{sc:.3f}'} |"
         )
