@@ -1,7 +1,7 @@
 """The ground-truth benchmark's HGPO rows again, under both HGPO rules, on the committed study's own batches.
 
     python -m benchmarks.hgpo_rescore                  # results/estimator-bench: hgpo_rule.md + two CSV files
-    python -m benchmarks.hgpo_rescore --seeds 2 --learn-seeds 2 --out /tmp/hgpo   # a subset, to time it
+    python -m benchmarks.hgpo_rescore --seeds 2 --learn-seeds 2 --out OUT   # a subset, to time it
 
 ``results/estimator-bench/`` was made when HGPO's only rule was ``start_marker``; the default is now
 ``verl_agent`` (``docs/method.md``, "HGPO"). Every (family, seed) batch of that benchmark is drawn from the seed
