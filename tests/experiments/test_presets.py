@@ -93,6 +93,7 @@ def test_paper_preset_reference_values(path):
     ev = cfg.eval
     assert (ev.every, ev.at_start, ev.temperature, ev.max_tasks_per_split) == (5, True, 0.4, None)
     assert ev.refill is True  # the pool kept full while evaluating (same episodes and seeds, fewer turns)
+    assert ev.share_start is True  # a sweep's runs from one start evaluate it once
     assert cfg.env.eval_splits is None  # the env's own: p["eval_splits"]
     assert cfg.device == "cuda"
     # the header names the launch command with the reference GPU count
@@ -142,6 +143,7 @@ def test_cpu_presets_evaluate_in_chunks():
     chunks, and HF's batched generation can round differently in another batch composition."""
     for path in sorted((REPO / "configs" / "cpu").glob("*.yaml")):
         assert load_config(path).eval.refill is False, path.name
+        assert load_config(path).eval.share_start is False, path.name  # each reference run evaluates its own start
 
 
 def test_textcraft_cpu_presets_see_what_the_warm_start_saw():
