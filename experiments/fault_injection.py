@@ -308,7 +308,8 @@ _LOCK_OP = "deepspeed_shm_comm"  # the op experiments.train JIT-loads on CPU (tr
 _SHORT = ["trainer.iterations=1", "eval.every=0", "eval.at_start=false"]
 
 
-def _aged_lock(folder: Path, age_s: float) -> Path:
+def aged_lock(folder: Path, age_s: float) -> Path:
+    """``folder/lock``, created with a modification time ``age_s`` seconds ago (a build lock of that age)."""
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / "lock"
     lock.touch()
@@ -376,13 +377,13 @@ def build_lock_built_op(tmp: Path, ref: Path) -> tuple[str, str]:
     _check(built_op_is_current(_LOCK_OP, mine), f"no built {_LOCK_OP} in {mine} to copy")
     folder = tmp / "ext_built" / _LOCK_OP
     shutil.copytree(mine, folder, ignore=shutil.ignore_patterns("lock"))  # mtimes kept: ninja sees it built
-    lock = _aged_lock(folder, 3600.0)
+    lock = aged_lock(folder, 3600.0)
     rc, _, err, took = _train_child([*_SHORT, f"output_dir={tmp / 'lock_built'}"], _ext_env(folder.parent))
     return classify_lock_not_waited(rc, err, lock, lock.exists(), took), "none"
 
 
 def build_lock_stale(tmp: Path, ref: Path) -> tuple[str, str]:
-    lock = _aged_lock(tmp / "ext_stale" / _LOCK_OP, 3600.0)
+    lock = aged_lock(tmp / "ext_stale" / _LOCK_OP, 3600.0)
     out = tmp / "lock_stale"
     rc, _, err, took = _train_child([*_SHORT, f"output_dir={out}"], _ext_env(lock.parent.parent))
     return classify_lock_refused(rc, err, lock, lock.exists(), (out / "metrics.jsonl").exists(), took), "none"
@@ -391,7 +392,7 @@ def build_lock_stale(tmp: Path, ref: Path) -> tuple[str, str]:
 def build_lock_held(tmp: Path, ref: Path) -> tuple[str, str]:
     from trainer.ppo_actor import STALE_BUILD_LOCK_S
 
-    lock = _aged_lock(tmp / "ext_held" / _LOCK_OP, STALE_BUILD_LOCK_S - 60.0)
+    lock = aged_lock(tmp / "ext_held" / _LOCK_OP, STALE_BUILD_LOCK_S - 60.0)
     holder = subprocess.Popen(["sleep", "600"], cwd=lock.parent)  # a process working in the op's folder
     out = tmp / "lock_held"
     try:

@@ -43,3 +43,17 @@ SWITCHES: dict[str, Switch] = {
         "an SFT step per thread count and OpenMP wait policy, idle and beside a busy process",
         "results/benchmarks/threads.md"),
 }
+
+
+def batch_parser(prog: str, description: str, preset: str):
+    """The options every switch measured on real rollout batches takes: ``--preset``, ``--init-from``,
+    ``--batches``, ``--out`` (a switch adds its own)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--preset", default=preset)
+    ap.add_argument("--init-from", default=None, help="warm-started model folder (default, for the demo preset "
+                                                      "only: its cached warm start)")
+    ap.add_argument("--batches", type=int, default=3)
+    ap.add_argument("--out", default=None, help="also write the table to this markdown file")
+    return ap

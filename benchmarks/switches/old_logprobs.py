@@ -142,13 +142,10 @@ def summarise(rec: dict, cmd: str, machine: str, load_txt: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m benchmarks.switches old-logprobs``."""
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default=PRESET)
-    ap.add_argument("--init-from", default=None, help="warm-started model folder (default, for the demo preset "
-                                                      "only: its cached warm start)")
-    ap.add_argument("--batches", type=int, default=3)
+    from . import batch_parser
+
+    ap = batch_parser(PROG, __doc__.split("\n\n")[0], PRESET)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--out", default=None, help="also write the table to this markdown file")
     return ap
 
 

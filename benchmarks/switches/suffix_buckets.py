@@ -151,13 +151,10 @@ def summarise(rec: dict, variants: list[int], cmd: str, machine: str, load_txt: 
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m benchmarks.switches suffix-buckets``."""
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default=PRESET)
-    ap.add_argument("--init-from", default=None, help="warm-started model folder (default, for the demo preset "
-                                                      "only: its cached warm start)")
-    ap.add_argument("--batches", type=int, default=3)
+    from . import batch_parser
+
+    ap = batch_parser(PROG, __doc__.split("\n\n")[0], PRESET)
     ap.add_argument("--buckets", default="1,2,4,8", help="comma list of trainer.suffix_buckets values (1 included)")
-    ap.add_argument("--out", default=None, help="also write the table to this markdown file")
     return ap
 
 

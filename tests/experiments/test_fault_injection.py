@@ -22,7 +22,7 @@ def _refusal(tmp_path: Path, *, holder: bool) -> tuple[str, Path, str | None]:
 
     from trainer.ppo_actor import BuildLockError, wait_for_build_lock
 
-    lock = fi._aged_lock(tmp_path / "ext" / "deepspeed_shm_comm", 0.3 if holder else 3600.0)
+    lock = fi.aged_lock(tmp_path / "ext" / "deepspeed_shm_comm", 0.3 if holder else 3600.0)
     proc = subprocess.Popen(["sleep", "60"], cwd=lock.parent) if holder else None
     err = io.StringIO()
     try:

@@ -422,14 +422,9 @@ def test_each_venv_builds_the_op_in_its_own_folder(tmp_path, monkeypatch):
 
 
 def _lock(folder: Path, age_s: float) -> Path:
-    import os
-    import time
+    from experiments.fault_injection import aged_lock
 
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = folder / "lock"
-    lock.touch()
-    os.utime(lock, (time.time() - age_s, time.time() - age_s))
-    return lock
+    return aged_lock(folder, age_s)
 
 
 def _built_op(tmp_path: Path) -> Path:
