@@ -64,7 +64,7 @@ def test_the_rehearsal_plays_some_episodes_by_the_expert():
     over = _over("alfworld_qwen2.5-7b.yaml", 3)
     assert over["rollout.expert_share"] == "0.5" and over["env.kwargs.expert"] == "true"
     assert "env.kwargs.expert" not in _over("textcraft_qwen2.5-1.5b.yaml", 3)  # its expert needs no switch
-    assert int(over["trainer.logprob_batch_rows"]) == int(over["trainer.micro_batch_rows"]) == 1  # a row more, a forward more
+    assert int(over["trainer.logprob_batch_rows"]) == int(over["trainer.micro_batch_rows"]) == 1  # a row: a forward
 
 
 def test_bad_arguments_exit_2(tmp_path, capsys):
