@@ -21,14 +21,14 @@ epsilon study's table) from the study folder's committed files.
 """
 from __future__ import annotations
 
-import csv
-import gzip
 import math
 import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from common.tables import read_csv
 
 from .gate import gate_report
 from .plots import method_sort_key
@@ -859,12 +859,6 @@ def _pool_extra(by_method: dict[str, list[Run]]) -> list[str]:
 # estimator-bench: proxy hidden states against SmolLM2's
 
 
-def _read_csv(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def _stratified_perm_p(x: dict[str, np.ndarray], y: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -> float:
     """Two-sided permutation p of the mean over tasks of P(x > y): the labels x/y are permuted within each task."""
     rng = np.random.default_rng(seed)
@@ -887,7 +881,7 @@ def estimator_bench(root: Path) -> str:
     from scipy import stats as st
 
     root = Path(root)
-    rows = _read_csv(root / "bench_rows.csv.gz")
+    rows = read_csv(root / "bench_rows.csv.gz")
     md = ["Each benchmark seed is one independent batch (its own MDP draw and policy), so seeds are the unit: mean "
           "over the 20 seeds with a 95% t-interval. **Proxy** hidden states are built from the true state's "
           "features plus Gaussian noise (σ = 0.2): they place equal states close by construction. **LM L-8**: "
@@ -932,7 +926,7 @@ def estimator_bench(root: Path) -> str:
                           f"{precision(fam, src, meth, eps)} |")
     md.append("")
     # tabular learning: which grouping it used, and the comparisons with a correction
-    runs = _read_csv(root / "learning_runs.csv.gz")
+    runs = read_csv(root / "learning_runs.csv.gz")
     auc: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in runs:
         auc[r["method"]][r["task"]][int(r["seed"])].append(float(r["success"]))

@@ -26,8 +26,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import csv  # noqa: E402
-import gzip  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
@@ -41,7 +39,9 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from groundtruth.bench import BenchConfig, Scenario, _setup, estimate  # noqa: E402
+from analysis.stats import format_ci, t_ci  # noqa: E402
+from common.tables import read_csv, write_csv  # noqa: E402
+from groundtruth.bench import BenchConfig, Scenario, estimate, seed_setup  # noqa: E402
 from groundtruth.learning import LearnConfig, train_one  # noqa: E402
 from groundtruth.metrics import METRIC_NAMES, batch_metrics  # noqa: E402
 
@@ -92,7 +92,7 @@ def bench_rows(cfg: BenchConfig, rules=RULES, lm_rows: bool = True, log=print) -
     for fi, family in enumerate(cfg.families):
         for seed in range(cfg.seeds):
             t0 = time.perf_counter()
-            su = _setup(cfg, family, fi, seed)
+            su = seed_setup(cfg, family, fi, seed)
             grads = (su.truth.g_target, su.truth.g_objective)
             for si, sc in enumerate(cfg.scenarios):
                 mdp = su.mdps[sc.name]
@@ -134,20 +134,6 @@ def learning_curves(cfg: LearnConfig, rules=RULES, log=print) -> dict[str, dict[
                     out[task][r].append(train_one(mdp, "hgpo", theta0, cfg, seed, proxy, {"hgpo_rule": r}))
             log(f"[learn] {task}: {cfg.seeds} seeds, {time.perf_counter() - t0:.1f}s")
     return {t: {r: np.stack(v) for r, v in d.items()} for t, d in out.items()}
-
-
-def _read_csv(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    keys = list(rows[0])
-    text = [",".join(keys)] + [",".join(f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys)
-                               for r in rows]
-    with open(path, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:  # same bytes each time
-        gz.write(("\n".join(text) + "\n").encode())
 
 
 def _close(a: float, b: float) -> bool:
@@ -211,22 +197,9 @@ def check_curves(new: dict, committed: dict) -> tuple[int, list[str], float]:
 # ---------------------------------------------------------------------------------------------------------- report
 
 
-def _ci(values) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval."""
-    from scipy import stats as st
-
-    v = np.asarray(values, dtype=float)
-    if v.size < 2:
-        return float(v.mean()), float("nan")
-    return float(v.mean()), float(st.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-
-
 def _fmt(values, digits: int = 3, signed: bool = False) -> str:
-    m, h = _ci(values)
-    sign = "+" if signed else ""
-    if math.isnan(h):
-        return f"{m:{sign}.{digits}f}"
-    return f"{m:{sign}.{digits}f} [{m - h:{sign}.{digits}f}, {m + h:{sign}.{digits}f}]"
+    """Mean over seeds and its 95% Student-t interval."""
+    return format_ci(t_ci(values), digits=digits, signed=signed)
 
 
 def _per_seed(rows: list[dict], metric: str) -> dict[int, float]:
@@ -404,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     t1 = time.perf_counter()
     curves = {} if args.skip_learning else learning_curves(learn_cfg)
     t2 = time.perf_counter()
-    committed_rows = _read_csv(args.study / "bench_rows.csv.gz")
-    committed_curves = _committed_curves(_read_csv(args.study / "learning_runs.csv.gz"))
+    committed_rows = read_csv(args.study / "bench_rows.csv.gz")
+    committed_curves = _committed_curves(read_csv(args.study / "learning_runs.csv.gz"))
     n_rows, bad_rows = check_rows(rows, committed_rows)
     n_runs, bad_runs, worst = check_curves(curves, committed_curves)
     for line in (bad_rows + bad_runs)[:20]:
@@ -420,9 +393,9 @@ def main(argv: list[str] | None = None) -> int:
               + (f" ({'; '.join(bad_runs)}), by at most {worst:.4f} in success: training amplifies "
                  "rounding-size differences from one update to the next" if bad_runs else "") + "."]
     if rows:
-        _write_csv(out / "hgpo_rows.csv.gz", rows)
+        write_csv(out / "hgpo_rows.csv.gz", rows, digits=4)
     if curves:
-        _write_csv(out / "hgpo_learning_runs.csv.gz", _curve_rows(curves))
+        write_csv(out / "hgpo_learning_runs.csv.gz", _curve_rows(curves), digits=4)
     (out / "hgpo_rule.md").write_text(report(rows, committed_rows, curves, committed_curves, header, args.reps,
                                              learn_cfg.eval_iterations()))
     print(f"[hgpo_rescore] wrote {out} (benchmark rows {t1 - t0:.0f} s, learning {t2 - t1:.0f} s); "

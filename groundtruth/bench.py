@@ -41,7 +41,7 @@ from .policy import (
 from .sampling import Rollout, render_observations, sample_rollout, to_step_batch
 
 __all__ = ["Scenario", "BenchConfig", "HIDDEN_ESTIMATORS", "REFERENCES", "run_bench", "make_mdp",
-           "calibrated_logits", "estimate", "BatchTruth", "prepare_truth", "bench_seed", "map_tasks"]
+           "calibrated_logits", "estimate", "BatchTruth", "prepare_truth", "bench_seed", "map_tasks", "seed_setup"]
 
 #: estimators that cluster hidden states and so depend on epsilon
 HIDDEN_ESTIMATORS = ("bigpo", "bipace_v", "bipace_q")
@@ -297,7 +297,7 @@ class _SeedSetup:
     state_vecs: np.ndarray
 
 
-def _setup(cfg: BenchConfig, family: str, fi: int, seed: int) -> _SeedSetup:
+def seed_setup(cfg: BenchConfig, family: str, fi: int, seed: int) -> _SeedSetup:
     """Policy, batch and ground truth of one (family, seed); identical in every process."""
     kwargs = cfg.family_kwargs.get(family, {})
     mdps = {sc.name: make_mdp(family, sc, cfg.horizon, **kwargs) for sc in cfg.scenarios}
@@ -347,7 +347,7 @@ def _evaluate(cfg, su: _SeedSetup, batch, common: dict, sources: dict, rows: lis
 def bench_seed(cfg: BenchConfig, family: str, fi: int, seed: int) -> dict:
     """Text, truth and proxy-source rows of one (family, seed) over all scenarios."""
     t0 = time.perf_counter()
-    su = _setup(cfg, family, fi, seed)
+    su = seed_setup(cfg, family, fi, seed)
     rows: list[dict] = []
     geometry: list[dict] = []
     proxies = {s: ProxyEmbedder(su.mdp0.features, ProxyConfig(obs_noise=s, spread=cfg.proxy_spread, seed=seed))
@@ -369,7 +369,7 @@ def bench_seed(cfg: BenchConfig, family: str, fi: int, seed: int) -> dict:
 def bench_seed_lm(cfg: BenchConfig, family: str, fi: int, seed: int, lm: LMEmbedder) -> dict:
     """LM-source rows of one (family, seed): the first ``lm_groups`` groups of the ``lm_scenario`` batch,
     with the text/truth/proxy methods recomputed on the same rows for a like-for-like comparison."""
-    su = _setup(cfg, family, fi, seed)
+    su = seed_setup(cfg, family, fi, seed)
     si = [sc.name for sc in cfg.scenarios].index(cfg.lm_scenario)
     mdp = su.mdps[cfg.lm_scenario]
     obs = render_observations(mdp, su.ro, np.random.default_rng([seed, fi, 1, si]))

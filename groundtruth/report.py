@@ -1,8 +1,6 @@
 """Tables, plots and the Markdown summary of the ground-truth benchmark (read only the result dicts)."""
 from __future__ import annotations
 
-import csv
-import gzip
 import json
 import math
 from collections import defaultdict
@@ -11,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.stats import iqm, poi_ci, steps_to_threshold, stratified_bootstrap_ci
+from common.tables import write_csv
 
 from .metrics import METRIC_NAMES, mean_ci
 
@@ -130,21 +129,6 @@ def summarise_learning(learn: dict, thresholds, reps: int = 2000) -> dict:
     return {"aggregate": agg, "poi": poi, "thresholds": thr, "curves": curves, "families": fams, "methods": methods,
             "per_task": per_task, "runs": runs,
             "start": {f: float(np.mean(v)) for f, v in learn["start"].items()}}
-
-
-def _write_csv(path: Path, rows: list[dict], digits: int = 6) -> None:
-    """CSV with floats at ``digits`` significant digits; gzip-compressed when ``path`` ends in .gz."""
-    if not rows:
-        return
-    keys = list(rows[0].keys())
-    for r in rows[1:]:
-        keys += [k for k in r if k not in keys]
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wt", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.{digits}g}" if isinstance(v, float) else v) for k, v in r.items()})
 
 
 # ============================================================================================ plots
@@ -275,8 +259,8 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
     if bench is not None:
         summary = summarise_bench(bench["rows"])
         result["bench_summary"] = summary
-        _write_csv(out / "bench_summary.csv", summary)
-        _write_csv(out / "bench_rows.csv.gz", bench["rows"], digits=4)
+        write_csv(out / "bench_summary.csv", summary)
+        write_csv(out / "bench_rows.csv.gz", bench["rows"], digits=4)
         geo = defaultdict(list)
         for g in bench["geometry"]:
             geo[(g["family"], g["scenario"], g["source"])].append(g)
@@ -287,7 +271,7 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
                 if k not in ("family", "scenario", "seed", "source"):
                     row[k] = float(np.nanmean([g[k] for g in gs]))
             geo_rows.append(row)
-        _write_csv(out / "geometry.csv", geo_rows)
+        write_csv(out / "geometry.csv", geo_rows)
         result["geometry"] = geo_rows
         fams = list(dict.fromkeys(r["family"] for r in summary))
         scens = list(dict.fromkeys(r["scenario"] for r in summary))
@@ -402,12 +386,12 @@ def write_report(out: Path, bench: dict | None, learn: dict | None, bench_cfg=No
         thresholds = learn_cfg.thresholds if learn_cfg is not None else (0.5, 0.8)
         ls = summarise_learning(learn, thresholds, reps=reps)
         result["learning"] = ls
-        _write_csv(out / "learning_aggregate.csv", ls["aggregate"])
-        _write_csv(out / "learning_poi.csv", ls["poi"])
-        _write_csv(out / "learning_thresholds.csv", ls["thresholds"])
-        _write_csv(out / "learning_curves.csv", ls["curves"])
-        _write_csv(out / "learning_per_task.csv", ls["per_task"])
-        _write_csv(out / "learning_runs.csv.gz", ls["runs"], digits=4)
+        write_csv(out / "learning_aggregate.csv", ls["aggregate"])
+        write_csv(out / "learning_poi.csv", ls["poi"])
+        write_csv(out / "learning_thresholds.csv", ls["thresholds"])
+        write_csv(out / "learning_curves.csv", ls["curves"])
+        write_csv(out / "learning_per_task.csv", ls["per_task"])
+        write_csv(out / "learning_runs.csv.gz", ls["runs"], digits=4)
         _plot_learning(ls, out / "learning_curves.png")
         _plot_poi(ls, out / "learning_poi.png")
         n_seeds = next(iter(next(iter(learn["curves"].values())).values())).shape[0]

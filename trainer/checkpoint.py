@@ -174,8 +174,9 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: _iteration_of(p))
 
 
-def validate_checkpoint(path: str | Path) -> str | None:
-    """None if ``path`` looks usable, else the reason it is not (missing/partial/corrupt)."""
+def validate_checkpoint(path: str | Path, only: tuple[str, ...] | None = None) -> str | None:
+    """None if ``path`` looks usable, else the reason it is not (missing/partial/corrupt); ``only``: check just these
+    files of the manifest (e.g. ``("state.json",)``, a cheap check before the whole load)."""
     path = Path(path)
     man = path / "manifest.json"
     if not man.exists():
@@ -189,6 +190,8 @@ def validate_checkpoint(path: str | Path) -> str | None:
         return f"{man} is unreadable (its 'files' is not a mapping)"
     unverified = []
     for rel, entry in files.items():
+        if only is not None and rel not in only:
+            continue
         f = path / rel
         if not f.exists():
             return f"{f} is missing"

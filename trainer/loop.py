@@ -652,11 +652,7 @@ class Trainer:
         sleep level 1, its weights to the host and back). What needs the memory for itself puts it to sleep first:
         the rollout when it ends (the log-prob passes and the update follow), a checkpoint before it saves."""
         self.rollout_engine.wake()
-        try:
-            self.rollout_engine.update_weights(_with_aliases(self.ppo_actor.full_named_parameters(), self.tied_aliases))
-        except BaseException:
-            self.rollout_engine.sleep()
-            raise
+        self.rollout_engine.update_weights(_with_aliases(self.ppo_actor.full_named_parameters(), self.tied_aliases))
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Every eval split on its fixed task list (this rank's share): ``eval/<env>/<split>/...`` metrics."""

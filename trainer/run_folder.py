@@ -80,20 +80,15 @@ _DELETING = ".checkpoints.deleting-"
 
 
 def _checked_state(ck: Path) -> dict:
-    """A checkpoint's ``state.json`` as saved: ``ValueError`` when it differs from the SHA-256 its manifest lists (an
-    edit or a disk error; the loader skips such a checkpoint, so its iteration says nothing about the resume). A
-    manifest without a digest for it (an older save) is taken as is."""
-    from .checkpoint import file_sha256
+    """A checkpoint's ``state.json`` as saved: ``ValueError`` when the loader's check of it fails (missing, or not
+    the SHA-256 its manifest lists: an edit or a disk error; the loader skips such a checkpoint, so its iteration
+    says nothing about the resume)."""
+    from .checkpoint import validate_checkpoint
 
-    path = ck / "state.json"
-    files = json.loads((ck / "manifest.json").read_text())["files"]
-    if not isinstance(files, dict):
-        raise ValueError(f"{ck / 'manifest.json'} is unreadable")
-    entry = files.get("state.json")
-    digest = entry.get("sha256") if isinstance(entry, dict) else None
-    if digest is not None and file_sha256(path) != digest:
-        raise ValueError(f"{path} does not match the SHA-256 in its manifest")
-    return json.loads(path.read_text())
+    reason = validate_checkpoint(ck, only=("state.json",))
+    if reason is not None:
+        raise ValueError(reason)
+    return json.loads((ck / "state.json").read_text())
 
 
 def _spans(numbers: list[int]) -> str:

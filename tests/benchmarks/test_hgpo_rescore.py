@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import hgpo_rescore as hr
+from common.tables import read_csv, write_csv
 from groundtruth.bench import BenchConfig, Scenario, run_bench
 from groundtruth.learning import LearnConfig, run_learning
 from groundtruth.metrics import METRIC_NAMES
@@ -34,11 +35,11 @@ def test_bench_rows_equal_the_benchmarks_hgpo_rows(small, tmp_path):
     # the two rules differ on these batches (rows before step 2, the level weights), and the check sees it
     assert any(by[(s, k, "start_marker")]["pearson"] != by[(s, k, "verl_agent")]["pearson"]
                for s in ("plain", "aliased") for k in range(2))
-    hr._write_csv(tmp_path / "rows.csv.gz", rows)
-    committed = [{**r, "method": "hgpo"} for r in hr._read_csv(tmp_path / "rows.csv.gz")
+    write_csv(tmp_path / "rows.csv.gz", rows, digits=4)
+    committed = [{**r, "method": "hgpo"} for r in read_csv(tmp_path / "rows.csv.gz")
                  if r["hgpo_rule"] == "start_marker"]
     assert hr.check_rows(rows, committed) == (4, [])
-    swapped = [{**r, "method": "hgpo"} for r in hr._read_csv(tmp_path / "rows.csv.gz")
+    swapped = [{**r, "method": "hgpo"} for r in read_csv(tmp_path / "rows.csv.gz")
                if r["hgpo_rule"] == "verl_agent"]
     n, bad = hr.check_rows(rows, swapped)
     assert n == 4 and bad
