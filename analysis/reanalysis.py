@@ -425,7 +425,109 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
             md.append(f"| {e}{mark} | {a_txt} | {g_txt} | {_ci(r['level'], signed=False)} | {tail}")
         md.append("")
         md += truth_correction_md(new, baseline, f"### {sc}: the fill isolated on these batches")
+        rerun = [r for r in load(root / "hgpo" / sc / "runs") if r.method == baseline]
+        if rerun:
+            md += hgpo_rule_md(new, rerun, sc, baseline)
     return "\n".join(md)
+
+
+#: metrics a re-run may change without its batches changing (wall times)
+_TIMING_KEYS = ("groundtruth/cell_seconds",)
+
+
+def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: float = 1e-9) -> dict:
+    """Whether ``new`` (a re-run of ``old``'s runs, one per seed) holds the same batches: every ``groundtruth/...``
+    metric whose name does not contain ``/<skip>`` (nor a wall time), at every iteration of every seed, equal to the
+    old run's within ``tol``. Returns ``{"seeds", "values", "equal", "max_diff", "missing", "mismatch"}``:
+    ``missing`` counts the values one side lacks (an iteration or a key), ``mismatch`` names the first value off."""
+    by_seed = {r.seed: r for r in old}
+    out = {"seeds": 0, "values": 0, "equal": 0, "max_diff": 0.0, "missing": 0, "mismatch": None}
+    for r in sorted(new, key=lambda r: r.seed):
+        o = by_seed.get(r.seed)
+        if o is None:
+            out["missing"] += 1
+            out["mismatch"] = out["mismatch"] or f"seed {r.seed}: no committed run"
+            continue
+        out["seeds"] += 1
+        rows_o = {row.get("iteration"): row for row in o.metrics}
+        rows_n = {row.get("iteration"): row for row in r.metrics}
+        for it in sorted(set(rows_o) | set(rows_n), key=lambda x: (x is None, x)):
+            a, b = rows_o.get(it, {}), rows_n.get(it, {})
+            keys = {k for k in set(a) | set(b)
+                    if k.startswith("groundtruth/") and f"/{skip}" not in k and k not in _TIMING_KEYS}
+            for k in sorted(keys):
+                if k not in a or k not in b:
+                    out["missing"] += 1
+                    out["mismatch"] = out["mismatch"] or f"seed {r.seed}, iteration {it}: {k} on one side only"
+                    continue
+                out["values"] += 1
+                x, y = float(a[k]), float(b[k])
+                d = abs(x - y) if (math.isfinite(x) and math.isfinite(y)) else (0.0 if x == y else math.inf)
+                out["max_diff"] = max(out["max_diff"], d)
+                if d <= tol:
+                    out["equal"] += 1
+                elif out["mismatch"] is None:
+                    out["mismatch"] = f"seed {r.seed}, iteration {it}: {k} {x!r} vs {y!r}"
+    return out
+
+
+def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = "gigpo",
+                 metric: str = "pearson") -> list[str]:
+    """HGPO under two rules on the same batches: ``old`` the committed runs (``estimator.hgpo_rule: start_marker``),
+    ``new`` their re-runs with ``verl_agent`` (``configs/studies/llm-gt-hgpo-*.yaml``). First the check that the
+    batches are the same (``same_batch_check``), then HGPO's level, its gap to ``baseline`` under each rule (each in
+    its own Holm family of the table's estimators), the paired per-seed change, and HGPO's rank among the table's
+    rows. A changed reading, as the plan in ``results/llm-gt-rescored/README.md`` defines it, is flagged."""
+    chk = same_batch_check(old, new)
+    same = chk["missing"] == 0 and chk["equal"] == chk["values"] and chk["values"] > 0
+    md = [f"### {scenario}: HGPO's rule", "",
+          f"Same batches: {chk['equal']:,} of {chk['values']:,} non-HGPO `groundtruth/` values over {chk['seeds']} "
+          f"seeds equal within 1e-9 (largest difference {chk['max_diff']:.1e}; values on one side only: "
+          f"{chk['missing']}).", ""]
+    if not same:
+        return md + [f"**Not the same batches** ({chk['mismatch']}): the rows below are a new sample, not a "
+                     "re-scoring, and no change of rule is read from them.", ""]
+    rules = {"start_marker": truth_rows(old, metric, baseline), "verl_agent": truth_rows(new, metric, baseline)}
+
+    def rank(rows: list[dict]) -> int:
+        order = sorted(rows, key=lambda r: -r["level"][0])
+        return 1 + [r["estimator"] for r in order].index("hgpo")
+
+    def rule_row(rows: list[dict]) -> dict:
+        return next(r for r in rows if r["estimator"] == "hgpo")
+
+    k = sum("p" in r for r in rules["verl_agent"])
+    md += [f"| HGPO rule | mean [95% CI] | − {baseline} [95% CI] | seeds > 0 | Holm p (k = {k}) | rank |",
+           "|---|---|---|---|---|---|"]
+    for name, rows in rules.items():
+        r = rule_row(rows)
+        md.append(f"| {name} | {_ci(r['level'], signed=False)} | {_ci(r['diff'])} | {r['above']}/{r['n']} | "
+                  f"{_p(r['p_holm'])} | {rank(rows)} of {len(rows)} |")
+    a, b = rule_row(rules["start_marker"]), rule_row(rules["verl_agent"])
+    old_by = {r.seed: {row.get("iteration"): row for row in r.metrics} for r in old}
+    key = f"groundtruth/hgpo/{metric}"
+    d: dict[int, list[float]] = defaultdict(list)
+    for r in new:
+        for row in r.metrics:
+            o = old_by.get(r.seed, {}).get(row.get("iteration"), {})
+            if _finite(row.get(key)) and _finite(o.get(key)):
+                d[r.seed].append(float(row[key]) - float(o[key]))
+    change = hierarchical_bootstrap_ci(list(d.values()))
+
+    def excl(ci) -> int:
+        return 1 if ci[1] > 0 else (-1 if ci[2] < 0 else 0)
+
+    why = []
+    if excl(a["diff"]) != excl(b["diff"]):
+        why.append("HGPO − GiGPO's interval moves across 0")
+    if (a["p_holm"] < 0.05) != (b["p_holm"] < 0.05):
+        why.append("its Holm p crosses 0.05")
+    if abs(rank(rules["start_marker"]) - rank(rules["verl_agent"])) > 1:
+        why.append("its rank moves by more than one place")
+    md += ["", f"Paired change (verl_agent − start_marker, per seed then iteration): {_ci(change)}. "
+           + (f"**The reading changes**: {'; '.join(why)}." if why else
+              "**No reading changes** (interval against 0, Holm p against 0.05, rank within one place)."), ""]
+    return md
 
 
 def _own_rows(runs: list[Run], arms: list[str], metric: str, baseline: str) -> list[dict]:

@@ -357,6 +357,61 @@ def test_rescored_sets_new_readings_beside_the_committed_ones(tmp_path):
     assert "## oversplit: no runs yet" in md and "## undersplit: no runs yet" in md
 
 
+def _gt_runs(folder: Path, hgpo_gap: float, gigpo_shift: float = 0.0, seeds=range(3)) -> None:
+    # gigpo-trained runs, 2 iterations: gigpo g, bigpo g + 0.05, hgpo g + hgpo_gap, a wall time that moves
+    for seed in seeds:
+        d = folder / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}"
+        d.mkdir(parents=True)
+        g = 0.2 + 0.01 * seed
+        rows = [{"iteration": it, "groundtruth/gigpo/pearson": g + gigpo_shift, "groundtruth/bigpo/pearson": g + 0.05,
+                 "groundtruth/hgpo/pearson": g + hgpo_gap + 0.001 * it,
+                 "groundtruth/visited_only/hgpo/pearson": 0.5 + hgpo_gap,
+                 "groundtruth/cell_seconds": 1.0 + hgpo_gap + seed} for it in (1, 2)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_same_batch_check_skips_hgpo_and_wall_times_and_names_the_first_value_off(tmp_path):
+    from analysis.reanalysis import same_batch_check
+
+    _gt_runs(tmp_path / "old", 0.02)
+    _gt_runs(tmp_path / "new", -0.03)
+    _gt_runs(tmp_path / "moved", -0.03, gigpo_shift=1e-6)
+    _gt_runs(tmp_path / "short", -0.03, seeds=range(2))
+    old = find_runs(tmp_path / "old")
+    ok = same_batch_check(old, find_runs(tmp_path / "new"))
+    assert ok == {"seeds": 3, "values": 12, "equal": 12, "max_diff": 0.0, "missing": 0, "mismatch": None}
+    off = same_batch_check(old, find_runs(tmp_path / "moved"))
+    assert off["equal"] == 6 and off["max_diff"] == pytest.approx(1e-6)
+    assert off["mismatch"].startswith("seed 0, iteration 1: groundtruth/gigpo/pearson")
+    # a re-run with a seed fewer compares what it has; a seed of its own that the committed study lacks is missing
+    assert same_batch_check(old, find_runs(tmp_path / "short"))["seeds"] == 2
+    assert same_batch_check(find_runs(tmp_path / "short"), find_runs(tmp_path / "new"))["missing"] == 1
+
+
+def test_rescored_adds_hgpo_under_both_rules_and_flags_a_changed_reading(tmp_path):
+    # committed exact runs: hgpo = gigpo + 0.02 (+0.001 per iteration) on every batch; the re-run under the published
+    # rule: gigpo - 0.03. Same batches otherwise, so the rule table is read: the gap crosses 0, the reading changes
+    from analysis.reanalysis import rescored
+
+    _gt_runs(tmp_path / "llm-gt-rescored" / "exact", 0.02)
+    _gt_runs(tmp_path / "llm-gt-rescored" / "hgpo" / "exact", -0.03)
+    md = rescored(tmp_path / "llm-gt-rescored")
+    rule = md.split("### exact: HGPO's rule")[1]
+    assert "Same batches: 12 of 12 non-HGPO `groundtruth/` values over 3 seeds equal within 1e-9" in rule
+    # means 0.2315 and 0.1815 (seeds 0.20-0.22 plus the gap and 0.0015), gaps +0.0215 and -0.0285; Holm over bigpo
+    # and hgpo (3 of 3 seeds on one side: p 0.25 each, x 2); ranks among gigpo 0.21, bigpo 0.26 and hgpo
+    assert "| start_marker | 0.232 [0.222, 0.241] | +0.021 [+0.021, +0.022] | 3/3 | 0.500 | 2 of 3 |" in rule
+    assert "| verl_agent | 0.181 [0.172, 0.191] | -0.028 [-0.029, -0.028] | 0/3 | 0.500 | 3 of 3 |" in rule
+    assert "Paired change (verl_agent − start_marker, per seed then iteration): -0.050 [-0.050, -0.050]" in rule
+    assert "**The reading changes**: HGPO − GiGPO's interval moves across 0." in rule
+    # a re-run whose other estimators moved is a new sample: no rule table, and it says so
+    _gt_runs(tmp_path / "b" / "llm-gt-rescored" / "exact", 0.02)
+    _gt_runs(tmp_path / "b" / "llm-gt-rescored" / "hgpo" / "exact", -0.03, gigpo_shift=0.01)
+    md = rescored(tmp_path / "b" / "llm-gt-rescored")
+    assert "**Not the same batches** (seed 0, iteration 1: groundtruth/gigpo/pearson" in md
+    assert "| verl_agent |" not in md
+
+
 def test_reanalyse_on_a_damaged_packed_file_is_an_exit_2_message_naming_the_fix(tmp_path, capsys):
     from experiments.reanalyse import main
 
