@@ -291,7 +291,9 @@ def format_scan(rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m estimators.calibrate", description=__doc__.split("\n\n")[0])
+    # the name it was run under: estimators.calibrate in the repo, bipace.estimators.calibrate from the wheel
+    name = __spec__.name if __spec__ is not None else "estimators.calibrate"
+    ap = argparse.ArgumentParser(prog=f"python -m {name}", description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--batch", help="a StepBatch file written by StepBatch.save (e.g. the trainer's first batch)")
     src.add_argument("--synthetic", action="store_true", help="scan a synthetic batch (demo)")

@@ -208,6 +208,10 @@ def test_estimators_import_and_run_in_a_venv_with_only_torch_and_numpy(wheel, tm
     assert all(v > 0 for v in out["sums"].values()) and len(out["sums"]) >= 7
     assert not set(HEAVY) & set(out["findable"]), out["findable"]            # the venv really lacks them
     assert not (set(HEAVY) | set(OURS_NOT_ESTIMATORS)) & set(out["modules"])  # and the estimators never import them
+    # the calibration command runs from the wheel and its usage line names the installed module
+    res = subprocess.run([str(py), "-m", "bipace.estimators.calibrate", "--help"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.startswith("usage: python -m bipace.estimators.calibrate"), res.stderr
 
 
 def _install(wheel: Path, path: Path) -> Path:
