@@ -27,7 +27,8 @@ Per rank (the ranks work in parallel; a rank owns B = env.groups x env.group_siz
 * **weight refresh**: the whole bf16 model gathered to each rank (2 P over NVLink, 2 P / W from the host with
   parameter offload) and loaded into vLLM, plus vLLM's sleep and wake (level 1: its 2 P weights to the host and
   back) ``sleep_wakes`` times per iteration;
-* **evaluation**, amortised over ``eval.every`` (the iteration-0 pass over ``trainer.iterations``): chunked, each
+* **evaluation**, amortised over ``eval.every`` (the iteration-0 pass over ``trainer.iterations``, or none with
+  ``eval.share_start``: the plan is then of a sweep's runs after its first, which reuse its iteration 0): chunked, each
   split in chunks of the pool's size (B slots), each chunk ``eval turns`` turns; refilling (``eval.refill``),
   ceil(tasks x L_eval / B) + ``eval turns`` turns; a turn costs as in the rollout at the evaluation's live rows;
 * **checkpoint**, amortised over ``trainer.save_every``: 2 P (HF export) + 12 P (every rank's optimizer state)
@@ -101,6 +102,7 @@ class Workload:
     eval_turns: int                 # turns of a chunk (its longest episode) [scenario]
     eval_every: int
     eval_refill: bool
+    eval_start_shared: bool         # eval.share_start: a sweep's later runs reuse its first run's iteration 0
     iterations: int
     save_every: int
     env_steps_per_s: float          # per rank, all its env workers
@@ -198,10 +200,12 @@ def plan_time(w: Workload, r: GPURates = GPURates()) -> TimePlan:
     epre = eval_rows * w.prompt_tokens * 2 * P / (r.peak_tflops * 1e12 * r.prefill_util)
     _, edec, _ = _turn_seconds(w, r, 1)
     one = epre + turns * edec + eval_rows / w.env_steps_per_s
-    per_iter = (1 / w.eval_every if w.eval_every else 0) + 1 / max(w.iterations, 1)
+    per_iter = (1 / w.eval_every if w.eval_every else 0) + (0 if w.eval_start_shared else 1 / max(w.iterations, 1))
     s["evaluation"] = one * per_iter
+    start = ("iteration 0 shared: a sweep's runs after its first" if w.eval_start_shared
+             else f"iteration 0 over {w.iterations}")
     d["evaluation"] = (f"one evaluation {one:.0f} s ({turns} turns, {'refilling' if w.eval_refill else 'chunked'}, "
-                       f"{eval_rows:.0f} rows per rank) x (1/{w.eval_every} + iteration 0 over {w.iterations})")
+                       f"{eval_rows:.0f} rows per rank) x (1/{w.eval_every} + {start})")
     # checkpoint
     ck = (2 * P + 12 * P) / (r.disk_gbs * 1e9)
     s["checkpoint"] = ck / max(w.save_every, 1)
@@ -212,8 +216,8 @@ def plan_time(w: Workload, r: GPURates = GPURates()) -> TimePlan:
 def workload_from_config(cfg, gpus: int, params: int, scenario: str = "mid", *, before_fixes: bool = False
                          ) -> Workload:
     """The ``Workload`` of a loaded preset on ``gpus`` ranks under ``scenario``; ``before_fixes``: prompt-ordered
-    rows, chunked evaluation, one CPU Adam thread and two vLLM sleep/wake cycles per iteration, the state first
-    modelled."""
+    rows, chunked evaluation, an iteration-0 evaluation in every run, one CPU Adam thread and two vLLM sleep/wake
+    cycles per iteration, the state first modelled."""
     env = cfg.env_name
     L, turns, tp, tr, rmax, le, et = SCENARIOS[env][scenario]
     horizon = int(cfg.env.max_steps or 50)
@@ -229,6 +233,7 @@ def workload_from_config(cfg, gpus: int, params: int, scenario: str = "mid", *, 
         sleep_wakes=2 if before_fixes else 1,  # before: the rollout's and the refresh's; after: the refresh stays awake
         eval_tasks=EVAL_TASKS[env], eval_len=min(le, horizon), eval_turns=min(et, horizon),
         eval_every=cfg.eval.every, eval_refill=bool(cfg.eval.refill) and not before_fixes,
+        eval_start_shared=bool(cfg.eval.share_start) and not before_fixes,
         iterations=cfg.trainer.iterations, save_every=cfg.trainer.save_every,
         env_steps_per_s=400.0 if env == "alfworld" else 1000.0)
 
@@ -267,7 +272,8 @@ def render_time(plans: dict, title: str) -> str:
     for ph in PHASES:
         lines.append(f"| {ph} | {mid.seconds[ph]:.1f} | {mid.detail[ph]} |")
     lines.append(f"| **total** | **{mid.total:.0f}** | paper: {PAPER_SECONDS} s per ALFWorld/7B iteration on 4 GPUs |")
-    lines += ["", "| scenario | before fixes (prompt order, chunked eval, 1 Adam thread, 2 sleep/wakes) | "
+    lines += ["", "| scenario | before fixes (prompt order, chunked eval, each run's own iteration 0, 1 Adam thread, "
+              "2 sleep/wakes) | "
               "after fixes | of which evaluation (after) |", "|---|---|---|---|"]
     for sc in ("low", "mid", "high"):
         b, a = plans[(sc, "before")], plans[(sc, "after")]

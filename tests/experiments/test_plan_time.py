@@ -60,3 +60,14 @@ def test_the_fixes_only_lower_the_time_and_the_gpu_rates_scale_it():
     mid = preset_plans(ALF7, 4)[("mid", "after")]
     faster = plan_time(mid.workload, replace(GPURates(), update_util=0.70))
     assert faster.seconds["update"] < mid.seconds["update"] and faster.seconds["rollout"] == mid.seconds["rollout"]
+
+
+def test_a_shared_start_evaluation_leaves_only_the_periodic_ones():
+    # the 7B ALFWorld preset shares its iteration-0 evaluation (eval.share_start): the plan, of a sweep's later runs,
+    # counts one evaluation per eval.every; without the sharing, iteration 0 adds one more over trainer.iterations
+    plan = preset_plans(ALF7, 4)[("mid", "after")]
+    w = plan.workload
+    assert w.eval_start_shared and "iteration 0 shared" in plan.detail["evaluation"]
+    own = plan_time(replace(w, eval_start_shared=False), GPURates())
+    assert own.seconds["evaluation"] == pytest.approx(plan.seconds["evaluation"] * (1 + w.eval_every / w.iterations))
+    assert f"iteration 0 over {w.iterations}" in own.detail["evaluation"]
