@@ -5,7 +5,8 @@ power loss leaves the old file or the new one, never a torn one; on any error (a
 is removed. ``atomic_folder(out)`` does the same for a whole folder (a model folder): fill the temporary sibling it
 yields, and on a clean exit it replaces ``out``; on an error the sibling is removed and ``out`` is untouched.
 ``disk_full(exc)`` finds an ``ENOSPC`` anywhere in an exception's chain (safetensors reports it as a
-``SafetensorError`` whose text holds "os error 28").
+``SafetensorError`` whose text holds "os error 28"). ``SettledLines`` is what a log file keeps of a console stream:
+a progress bar's carriage-return frames dropped, each line as it was last drawn.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_write_text", "atomic_folder", "fsync_path", "fsync_dir", "disk_full", "free_bytes",
-           "format_bytes"]
+           "format_bytes", "SettledLines"]
 
 
 def fsync_path(path: str | Path) -> None:
@@ -124,3 +125,29 @@ def format_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+class SettledLines:
+    """Console bytes in, log bytes out: ``feed(chunk)`` returns the complete lines seen so far, each reduced to the
+    text after its last carriage return (a progress bar's final frame: tqdm redraws a line with ``\\r`` and ends it
+    with ``\\n``), and ``close()`` the unfinished rest. Blank frames (a bar cleared before the next one) do not
+    replace the text drawn before them; a ``\\r\\n`` line ending keeps the line. The unfinished line is held as its
+    last frame only, so a bar that runs for hours does not grow the buffer."""
+
+    def __init__(self) -> None:
+        self._line = b""
+
+    @staticmethod
+    def _settle(line: bytes) -> bytes:
+        frames = [f for f in line.split(b"\r") if f.strip()]
+        return frames[-1] if frames else b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        *done, rest = (self._line + chunk).split(b"\n")
+        # keep the unfinished line's last drawn frame (and a trailing \r, which a \r\n split across chunks needs)
+        self._line = self._settle(rest) + (b"\r" if rest.endswith(b"\r") else b"")
+        return b"".join(self._settle(line) + b"\n" for line in done)
+
+    def close(self) -> bytes:
+        rest, self._line = self._settle(self._line), b""
+        return rest

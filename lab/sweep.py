@@ -52,6 +52,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.fsio import SettledLines
 from envs.paths import portable_text
 
 __all__ = ["RunSpec", "GRID_SHORT_NAMES", "parse_grid", "variant_name", "expand", "plan", "run_sweep", "main"]
@@ -323,10 +324,12 @@ def _iterations_logged(run_dir: Path) -> int:
     return 0
 
 
-def _child_env(slot: int, jobs: int, nproc: int | None, gpus: list[str] | None) -> dict:
+def _child_env(slot: int, jobs: int, nproc: int | None, gpus: list[str] | None, tee: bool = False) -> dict:
     env = dict(os.environ)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if not tee:  # the run writes straight to console.log: no progress-bar frames from transformers or the Hub
+        env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
     if gpus is not None and nproc:
@@ -337,11 +340,14 @@ def _child_env(slot: int, jobs: int, nproc: int | None, gpus: list[str] | None) 
 
 
 def _tee(src, log, out) -> None:
+    settled = SettledLines()  # the terminal gets the progress bars; console.log their last frames
     for chunk in iter(lambda: src.read1(4096) if hasattr(src, "read1") else src.read(4096), b""):
-        log.write(chunk)
+        log.write(settled.feed(chunk))
         log.flush()
         out.write(chunk)
         out.flush()
+    log.write(settled.close())
+    log.flush()
 
 
 def run_sweep(specs: list[RunSpec], *, launcher: list[str], jobs: int = 1, runs_root: Path,
@@ -422,7 +428,7 @@ def _run_locked(specs, todo, summary, record, *, launcher, jobs, nproc, gpus, te
                        f"{' (' + spec.detail + ')' if spec.status == 'resume' else ''}; log "
                        f"{spec.run_dir / 'console.log'}")
                 (bar.write(msg) if bar else say(msg))
-                env = _child_env(slot, jobs, nproc, gpus)
+                env = _child_env(slot, jobs, nproc, gpus, tee)
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if tee else log, stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True, preexec_fn=_set_pdeathsig)
                 act = _Active(spec, proc, slot, log, time.time(), os.getloadavg()[0], env["OMP_NUM_THREADS"])

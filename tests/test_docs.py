@@ -216,6 +216,13 @@ def test_no_narration_outside_tests():
                     pytrace=False)
 
 
+def test_no_committed_log_or_page_holds_progress_bar_frames():
+    """Logs and pages are read as lines: a carriage return is a progress bar's frame that makes one long line
+    (``common.fsio.SettledLines`` keeps the last frame; CSV files end their rows with CRLF and are not checked)."""
+    framed = [name for name, text in tracked_text_files() if name.endswith((".log", ".md", ".txt")) and "\r" in text]
+    assert not framed, f"carriage returns in {framed}"
+
+
 def test_every_command_named_in_the_docs_and_results_exists():
     """A provenance line ("Command: python -m ...", "made by python -m ...") names a command that still runs."""
     problems = [p for name, text in tracked_text_files()

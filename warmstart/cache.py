@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common.fsio import SettledLines
 from envs.paths import portable_path, portable_text
 
 __all__ = ["warmstart_cli_args", "warmstart_estimate", "find_warmstart", "warmstart_command",
@@ -176,11 +177,13 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
             log_path.open("ab") as log:
         start = log.tell()
         buf = b""
+        settled = SettledLines()  # the terminal gets the progress bars; the log their last frames
         for chunk in iter(lambda: proc.stdout.read1(4096), b""):
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
-            log.write(chunk)
+            log.write(settled.feed(chunk))
             buf = (buf + chunk)[-8192:]
+        log.write(settled.close())
         rc = proc.wait()
     _portable_log(log_path, start)
     _drop_repeated_cache_hit(log_path, start)

@@ -30,3 +30,20 @@ def test_an_error_leaves_the_old_folder_and_no_sibling(tmp_path):
         raise KeyboardInterrupt
     assert [p.name for p in out.iterdir()] == ["old.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def test_settled_lines_keep_each_progress_bar_as_last_drawn_whatever_the_chunking():
+    from common.fsio import SettledLines
+
+    stream = (b"start\n\rLoading:   0%|  | 0/26\rLoading: 100%|##| 26/26\nnext line\r\n\n"
+              b"\rbar 1\rbar 2\r      \rafter clear\nunfinished\rlast")
+    want = b"start\nLoading: 100%|##| 26/26\nnext line\n\nafter clear\nlast"
+    for size in (1, 2, 3, 7, len(stream)):
+        s = SettledLines()
+        out = b"".join(s.feed(stream[i:i + size]) for i in range(0, len(stream), size)) + s.close()
+        assert out == want, size
+    # a bar that never ends its line holds one frame, not all of them
+    s = SettledLines()
+    for i in range(10_000):
+        assert s.feed(f"\rstep {i}".encode()) == b""
+    assert len(s._line) < 20 and s.close() == b"step 9999"

@@ -227,6 +227,26 @@ def test_progress_off_a_terminal_is_plain_lines(tmp_path, monkeypatch, capfd):
     assert "\r" not in err and f"[sweep] 0/{spec.iterations} iterations; running: grpo/s0 0/{spec.iterations}" in err
 
 
+def test_console_logs_hold_no_progress_bar_frames(tmp_path, capfd):
+    """A run's console.log: with ``--tee`` the terminal gets the child's bars and the log their last frames; without,
+    the child is asked for no Hub/transformers bars (``HF_HUB_DISABLE_PROGRESS_BARS``) since it writes the log."""
+    root = tmp_path / "runs"
+    (spec,) = sweep.expand([SMOKE], ["grpo"], [0], (), FAST, root)
+    child = (f"import json, os, pathlib, sys; d = pathlib.Path({str(spec.run_dir)!r}); d.mkdir(parents=True, "
+             "exist_ok=True); sys.stdout.write('\\rLoading 0%\\rLoading 100%\\nbars off: ' + "
+             "os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS', '-') + '\\n'); (d / 'run.json').write_text("
+             f"json.dumps({{'status': 'finished', 'iterations_done': {spec.iterations}}}))")
+    for tee, flag in ((True, "-"), (False, "1")):
+        (spec.run_dir / "console.log").unlink(missing_ok=True)
+        summary = sweep.run_sweep([spec], launcher=[sys.executable, "-c", child], runs_root=root, progress=False,
+                                  tee=tee, say=lambda *_: None)
+        assert summary["finished"] == [spec.label], summary
+        log = (spec.run_dir / "console.log").read_text()
+        assert "\r" not in log and f"Loading 100%\nbars off: {flag}\n" in log, (tee, log)
+        (spec.run_dir / "run.json").unlink()
+    assert "\rLoading 0%\rLoading 100%" in capfd.readouterr().out  # the terminal kept the frames (tee)
+
+
 # ------------------------------------------------------------------------------------------- a real sweep
 @pytest.mark.slow
 def test_two_runs_two_at_a_time_then_interrupt_and_resume(tmp_path):
