@@ -513,6 +513,8 @@ def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = 
             if _finite(row.get(key)) and _finite(o.get(key)):
                 d[r.seed].append(float(row[key]) - float(o[key]))
     change = hierarchical_bootstrap_ci(list(d.values()))
+    flat = [abs(x) for v in d.values() for x in v]
+    moved = sum(x > 1e-9 for x in flat)
 
     def excl(ci) -> int:
         return 1 if ci[1] > 0 else (-1 if ci[2] < 0 else 0)
@@ -524,7 +526,9 @@ def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = 
         why.append("its Holm p crosses 0.05")
     if abs(rank(rules["start_marker"]) - rank(rules["verl_agent"])) > 1:
         why.append("its rank moves by more than one place")
-    md += ["", f"Paired change (verl_agent − start_marker, per seed then iteration): {_ci(change)}. "
+    md += ["", f"HGPO's {metric} differs between the rules in {moved} of {len(flat)} run-iterations (largest "
+           f"{max(flat, default=0.0):.4f}); paired change (verl_agent − start_marker, per seed then iteration): "
+           f"{_ci(change, 4)}. "
            + (f"**The reading changes**: {'; '.join(why)}." if why else
               "**No reading changes** (interval against 0, Holm p against 0.05, rank within one place)."), ""]
     return md

@@ -402,7 +402,8 @@ def test_rescored_adds_hgpo_under_both_rules_and_flags_a_changed_reading(tmp_pat
     # and hgpo (3 of 3 seeds on one side: p 0.25 each, x 2); ranks among gigpo 0.21, bigpo 0.26 and hgpo
     assert "| start_marker | 0.232 [0.222, 0.241] | +0.021 [+0.021, +0.022] | 3/3 | 0.500 | 2 of 3 |" in rule
     assert "| verl_agent | 0.181 [0.172, 0.191] | -0.028 [-0.029, -0.028] | 0/3 | 0.500 | 3 of 3 |" in rule
-    assert "Paired change (verl_agent − start_marker, per seed then iteration): -0.050 [-0.050, -0.050]" in rule
+    assert "differs between the rules in 6 of 6 run-iterations (largest 0.0500); paired change (verl_agent − " \
+           "start_marker, per seed then iteration): -0.0500 [-0.0500, -0.0500]" in rule
     assert "**The reading changes**: HGPO − GiGPO's interval moves across 0." in rule
     # a re-run whose other estimators moved is a new sample: no rule table, and it says so
     _gt_runs(tmp_path / "b" / "llm-gt-rescored" / "exact", 0.02)
