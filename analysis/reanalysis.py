@@ -380,7 +380,8 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
     estimator on the batches of GiGPO-trained runs, beside the committed study's figures (all its runs, and its
     GiGPO-trained runs alone), then the fill isolated on the new batches (``truth_correction_md``). ``root``:
     ``results/llm-gt-rescored`` (scenarios ``exact``, ``undersplit``); the over-split scenario comes from
-    ``halves``' GiGPO runs (default: ``results/llm-gt-halves`` beside ``root``)."""
+    ``halves``' GiGPO runs (default: ``results/llm-gt-halves`` beside ``root``). Where ``root/hgpo/<scenario>`` holds
+    those runs again with HGPO's published rule, each scenario ends with ``hgpo_rule_md``."""
     root = Path(root)
     committed = Path(committed) if committed is not None else root.parent / "llm-groundtruth"
     halves = Path(halves) if halves is not None else root.parent / "llm-gt-halves"
