@@ -436,6 +436,11 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
 _TIMING_KEYS = ("groundtruth/cell_seconds",)
 
 
+def _by_iteration(run: Run) -> dict:
+    """{iteration: metrics row} of a run."""
+    return {row.get("iteration"): row for row in run.metrics}
+
+
 def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: float = 1e-9) -> dict:
     """Whether ``new`` (a re-run of ``old``'s runs, one per seed) holds the same batches: every ``groundtruth/...``
     metric whose name does not contain ``/<skip>`` (nor a wall time), at every iteration of every seed, equal to the
@@ -450,8 +455,7 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
             out["mismatch"] = out["mismatch"] or f"seed {r.seed}: no committed run"
             continue
         out["seeds"] += 1
-        rows_o = {row.get("iteration"): row for row in o.metrics}
-        rows_n = {row.get("iteration"): row for row in r.metrics}
+        rows_o, rows_n = _by_iteration(o), _by_iteration(r)
         for it in sorted(set(rows_o) | set(rows_n), key=lambda x: (x is None, x)):
             a, b = rows_o.get(it, {}), rows_n.get(it, {})
             keys = {k for k in set(a) | set(b)
@@ -505,7 +509,7 @@ def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = 
         md.append(f"| {name} | {_ci(r['level'], signed=False)} | {_ci(r['diff'])} | {r['above']}/{r['n']} | "
                   f"{_p(r['p_holm'])} | {rank(rows)} of {len(rows)} |")
     a, b = rule_row(rules["start_marker"]), rule_row(rules["verl_agent"])
-    old_by = {r.seed: {row.get("iteration"): row for row in r.metrics} for r in old}
+    old_by = {r.seed: _by_iteration(r) for r in old}
     key = f"groundtruth/hgpo/{metric}"
     d: dict[int, list[float]] = defaultdict(list)
     for r in new:
