@@ -274,12 +274,20 @@ def _same_batch_rows(runs: list[Run], metric: str, baseline: str) -> list[dict]:
     return rows
 
 
-def halves(root: Path, baseline: str = "gigpo") -> str:
+def _load_runs(folder: Path) -> list[Run]:
+    """The runs under ``folder`` (its run folders or its packed file), none where neither exists."""
+    return find_runs(folder) if folder.is_dir() or packed_file(folder) is not None else []
+
+
+def halves(root: Path, baseline: str = "gigpo", reruns: list[Path] | None = None) -> str:
     """GiGPO, its state half (bigpo), its action half (pace_anchor), both (bipace_q) and both with ``cluster_std``:
     (1) every registered half scored on the same batches (the plain arms' runs; a variant arm on its own runs'),
     (2) each arm's own advantage on its own runs, (3) training success, (4) the PACE branch mix and the step term's
-    scale, and what that scale does to the update. Against GiGPO, Holm within each table."""
-    runs = [r for r in find_runs(Path(root) / "runs") if r.method in HALVES]
+    scale, and what that scale does to the update, (5) the every-cell truth against the uniform fill. Against GiGPO,
+    Holm within each table. Where the plain arms were run again with HGPO's published rule (``reruns``, default
+    ``root/hgpo/runs`` and ``llm-gt-rescored/hgpo/oversplit/runs`` beside ``root``), (6) ``hgpo_halves_md``."""
+    root = Path(root)
+    runs = [r for r in find_runs(root / "runs") if r.method in HALVES]
     if not runs:
         return "No runs yet.\n"
     seeds = sorted({r.seed for r in runs})
@@ -319,7 +327,126 @@ def halves(root: Path, baseline: str = "gigpo") -> str:
     md += truth_correction_md(plain, baseline, f"### 5. What the every-cell truth changed on these batches "
                                                f"(descriptive, added after the first 22 runs; not one of the tests "
                                                f"above; the {len(plain)} runs of the plain arms, as in table 1)")
+    if reruns is None:
+        reruns = [root / "hgpo" / "runs", root.parent / "llm-gt-rescored" / "hgpo" / "oversplit" / "runs"]
+    again = [r for folder in reruns for r in _load_runs(Path(folder)) if r.method in HALVES]
+    if again:
+        md += hgpo_halves_md(plain, again, baseline)
     return "\n".join(md)
+
+
+def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> list[str]:
+    """Table 5's HGPO rows under two rules on the same batches: ``old`` the plain arms' committed runs
+    (``estimator.hgpo_rule: start_marker``), ``new`` their re-runs with ``verl_agent`` (matched by arm and seed). Per
+    arm the same-batch check (``same_batch_check``) and the paired change of HGPO's Pearson with the every-cell
+    truth; then HGPO's rows of table 5 under each rule and its rank there. A reading changes, as the plan in
+    ``results/llm-gt-halves/README.md`` ("HGPO's rule on the other arms") defines it, if one of HGPO's four gaps to
+    ``baseline`` excludes 0 under one rule and not the other, or its rank (whole advantage, every-cell truth) moves by
+    more than one place; it is read only when every committed run was re-run on the same batches."""
+    arms = [m for m in HALVES if any(r.method == m for r in old)]
+    md = ["### 6. HGPO's rule on these batches (added 2026-12-06; the plan: README, \"HGPO's rule on the other "
+          "arms\")", "",
+          "The plain arms' runs again with `estimator.hgpo_rule: verl_agent` (HGPO's published code) as the one "
+          "change; the committed runs scored HGPO with `start_marker`. Same batches: every non-HGPO `groundtruth/` "
+          "value equal within 1e-9. HGPO's change: its Pearson with the every-cell truth, verl_agent − start_marker "
+          "on the same run-iteration (hierarchical bootstrap over seeds, then iterations).", "",
+          "| arm | runs again | non-HGPO values equal | largest difference | HGPO differs in | "
+          "HGPO's change [95% CI] |",
+          "|---|---|---|---|---|---|"]
+    same, complete, pairs_old, pairs_new = True, True, [], []
+    for m in arms:
+        o = [r for r in old if r.method == m]
+        n = [r for r in new if r.method == m]
+        if not n:
+            complete = False
+            md.append(f"| {m} | 0 of {len(o)} | – | – | – | – |")
+            continue
+        chk = same_batch_check(o, n)
+        ok = chk["missing"] == 0 and chk["equal"] == chk["values"] and chk["values"] > 0
+        same &= ok
+        complete &= {r.seed for r in o} <= {r.seed for r in n}
+        seeds = {r.seed for r in n}
+        pairs_old += [r for r in o if r.seed in seeds]
+        pairs_new += n
+        change, moved, k, largest = _paired_change(o, n, "groundtruth/hgpo/pearson")
+        md.append(f"| {m} | {len(n)} of {len(o)} | {chk['equal']:,} of {chk['values']:,}"
+                  f"{'' if ok else ' (' + str(chk['mismatch']) + ')'} | {chk['max_diff']:.1e} | {moved} of {k} "
+                  f"run-iterations (largest {largest:.4f}) | {_ci(change, 4)} |")
+    md.append("")
+    if not same:
+        return md + ["**Not the same batches** in at least one arm: the re-runs are a new sample, not a re-scoring, "
+                     "and no change of rule is read from them.", ""]
+
+    def rank(runs: list[Run]) -> int:
+        point = {}
+        for e in _correction_names(runs):
+            obs = _seed_obs(runs, lambda row, e=e: row.get(f"groundtruth/{e}/pearson"))
+            if obs:
+                point[e] = float(np.mean([np.mean(v) for v in obs.values()]))
+        return 1 + sorted(point, key=lambda e: -point[e]).index("hgpo") if "hgpo" in point else 0
+
+    rules = {"start_marker": pairs_old, "verl_agent": pairs_new}
+    cis = {(rule, metric): _correction_cis(runs, "hgpo", metric, baseline)
+           for rule, runs in rules.items() for metric in ("pearson", "pearson_step")}
+    ranks = {rule: rank(runs) for rule, runs in rules.items()}
+    n_est = len(_correction_names(pairs_new))
+    md += [f"HGPO's rows of table 5 under each rule ({len(pairs_new)} runs, {len({r.seed for r in pairs_new})} seeds; "
+           f"Pearson with the every-cell truth (`new`) and the uniform fill (`old`), the gaps to {baseline} on the "
+           "same batch; rank: among table 5's estimators, whole advantage, `new`):", "",
+           f"| HGPO rule | term | new | old | − {baseline}, new | − {baseline}, old | rank |",
+           "|---|---|---|---|---|---|---|"]
+    for rule in rules:
+        for metric, term in (("pearson", "whole advantage"), ("pearson_step", "step term")):
+            c = cis[(rule, metric)]
+            md.append(f"| {rule} | {term} | {_ci_or_dash(c['new'], False)} | {_ci_or_dash(c['old'], False)} | "
+                      f"{_ci_or_dash(c['gap new'])} | {_ci_or_dash(c['gap old'])} | "
+                      f"{f'{ranks[rule]} of {n_est}' if metric == 'pearson' else '–'} |")
+    md.append("")
+    if not complete:
+        return md + [f"Not every committed run was run again ({len(pairs_new)} of {len(old)}): no reading is stated.",
+                     ""]
+    why = []
+    for metric, term in (("pearson", "whole advantage"), ("pearson_step", "step term")):
+        for gap, truth in (("gap new", "every-cell"), ("gap old", "uniform-fill")):
+            a, b = cis[("start_marker", metric)][gap], cis[("verl_agent", metric)][gap]
+            if a is not None and b is not None and _excludes_zero(a) != _excludes_zero(b):
+                why.append(f"the {term}'s gap to {baseline} under the {truth} truth moves across 0")
+    if abs(ranks["start_marker"] - ranks["verl_agent"]) > 1:
+        why.append("HGPO's rank moves by more than one place")
+    return md + [(f"**The reading changes**: {'; '.join(why)}." if why else
+                  "**No reading changes** (each gap's interval against 0, the rank within one place)."), ""]
+
+
+def _correction_names(runs: list[Run]) -> list[str]:
+    """The estimators scored against both truths (``groundtruth/visited_only/<e>/...``) in ``runs``."""
+    return sorted({k.split("/")[2] for r in runs for row in r.metrics for k in row
+                   if k.startswith("groundtruth/visited_only/") and k.count("/") == 3})
+
+
+def _correction_cis(runs: list[Run], e: str, metric: str, baseline: str) -> dict[str, tuple | None]:
+    """Estimator ``e``'s cells of ``truth_correction_md``'s table: its ``metric`` against the every-cell truth
+    (``new``) and the uniform fill (``old``), their difference, and its gap to ``baseline`` under each truth, each a
+    hierarchical bootstrap (point, low, high) over seeds, then the seed's run-iterations (None: nothing logged; the
+    gaps are None for ``baseline`` itself)."""
+    new, old = f"groundtruth/{e}/{metric}", f"groundtruth/visited_only/{e}/{metric}"
+
+    def ci(key_fn):
+        obs = _seed_obs(runs, key_fn)
+        return hierarchical_bootstrap_ci(list(obs.values())) if obs else None
+
+    def diff(a: str, b: str):
+        return lambda row: (row[a] - row[b]) if _finite(row.get(a)) and _finite(row.get(b)) else None
+
+    out = {"new": ci(lambda row: row.get(new)), "old": ci(lambda row: row.get(old)), "new - old": ci(diff(new, old)),
+           "gap new": None, "gap old": None}
+    if e != baseline:
+        out["gap new"] = ci(diff(new, f"groundtruth/{baseline}/{metric}"))
+        out["gap old"] = ci(diff(old, f"groundtruth/visited_only/{baseline}/{metric}"))
+    return out
+
+
+def _ci_or_dash(c: tuple | None, signed: bool = True) -> str:
+    return _ci(c, signed=signed) if c is not None else "–"
 
 
 def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]:
@@ -327,8 +454,7 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
     cells take a uniform policy (``groundtruth/visited_only/*``: what ``llm-groundtruth`` was scored against), the
     gap to ``baseline`` under each (whole advantage, then the step term), the ceiling and the two truths' agreement.
     Intervals: hierarchical bootstrap over seeds, then the seed's run-iterations."""
-    names = sorted({k.split("/")[2] for r in runs for row in r.metrics for k in row
-                    if k.startswith("groundtruth/visited_only/") and k.count("/") == 3})
+    names = _correction_names(runs)
     if not names:
         return []
 
@@ -338,9 +464,6 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
 
     def get(k: str):
         return lambda row: row.get(k)
-
-    def diff(a: str, b: str):
-        return lambda row: (row[a] - row[b]) if _finite(row.get(a)) and _finite(row.get(b)) else None
 
     md = [title, "",
           "`new`: the truth of this study (the LM scored in every reachable cell); `old`: the same batches against the "
@@ -353,12 +476,9 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
                f"| estimator | new | old | new − old | − {baseline}, new | − {baseline}, old |",
                "|---|---|---|---|---|---|"]
         for e in names:
-            new, old = f"groundtruth/{e}/{metric}", f"groundtruth/visited_only/{e}/{metric}"
-            gaps = ("–", "–") if e == baseline else (
-                ci(diff(new, f"groundtruth/{baseline}/{metric}")),
-                ci(diff(old, f"groundtruth/visited_only/{baseline}/{metric}")))
-            md.append(f"| {e} | {ci(get(new), False)} | {ci(get(old), False)} | {ci(diff(new, old))} | "
-                      f"{gaps[0]} | {gaps[1]} |")
+            c = _correction_cis(runs, e, metric, baseline)
+            md.append(f"| {e} | {_ci_or_dash(c['new'], False)} | {_ci_or_dash(c['old'], False)} | "
+                      f"{_ci_or_dash(c['new - old'])} | {_ci_or_dash(c['gap new'])} | {_ci_or_dash(c['gap old'])} |")
         md.append("")
     md += ["The two truths' Pearson on the rows (`groundtruth/visited_only_pearson`): "
            f"{ci(get('groundtruth/visited_only_pearson'), False)}; the mean total-variation distance between the "
@@ -388,9 +508,6 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
     sources = {"exact": root / "exact" / "runs", "oversplit": halves / "runs",
                "undersplit": root / "undersplit" / "runs"}
 
-    def load(folder: Path) -> list[Run]:
-        return find_runs(folder) if folder.is_dir() or packed_file(folder) is not None else []
-
     md = ["Training does not read the truth, and every run scores every registered estimator on its own batches, so "
           "the same-batch readings of `llm-groundtruth` need one trained arm per seed: here GiGPO, with the committed "
           "study's warm starts, seeds and ε rule (`anchor_f1`); the over-split scenario reuses `llm-gt-halves`' GiGPO "
@@ -399,11 +516,11 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
           "intervals: hierarchical bootstrap over seeds; sign-flip p over the per-seed means, Holm over each table's "
           "estimators against GiGPO, as in the committed re-analysis.", ""]
     for sc, folder in sources.items():
-        new = [r for r in load(folder) if r.method == baseline]
+        new = [r for r in _load_runs(folder) if r.method == baseline]
         if not new:
             md += [f"## {sc}: no runs yet", ""]
             continue
-        old_all = [r for r in load(committed / sc / "runs") if epsilon_label(r) == "auto"]
+        old_all = [r for r in _load_runs(committed / sc / "runs") if epsilon_label(r) == "auto"]
         old_gigpo = [r for r in old_all if r.method == baseline]
         rows = truth_rows(new, "pearson", baseline)
         ref_all = {r["estimator"]: r for r in truth_rows(old_all, "pearson", baseline)} if old_all else {}
@@ -426,7 +543,7 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
             md.append(f"| {e}{mark} | {a_txt} | {g_txt} | {_ci(r['level'], signed=False)} | {tail}")
         md.append("")
         md += truth_correction_md(new, baseline, f"### {sc}: the fill isolated on these batches")
-        rerun = [r for r in load(root / "hgpo" / sc / "runs") if r.method == baseline]
+        rerun = [r for r in _load_runs(root / "hgpo" / sc / "runs") if r.method == baseline]
         if rerun:
             md += hgpo_rule_md(new, rerun, sc, baseline)
     return "\n".join(md)
@@ -476,6 +593,27 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
     return out
 
 
+def _paired_change(old: list[Run], new: list[Run], key: str) -> tuple[tuple, int, int, float]:
+    """``key`` in ``new`` minus ``old`` on the same run-iterations (runs paired by seed, rows by iteration):
+    (hierarchical bootstrap (point, low, high) over seeds, then the seed's iterations; how many differ by more than
+    1e-9; how many pairs; the largest absolute difference)."""
+    old_by = {r.seed: _by_iteration(r) for r in old}
+    d: dict[int, list[float]] = defaultdict(list)
+    for r in new:
+        for row in r.metrics:
+            o = old_by.get(r.seed, {}).get(row.get("iteration"), {})
+            if _finite(row.get(key)) and _finite(o.get(key)):
+                d[r.seed].append(float(row[key]) - float(o[key]))
+    flat = [abs(x) for v in d.values() for x in v]
+    return (hierarchical_bootstrap_ci(list(d.values())), sum(x > 1e-9 for x in flat), len(flat),
+            max(flat, default=0.0))
+
+
+def _excludes_zero(ci) -> int:
+    """1 if the interval (point, low, high) lies above 0, -1 if below, 0 if it holds 0."""
+    return 1 if ci[1] > 0 else (-1 if ci[2] < 0 else 0)
+
+
 def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = "gigpo",
                  metric: str = "pearson") -> list[str]:
     """HGPO under two rules on the same batches: ``old`` the committed runs (``estimator.hgpo_rule: start_marker``),
@@ -509,30 +647,16 @@ def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = 
         md.append(f"| {name} | {_ci(r['level'], signed=False)} | {_ci(r['diff'])} | {r['above']}/{r['n']} | "
                   f"{_p(r['p_holm'])} | {rank(rows)} of {len(rows)} |")
     a, b = rule_row(rules["start_marker"]), rule_row(rules["verl_agent"])
-    old_by = {r.seed: _by_iteration(r) for r in old}
-    key = f"groundtruth/hgpo/{metric}"
-    d: dict[int, list[float]] = defaultdict(list)
-    for r in new:
-        for row in r.metrics:
-            o = old_by.get(r.seed, {}).get(row.get("iteration"), {})
-            if _finite(row.get(key)) and _finite(o.get(key)):
-                d[r.seed].append(float(row[key]) - float(o[key]))
-    change = hierarchical_bootstrap_ci(list(d.values()))
-    flat = [abs(x) for v in d.values() for x in v]
-    moved = sum(x > 1e-9 for x in flat)
-
-    def excl(ci) -> int:
-        return 1 if ci[1] > 0 else (-1 if ci[2] < 0 else 0)
-
+    change, moved, n, largest = _paired_change(old, new, f"groundtruth/hgpo/{metric}")
     why = []
-    if excl(a["diff"]) != excl(b["diff"]):
+    if _excludes_zero(a["diff"]) != _excludes_zero(b["diff"]):
         why.append("HGPO − GiGPO's interval moves across 0")
     if (a["p_holm"] < 0.05) != (b["p_holm"] < 0.05):
         why.append("its Holm p crosses 0.05")
     if abs(rank(rules["start_marker"]) - rank(rules["verl_agent"])) > 1:
         why.append("its rank moves by more than one place")
-    md += ["", f"HGPO's {metric} differs between the rules in {moved} of {len(flat)} run-iterations (largest "
-           f"{max(flat, default=0.0):.4f}); paired change (verl_agent − start_marker, per seed then iteration): "
+    md += ["", f"HGPO's {metric} differs between the rules in {moved} of {n} run-iterations (largest "
+           f"{largest:.4f}); paired change (verl_agent − start_marker, per seed then iteration): "
            f"{_ci(change, 4)}. "
            + (f"**The reading changes**: {'; '.join(why)}." if why else
               "**No reading changes** (interval against 0, Holm p against 0.05, rank within one place)."), ""]

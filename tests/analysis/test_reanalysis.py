@@ -422,3 +422,57 @@ def test_reanalyse_on_a_damaged_packed_file_is_an_exit_2_message_naming_the_fix(
     assert main(["learning", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "runs.jsonl.xz" in err and "git checkout -- " in err and "Traceback" not in err
+
+
+def _halves_runs(folder: Path, methods, hgpo_gap: float, shift: float = 0.0, seeds=range(3)) -> None:
+    # plain-arm runs, 2 iterations: gigpo g, bigpo g + 0.05, hgpo g + hgpo_gap (whole and step term, both truths;
+    # the uniform fill 0.01 lower), a wall time that moves
+    for method in methods:
+        for seed in seeds:
+            d = folder / "finiterooms" / "tiny" / method / f"seed_{seed}"
+            d.mkdir(parents=True)
+            g = 0.2 + 0.01 * seed + (0.002 if method == "bigpo" else 0.0)
+            vals = {"gigpo": g + shift, "bigpo": g + 0.05, "hgpo": g + hgpo_gap}
+            rows = []
+            for it in (1, 2):
+                row = {"iteration": it, "groundtruth/cell_seconds": 1.0 + hgpo_gap}
+                for e, v in vals.items():
+                    for m in ("pearson", "pearson_step"):
+                        row[f"groundtruth/{e}/{m}"] = v + 0.001 * it
+                        row[f"groundtruth/visited_only/{e}/{m}"] = v - 0.01
+                rows.append(row)
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_halves_reads_hgpo_under_both_rules_on_the_plain_arms_batches(tmp_path):
+    # committed plain arms gigpo and bigpo: hgpo = gigpo + 0.02; re-runs with the published rule: gigpo - 0.03 (the
+    # gigpo arm's re-run lives in llm-gt-rescored, the bigpo arm's in the study's hgpo/ folder)
+    from analysis.reanalysis import halves
+
+    root = tmp_path / "llm-gt-halves"
+    _halves_runs(root / "runs", ("gigpo", "bigpo"), 0.02)
+    assert "### 6. HGPO's rule" not in halves(root)  # no re-runs: no section
+    _halves_runs(root / "hgpo" / "runs", ("bigpo",), -0.03)
+    md = halves(root).split("### 6. HGPO's rule")[1]
+    # each re-run holds 3 seeds x 2 iterations x (gigpo, bigpo) x 2 metrics x 2 truths = 48 non-HGPO values
+    assert "| bigpo | 3 of 3 | 48 of 48 | 0.0e+00 | 6 of 6 run-iterations (largest 0.0500) | " \
+           "-0.0500 [-0.0500, -0.0500] |" in md
+    assert "| gigpo | 0 of 3 | – | – | – | – |" in md
+    assert "Not every committed run was run again (3 of 6): no reading is stated." in md
+    _halves_runs(tmp_path / "llm-gt-rescored" / "hgpo" / "oversplit" / "runs", ("gigpo",), -0.03)
+    md = halves(root).split("### 6. HGPO's rule")[1]
+    # hgpo - gigpo: +0.020 under start_marker, -0.030 under verl_agent, under both truths and both terms; hgpo ranks
+    # 2nd of 3 (gigpo g, bigpo g + 0.05) under start_marker, 3rd under verl_agent
+    assert "| start_marker | whole advantage | " in md and "| +0.020 [+0.020, +0.020] | +0.020 [+0.020, +0.020] | " \
+           "2 of 3 |" in md
+    assert "| -0.030 [-0.030, -0.030] | -0.030 [-0.030, -0.030] | 3 of 3 |" in md
+    assert "| verl_agent | step term | " in md
+    assert "**The reading changes**: the whole advantage's gap to gigpo under the every-cell truth moves across 0" in md
+    assert "the step term's gap to gigpo under the uniform-fill truth moves across 0." in md
+    # a re-run whose other estimators moved is a new sample, and no reading is stated
+    root2 = tmp_path / "b" / "llm-gt-halves"
+    _halves_runs(root2 / "runs", ("gigpo", "bigpo"), 0.02)
+    _halves_runs(root2 / "hgpo" / "runs", ("gigpo", "bigpo"), -0.03, shift=0.01)
+    md = halves(root2).split("### 6. HGPO's rule")[1]
+    assert "(seed 0, iteration 1: groundtruth/gigpo/pearson" in md and "**Not the same batches**" in md
+    assert "| verl_agent |" not in md and "reading changes" not in md
