@@ -353,7 +353,7 @@ def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> l
           "| arm | runs again | non-HGPO values equal | largest difference | HGPO differs in | "
           "HGPO's change [95% CI] |",
           "|---|---|---|---|---|---|"]
-    same, complete, pairs_old, pairs_new = True, True, [], []
+    same, complete = True, True
     for m in arms:
         o = [r for r in old if r.method == m]
         n = [r for r in new if r.method == m]
@@ -365,14 +365,15 @@ def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> l
         ok = chk["missing"] == 0 and chk["equal"] == chk["values"] and chk["values"] > 0
         same &= ok
         complete &= {r.seed for r in o} <= {r.seed for r in n}
-        seeds = {r.seed for r in n}
-        pairs_old += [r for r in o if r.seed in seeds]
-        pairs_new += n
         change, moved, k, largest = _paired_change(o, n, "groundtruth/hgpo/pearson")
         md.append(f"| {m} | {len(n)} of {len(o)} | {chk['equal']:,} of {chk['values']:,}"
                   f"{'' if ok else ' (' + str(chk['mismatch']) + ')'} | {chk['max_diff']:.1e} | {moved} of {k} "
                   f"run-iterations (largest {largest:.4f}) | {_ci(change, 4)} |")
     md.append("")
+    # the re-run pairs in the committed runs' order, so that the start_marker rows reproduce table 5's intervals
+    order = {(r.method, r.seed): i for i, r in enumerate(old)}
+    pairs_new = sorted((r for r in new if (r.method, r.seed) in order), key=lambda r: order[(r.method, r.seed)])
+    pairs_old = [r for r in old if (r.method, r.seed) in {(x.method, x.seed) for x in pairs_new}]
     if not same:
         return md + ["**Not the same batches** in at least one arm: the re-runs are a new sample, not a re-scoring, "
                      "and no change of rule is read from them.", ""]
