@@ -362,7 +362,7 @@ def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> l
             md.append(f"| {m} | 0 of {len(o)} | – | – | – | – |")
             continue
         chk = same_batch_check(o, n)
-        ok = chk["missing"] == 0 and chk["equal"] == chk["values"] and chk["values"] > 0
+        ok = chk["same"]
         same &= ok
         complete &= {r.seed for r in o} <= {r.seed for r in n}
         change, moved, k, largest = _paired_change(o, n, "groundtruth/hgpo/pearson")
@@ -431,23 +431,26 @@ def _correction_cis(runs: list[Run], e: str, metric: str, baseline: str) -> dict
     gaps are None for ``baseline`` itself)."""
     new, old = f"groundtruth/{e}/{metric}", f"groundtruth/visited_only/{e}/{metric}"
 
-    def ci(key_fn):
-        obs = _seed_obs(runs, key_fn)
-        return hierarchical_bootstrap_ci(list(obs.values())) if obs else None
-
     def diff(a: str, b: str):
         return lambda row: (row[a] - row[b]) if _finite(row.get(a)) and _finite(row.get(b)) else None
 
-    out = {"new": ci(lambda row: row.get(new)), "old": ci(lambda row: row.get(old)), "new - old": ci(diff(new, old)),
-           "gap new": None, "gap old": None}
+    out = {"new": _obs_ci(runs, lambda row: row.get(new)), "old": _obs_ci(runs, lambda row: row.get(old)),
+           "new - old": _obs_ci(runs, diff(new, old)), "gap new": None, "gap old": None}
     if e != baseline:
-        out["gap new"] = ci(diff(new, f"groundtruth/{baseline}/{metric}"))
-        out["gap old"] = ci(diff(old, f"groundtruth/visited_only/{baseline}/{metric}"))
+        out["gap new"] = _obs_ci(runs, diff(new, f"groundtruth/{baseline}/{metric}"))
+        out["gap old"] = _obs_ci(runs, diff(old, f"groundtruth/visited_only/{baseline}/{metric}"))
     return out
 
 
-def _ci_or_dash(c: tuple | None, signed: bool = True) -> str:
-    return _ci(c, signed=signed) if c is not None else "–"
+def _obs_ci(runs: list[Run], key_fn) -> tuple | None:
+    """Hierarchical bootstrap (point, low, high) of ``key_fn(row)`` over seeds, then each seed's run-iterations;
+    None where no row gives a finite value."""
+    obs = _seed_obs(runs, key_fn)
+    return hierarchical_bootstrap_ci(list(obs.values())) if obs else None
+
+
+def _ci_or_dash(c: tuple | None, signed: bool = True, digits: int = 3) -> str:
+    return _ci(c, digits, signed=signed) if c is not None else "–"
 
 
 def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]:
@@ -460,8 +463,7 @@ def truth_correction_md(runs: list[Run], baseline: str, title: str) -> list[str]
         return []
 
     def ci(key_fn, signed: bool = True, digits: int = 3) -> str:
-        obs = _seed_obs(runs, key_fn)
-        return _ci(hierarchical_bootstrap_ci(list(obs.values())), digits, signed=signed) if obs else "–"
+        return _ci_or_dash(_obs_ci(runs, key_fn), signed, digits)
 
     def get(k: str):
         return lambda row: row.get(k)
@@ -562,8 +564,9 @@ def _by_iteration(run: Run) -> dict:
 def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: float = 1e-9) -> dict:
     """Whether ``new`` (a re-run of ``old``'s runs, one per seed) holds the same batches: every ``groundtruth/...``
     metric whose name does not contain ``/<skip>`` (nor a wall time), at every iteration of every seed, equal to the
-    old run's within ``tol``. Returns ``{"seeds", "values", "equal", "max_diff", "missing", "mismatch"}``:
-    ``missing`` counts the values one side lacks (an iteration or a key), ``mismatch`` names the first value off."""
+    old run's within ``tol``. Returns ``{"seeds", "values", "equal", "max_diff", "missing", "mismatch", "same"}``:
+    ``missing`` counts the values one side lacks (an iteration or a key), ``mismatch`` names the first value off,
+    ``same`` is the verdict (some values compared, every one equal, none on one side only)."""
     by_seed = {r.seed: r for r in old}
     out = {"seeds": 0, "values": 0, "equal": 0, "max_diff": 0.0, "missing": 0, "mismatch": None}
     for r in sorted(new, key=lambda r: r.seed):
@@ -591,6 +594,7 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
                     out["equal"] += 1
                 elif out["mismatch"] is None:
                     out["mismatch"] = f"seed {r.seed}, iteration {it}: {k} {x!r} vs {y!r}"
+    out["same"] = out["missing"] == 0 and out["equal"] == out["values"] > 0
     return out
 
 
@@ -623,7 +627,7 @@ def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = 
     its own Holm family of the table's estimators), the paired per-seed change, and HGPO's rank among the table's
     rows. A changed reading, as the plan in ``results/llm-gt-rescored/README.md`` defines it, is flagged."""
     chk = same_batch_check(old, new)
-    same = chk["missing"] == 0 and chk["equal"] == chk["values"] and chk["values"] > 0
+    same = chk["same"]
     md = [f"### {scenario}: HGPO's rule", "",
           f"Same batches: {chk['equal']:,} of {chk['values']:,} non-HGPO `groundtruth/` values over {chk['seeds']} "
           f"seeds equal within 1e-9 (largest difference {chk['max_diff']:.1e}; values on one side only: "

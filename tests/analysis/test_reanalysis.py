@@ -379,13 +379,15 @@ def test_same_batch_check_skips_hgpo_and_wall_times_and_names_the_first_value_of
     _gt_runs(tmp_path / "short", -0.03, seeds=range(2))
     old = find_runs(tmp_path / "old")
     ok = same_batch_check(old, find_runs(tmp_path / "new"))
-    assert ok == {"seeds": 3, "values": 12, "equal": 12, "max_diff": 0.0, "missing": 0, "mismatch": None}
+    assert ok == {"seeds": 3, "values": 12, "equal": 12, "max_diff": 0.0, "missing": 0, "mismatch": None, "same": True}
     off = same_batch_check(old, find_runs(tmp_path / "moved"))
-    assert off["equal"] == 6 and off["max_diff"] == pytest.approx(1e-6)
+    assert off["equal"] == 6 and off["max_diff"] == pytest.approx(1e-6) and not off["same"]
     assert off["mismatch"].startswith("seed 0, iteration 1: groundtruth/gigpo/pearson")
     # a re-run with a seed fewer compares what it has; a seed of its own that the committed study lacks is missing
     assert same_batch_check(old, find_runs(tmp_path / "short"))["seeds"] == 2
-    assert same_batch_check(find_runs(tmp_path / "short"), find_runs(tmp_path / "new"))["missing"] == 1
+    lacking = same_batch_check(find_runs(tmp_path / "short"), find_runs(tmp_path / "new"))
+    assert lacking["missing"] == 1 and not lacking["same"]
+    assert not same_batch_check(old, [])["same"]  # nothing compared is no verdict of sameness
 
 
 def test_rescored_adds_hgpo_under_both_rules_and_flags_a_changed_reading(tmp_path):
