@@ -331,93 +331,127 @@ def halves(root: Path, baseline: str = "gigpo", reruns: list[Path] | None = None
         reruns = [root / "hgpo" / "runs", root.parent / "llm-gt-rescored" / "hgpo" / "oversplit" / "runs"]
     again = [r for folder in reruns for r in _load_runs(Path(folder)) if r.method in HALVES]
     if again:
-        md += hgpo_halves_md(plain, again, baseline)
+        md += hgpo_halves_md(runs, again, baseline)
     return "\n".join(md)
 
 
-def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> list[str]:
-    """Table 5's HGPO rows under two rules on the same batches: ``old`` the plain arms' committed runs
-    (``estimator.hgpo_rule: start_marker``), ``new`` their re-runs with ``verl_agent`` (matched by arm and seed). Per
-    arm the same-batch check (``same_batch_check``) and the paired change of HGPO's Pearson with the every-cell
-    truth; then HGPO's rows of table 5 under each rule and its rank there. A reading changes, as the plan in
-    ``results/llm-gt-halves/README.md`` ("HGPO's rule on the other arms") defines it, if one of HGPO's four gaps to
-    ``baseline`` excludes 0 under one rule and not the other, or its rank (whole advantage, every-cell truth) moves by
-    more than one place; it is read only when every committed run was re-run on the same batches."""
-    arms = [m for m in HALVES if any(r.method == m for r in old)]
-    md = ["### 6. HGPO's rule on these batches (added 2026-12-06; the plan: README, \"HGPO's rule on the other "
-          "arms\")", "",
-          "The plain arms' runs again with `estimator.hgpo_rule: verl_agent` (HGPO's published code) as the one "
-          "change; the committed runs scored HGPO with `start_marker`. Same batches: every non-HGPO `groundtruth/` "
-          "value equal within 1e-9. HGPO's change: its Pearson with the every-cell truth, verl_agent − start_marker "
-          "on the same run-iteration (hierarchical bootstrap over seeds, then iterations).", "",
-          "| arm | runs again | non-HGPO values equal | largest difference | HGPO differs in | "
-          "HGPO's change [95% CI] |",
-          "|---|---|---|---|---|---|"]
-    same, complete = True, True
-    for m in arms:
-        o = [r for r in old if r.method == m]
-        n = [r for r in new if r.method == m]
-        if not n:
-            complete = False
-            md.append(f"| {m} | 0 of {len(o)} | – | – | – | – |")
-            continue
-        chk = same_batch_check(o, n)
-        ok = chk["same"]
-        same &= ok
-        complete &= {r.seed for r in o} <= {r.seed for r in n}
-        change, moved, k, largest = _paired_change(o, n, "groundtruth/hgpo/pearson")
-        md.append(f"| {m} | {len(n)} of {len(o)} | {chk['equal']:,} of {chk['values']:,}"
-                  f"{'' if ok else ' (' + str(chk['mismatch']) + ')'} | {chk['max_diff']:.1e} | {moved} of {k} "
-                  f"run-iterations (largest {largest:.4f}) | {_ci(change, 4)} |")
-    md.append("")
-    # the re-run pairs in the committed runs' order, so that the start_marker rows reproduce table 5's intervals
-    order = {(r.method, r.seed): i for i, r in enumerate(old)}
-    pairs_new = sorted((r for r in new if (r.method, r.seed) in order), key=lambda r: order[(r.method, r.seed)])
-    pairs_old = [r for r in old if (r.method, r.seed) in {(x.method, x.seed) for x in pairs_new}]
-    if not same:
-        return md + ["**Not the same batches** in at least one arm: the re-runs are a new sample, not a re-scoring, "
-                     "and no change of rule is read from them.", ""]
+# The estimators whose formula reads ``pace_norm`` (``estimators/algorithms.py``): a ``cluster_std`` run logged
+# before 2026-12-06 scored them with the variant's setting, today's code scores them plain (``_own_key``)
+_PACE_NORM_READERS = ("bipace_q", "bipace_v", "pace_anchor")
+
+
+def _rescore_check(o: list[Run], n: list[Run], arm: str) -> dict:
+    """``same_batch_check`` of arm ``arm``'s committed runs ``o`` against their re-runs ``n``; a variant arm whose
+    committed runs scored it under its estimator's name and whose re-runs under its own (``_own_key``) is compared
+    by those two names, its estimator's siblings left out (they read the variant's setting in one code only)."""
+    renamed = (_is_variant(arm) and o and n and _own_key(o[0], "pearson") != _own_key(n[0], "pearson"))
+    if not renamed:
+        return same_batch_check(o, n)
+    return same_batch_check(o, n, changed=_PACE_NORM_READERS, own=(_trained_estimator(arm), arm))
+
+
+def _rule_rows(pairs_old: list[Run], pairs_new: list[Run], baseline: str, title: str) -> tuple[list[str], str]:
+    """HGPO's rows under each rule on the paired runs (``pairs_old`` scored with ``start_marker``, ``pairs_new`` the
+    same batches with ``verl_agent``): Pearson with both truths, whole advantage and step term, the gaps to
+    ``baseline``, and HGPO's rank (whole advantage, every-cell truth) among the other estimators' committed values;
+    then the verdict of the plan's tests (``results/llm-gt-halves/README.md``)."""
+    names = _correction_names(pairs_old)
+
+    def point(runs: list[Run], e: str) -> float | None:
+        obs = _seed_obs(runs, lambda row: row.get(f"groundtruth/{e}/pearson"))
+        return float(np.mean([np.mean(v) for v in obs.values()])) if obs else None
+
+    others = {e: point(pairs_old, e) for e in names if e != "hgpo"}
+    others = {e: v for e, v in others.items() if v is not None}
 
     def rank(runs: list[Run]) -> int:
-        point = {}
-        for e in _correction_names(runs):
-            obs = _seed_obs(runs, lambda row, e=e: row.get(f"groundtruth/{e}/pearson"))
-            if obs:
-                point[e] = float(np.mean([np.mean(v) for v in obs.values()]))
-        return 1 + sorted(point, key=lambda e: -point[e]).index("hgpo") if "hgpo" in point else 0
+        h = point(runs, "hgpo")
+        return 0 if h is None else 1 + sum(v > h for v in others.values())
 
     rules = {"start_marker": pairs_old, "verl_agent": pairs_new}
     cis = {(rule, metric): _correction_cis(runs, "hgpo", metric, baseline)
            for rule, runs in rules.items() for metric in ("pearson", "pearson_step")}
     ranks = {rule: rank(runs) for rule, runs in rules.items()}
-    n_est = len(_correction_names(pairs_new))
-    md += [f"HGPO's rows of table 5 under each rule ({len(pairs_new)} runs, {len({r.seed for r in pairs_new})} seeds; "
-           f"Pearson with the every-cell truth (`new`) and the uniform fill (`old`), the gaps to {baseline} on the "
-           "same batch; rank: among table 5's estimators, whole advantage, `new`):", "",
-           f"| HGPO rule | term | new | old | − {baseline}, new | − {baseline}, old | rank |",
-           "|---|---|---|---|---|---|---|"]
+    md = [f"{title} ({len(pairs_new)} runs, {len({r.seed for r in pairs_new})} seeds; Pearson with the every-cell "
+          f"truth (`new`) and the uniform fill (`old`), the gaps to {baseline} on the same batch; rank: among the "
+          "other estimators' committed values, whole advantage, `new`):", "",
+          f"| HGPO rule | term | new | old | − {baseline}, new | − {baseline}, old | rank |",
+          "|---|---|---|---|---|---|---|"]
     for rule in rules:
         for metric, term in (("pearson", "whole advantage"), ("pearson_step", "step term")):
             c = cis[(rule, metric)]
             md.append(f"| {rule} | {term} | {_ci_or_dash(c['new'], False)} | {_ci_or_dash(c['old'], False)} | "
                       f"{_ci_or_dash(c['gap new'])} | {_ci_or_dash(c['gap old'])} | "
-                      f"{f'{ranks[rule]} of {n_est}' if metric == 'pearson' else '–'} |")
-    md.append("")
-    if not complete:
-        return md + [f"Not every committed run was run again ({len(pairs_new)} of {len(old)}): no reading is stated.",
-                     ""]
+                      f"{f'{ranks[rule]} of {len(others) + 1}' if metric == 'pearson' else '–'} |")
     why = []
     for metric, term in (("pearson", "whole advantage"), ("pearson_step", "step term")):
         for gap, truth in (("gap new", "every-cell"), ("gap old", "uniform-fill")):
-            a, b = cis[("start_marker", metric)][gap], cis[("verl_agent", metric)][gap]
-            if a is not None and b is not None and _excludes_zero(a) != _excludes_zero(b):
+            x, y = cis[("start_marker", metric)][gap], cis[("verl_agent", metric)][gap]
+            if x is not None and y is not None and _excludes_zero(x) != _excludes_zero(y):
                 why.append(f"the {term}'s gap to {baseline} under the {truth} truth moves across 0")
     if abs(ranks["start_marker"] - ranks["verl_agent"]) > 1:
         why.append("HGPO's rank moves by more than one place")
-    return md + [(f"**The reading changes**: {'; '.join(why)}." if why else
-                  "**No reading changes** (each gap's interval against 0, the rank within one place)."), ""]
+    return md + [""], (f"**The reading changes**: {'; '.join(why)}." if why else
+                       "**No reading changes** (each gap's interval against 0, the rank within one place).")
 
 
+def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> list[str]:
+    """HGPO under two rules on the same batches: ``old`` the study's committed runs (``estimator.hgpo_rule:
+    start_marker``), ``new`` their re-runs with ``verl_agent`` (matched by arm and seed). Per arm the same-batch
+    check (``_rescore_check``) and the paired change of HGPO's Pearson with the every-cell truth; then HGPO's rows of
+    table 5 (the plain arms' runs) under each rule, and, where the study has a variant arm, its rows over every run
+    (``summary.md``'s pooling), each with the plan's verdict (``_rule_rows``). A pooling is read only when each of
+    its committed runs was re-run on the same batches."""
+    arms = [m for m in HALVES if any(r.method == m for r in old)]
+    md = ["### 6. HGPO's rule on these batches (added 2026-12-06; the plan: README, \"HGPO's rule on the other "
+          "arms\" and \"HGPO on the `cluster_std` arm's batches\")", "",
+          "Each arm's runs again with `estimator.hgpo_rule: verl_agent` (HGPO's published code) as the one change; "
+          "the committed runs scored HGPO with `start_marker`. Same batches: every non-HGPO `groundtruth/` value "
+          "equal within 1e-9 (on a variant arm whose committed runs scored it under its estimator's name, that name "
+          "against the variant's, its estimator's siblings left out: README). HGPO's change: its Pearson with the "
+          "every-cell truth, verl_agent − start_marker on the same run-iteration (hierarchical bootstrap over seeds, "
+          "then iterations).", "",
+          "| arm | runs again | non-HGPO values equal | largest difference | HGPO differs in | "
+          "HGPO's change [95% CI] |",
+          "|---|---|---|---|---|---|"]
+    ready, differ = {}, []  # arm -> every committed run re-run on the same batches; arms whose batches differ
+    for m in arms:
+        o = [r for r in old if r.method == m]
+        n = [r for r in new if r.method == m]
+        if not n:
+            ready[m] = False
+            md.append(f"| {m} | 0 of {len(o)} | – | – | – | – |")
+            continue
+        chk = _rescore_check(o, n, m)
+        ok = chk["same"]
+        ready[m] = ok and {r.seed for r in o} <= {r.seed for r in n}
+        change, moved, k, largest = _paired_change(o, n, "groundtruth/hgpo/pearson")
+        md.append(f"| {m} | {len(n)} of {len(o)} | {chk['equal']:,} of {chk['values']:,}"
+                  f"{'' if ok else ' (' + str(chk['mismatch']) + ')'} | {chk['max_diff']:.1e} | {moved} of {k} "
+                  f"run-iterations (largest {largest:.4f}) | {_ci(change, 4)} |")
+        differ += [] if ok else [m]
+    md.append("")
+    if differ:
+        return md + [f"**Not the same batches** in the {', '.join(differ)} arm{'s' if len(differ) > 1 else ''}: the "
+                     "re-runs are a new sample, not a re-scoring, and no change of rule is read from them.", ""]
+    # the re-runs paired in the committed runs' order, so that the start_marker rows reproduce table 5's intervals
+    order = {(r.method, r.seed): i for i, r in enumerate(old)}
+    plain = [m for m in arms if not _is_variant(m)]
+    poolings = [("HGPO's rows of table 5 under each rule", plain)]
+    if len(plain) < len(arms):
+        poolings.append((f"HGPO's rows over every run of the study, as `summary.md` pools them ({', '.join(arms)})",
+                         arms))
+    for title, members in poolings:
+        pairs_new = sorted((r for r in new if r.method in members and (r.method, r.seed) in order),
+                           key=lambda r: order[(r.method, r.seed)])
+        keep = {(x.method, x.seed) for x in pairs_new}
+        pairs_old = [r for r in old if (r.method, r.seed) in keep]
+        rows, verdict = _rule_rows(pairs_old, pairs_new, baseline, title)
+        md += rows
+        n_old = sum(r.method in members for r in old)
+        md += [verdict if all(ready[m] for m in members) else
+               f"Not every committed run was run again ({len(pairs_new)} of {n_old}): no reading is stated.", ""]
+    return md
 def _correction_names(runs: list[Run]) -> list[str]:
     """The estimators scored against both truths (``groundtruth/visited_only/<e>/...``) in ``runs``."""
     return sorted({k.split("/")[2] for r in runs for row in r.metrics for k in row
@@ -561,12 +595,37 @@ def _by_iteration(run: Run) -> dict:
     return {row.get("iteration"): row for row in run.metrics}
 
 
-def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: float = 1e-9) -> dict:
+def _batch_values(row: dict, skip: str, changed: tuple[str, ...], own: str | None) -> dict:
+    """The ``groundtruth/...`` values of ``row`` that ``same_batch_check`` compares, by a name both codes share:
+    none that names ``skip`` (any segment starting with it) or a wall time; none that names an estimator in
+    ``changed`` (``name`` or ``name@...``), except that the segment ``own``, where given, is renamed ``<own>``."""
+    out = {}
+    for k, v in row.items():
+        if not k.startswith("groundtruth/") or k in _TIMING_KEYS:
+            continue
+        parts = k.split("/")
+        if any(p.startswith(skip) for p in parts[1:]):
+            continue
+        if own is not None and own in parts:
+            parts = ["<own>" if p == own else p for p in parts]
+        elif any(p.split("@")[0] in changed for p in parts[1:]):
+            continue
+        out["/".join(parts)] = v
+    return out
+
+
+def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: float = 1e-9,
+                     changed: tuple[str, ...] = (), own: tuple[str, str] | None = None) -> dict:
     """Whether ``new`` (a re-run of ``old``'s runs, one per seed) holds the same batches: every ``groundtruth/...``
     metric whose name does not contain ``/<skip>`` (nor a wall time), at every iteration of every seed, equal to the
-    old run's within ``tol``. Returns ``{"seeds", "values", "equal", "max_diff", "missing", "mismatch", "same"}``:
-    ``missing`` counts the values one side lacks (an iteration or a key), ``mismatch`` names the first value off,
-    ``same`` is the verdict (some values compared, every one equal, none on one side only)."""
+    old run's within ``tol``. Where the two codes score some estimators differently (a variant's runs logged before
+    2026-12-06 scored ``changed`` with the variant's settings, today's code scores them plain and the variant under
+    its own name): ``changed``'s values are left out on both sides, and ``own`` ``(old name, new name)`` compares
+    the old runs' values under the first name with the new runs' under the second. Returns ``{"seeds", "values",
+    "equal", "max_diff", "missing", "mismatch", "same"}``: ``missing`` counts the values one side lacks (an iteration
+    or a key), ``mismatch`` names the first value off (by the new run's name), ``same`` is the verdict (some values
+    compared, every one equal, none on one side only)."""
+    own_old, own_new = own if own is not None else (None, None)
     by_seed = {r.seed: r for r in old}
     out = {"seeds": 0, "values": 0, "equal": 0, "max_diff": 0.0, "missing": 0, "mismatch": None}
     for r in sorted(new, key=lambda r: r.seed):
@@ -578,13 +637,13 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
         out["seeds"] += 1
         rows_o, rows_n = _by_iteration(o), _by_iteration(r)
         for it in sorted(set(rows_o) | set(rows_n), key=lambda x: (x is None, x)):
-            a, b = rows_o.get(it, {}), rows_n.get(it, {})
-            keys = {k for k in set(a) | set(b)
-                    if k.startswith("groundtruth/") and f"/{skip}" not in k and k not in _TIMING_KEYS}
-            for k in sorted(keys):
+            a = _batch_values(rows_o.get(it, {}), skip, changed, own_old)
+            b = _batch_values(rows_n.get(it, {}), skip, changed, own_new)
+            for k in sorted(set(a) | set(b)):
+                name = k.replace("<own>", own_new) if own_new else k
                 if k not in a or k not in b:
                     out["missing"] += 1
-                    out["mismatch"] = out["mismatch"] or f"seed {r.seed}, iteration {it}: {k} on one side only"
+                    out["mismatch"] = out["mismatch"] or f"seed {r.seed}, iteration {it}: {name} on one side only"
                     continue
                 out["values"] += 1
                 x, y = float(a[k]), float(b[k])
@@ -593,7 +652,7 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
                 if d <= tol:
                     out["equal"] += 1
                 elif out["mismatch"] is None:
-                    out["mismatch"] = f"seed {r.seed}, iteration {it}: {k} {x!r} vs {y!r}"
+                    out["mismatch"] = f"seed {r.seed}, iteration {it}: {name} {x!r} vs {y!r}"
     out["same"] = out["missing"] == 0 and out["equal"] == out["values"] > 0
     return out
 
@@ -1290,6 +1349,7 @@ STUDIES = {
     "cpu-study": ("TextCraft, fresh goals each iteration, lr 1e-4", control_study, _WARM),
     "cpu-study-lr3e-5": ("TextCraft, fresh goals each iteration, lr 3e-5", control_study, _WARM),
     "cpu-study-alfworld": ("Generated ALFWorld", control_study, _WARM),
+    "cpu-hgpo-rule": ("HGPO's two rules in training, TextCraft, cpu-study's recipe", control_study, _WARM),
     "estimator-bench": ("Estimators against exact advantages on finite text MDPs", estimator_bench, _BENCH),
     "epsilon": ("The rules of `epsilon: auto`", epsilon_rules, _EPS),
     "llm-gt-halves": ("The halves of BiPACE on the over-split finite world", halves, _WARM),

@@ -478,3 +478,66 @@ def test_halves_reads_hgpo_under_both_rules_on_the_plain_arms_batches(tmp_path):
     md = halves(root2).split("### 6. HGPO's rule")[1]
     assert "(seed 0, iteration 1: groundtruth/gigpo/pearson" in md and "**Not the same batches**" in md
     assert "| verl_agent |" not in md and "reading changes" not in md
+
+
+def _variant_runs(folder: Path, hgpo_gap: float, today: bool, own_shift: float = 0.0, seeds=range(3)) -> None:
+    # bipace_q-cluster_std runs, 2 iterations. Logged before 2026-12-06 (today=False) the variant's reading is
+    # `bipace_q` (g + 0.1) and its siblings `pace_anchor` (g + 0.03) read its setting; today's code scores those two
+    # plain (other values) and the variant as `bipace_q-cluster_std`
+    for seed in seeds:
+        d = folder / "finiterooms" / "tiny" / "bipace_q-cluster_std" / f"seed_{seed}"
+        d.mkdir(parents=True)
+        g = 0.2 + 0.01 * seed
+        vals = {"gigpo": g, "hgpo": g + hgpo_gap}
+        vals.update({"bipace_q": g + 0.2, "pace_anchor": g + 0.04, "bipace_q-cluster_std": g + 0.1 + own_shift}
+                    if today else {"bipace_q": g + 0.1, "pace_anchor": g + 0.03})
+        rows = []
+        for it in (1, 2):
+            row = {"iteration": it}
+            for e, v in vals.items():
+                for m in ("pearson", "pearson_step"):
+                    row[f"groundtruth/{e}/{m}"] = v + 0.001 * it
+                    row[f"groundtruth/visited_only/{e}/{m}"] = v - 0.01
+            row["groundtruth/pace_anchor@eps0.05/pearson"] = vals["pace_anchor"]
+            rows.append(row)
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_halves_reads_a_variant_arm_rescored_under_its_own_name(tmp_path):
+    # the plain arms (gigpo, bigpo) and the cluster_std arm committed with hgpo = gigpo + 0.02, all re-run with the
+    # published rule (gigpo - 0.03); the variant's re-runs logged by today's code, which renames its reading
+    from analysis.reanalysis import halves, same_batch_check
+
+    root = tmp_path / "llm-gt-halves"
+    _halves_runs(root / "runs", ("gigpo", "bigpo"), 0.02)
+    _variant_runs(root / "runs", 0.02, today=False)
+    _halves_runs(tmp_path / "llm-gt-rescored" / "hgpo" / "oversplit" / "runs", ("gigpo",), -0.03)
+    _halves_runs(root / "hgpo" / "runs", ("bigpo",), -0.03)
+    md = halves(root).split("### 6. HGPO's rule")[1]
+    assert "| bipace_q-cluster_std | 0 of 3 | – | – | – | – |" in md
+    assert "**No reading changes**" not in md and "**The reading changes**" in md  # table 5's pooling is complete
+    assert "Not every committed run was run again (6 of 9): no reading is stated." in md  # the every-run pooling is not
+    _variant_runs(root / "hgpo" / "runs", -0.03, today=True)
+    md = halves(root).split("### 6. HGPO's rule")[1]
+    # compared per run-iteration: gigpo and the variant (committed `bipace_q`, re-run `bipace_q-cluster_std`), each
+    # 2 metrics x 2 truths = 8 values; the plain `bipace_q` and `pace_anchor` (and pace_anchor@eps0.05) left out
+    assert "| bipace_q-cluster_std | 3 of 3 | 48 of 48 | 0.0e+00 | 6 of 6 run-iterations (largest 0.0500) | " \
+           "-0.0500 [-0.0500, -0.0500] |" in md
+    pooled = md.split("HGPO's rows over every run of the study")[1]
+    assert "(gigpo, bigpo, bipace_q-cluster_std) (9 runs, 3 seeds;" in pooled
+    # hgpo's rank among the committed others (gigpo g, bigpo g + 0.052, bipace_q g + 0.1, pace_anchor g + 0.03):
+    # 4th of 5 at g + 0.02, 5th at g - 0.03 (one place: no rank change), but each gap moves across 0
+    assert "| +0.020 [+0.020, +0.020] | +0.020 [+0.020, +0.020] | 4 of 5 |" in pooled
+    assert "| -0.030 [-0.030, -0.030] | -0.030 [-0.030, -0.030] | 5 of 5 |" in pooled
+    assert "**The reading changes**: the whole advantage's gap to gigpo under the every-cell truth moves" in pooled
+    assert "rank moves" not in pooled
+    # without the renaming the variant's runs would not be the same batches; with it, a moved own value is caught
+    old_v = [r for r in find_runs(root / "runs") if r.method == "bipace_q-cluster_std"]
+    new_v = [r for r in find_runs(root / "hgpo" / "runs") if r.method == "bipace_q-cluster_std"]
+    assert not same_batch_check(old_v, new_v)["same"]
+    root2 = tmp_path / "b" / "llm-gt-halves"
+    _variant_runs(root2 / "runs", 0.02, today=False)
+    _variant_runs(root2 / "hgpo" / "runs", -0.03, today=True, own_shift=1e-6)
+    md = halves(root2).split("### 6. HGPO's rule")[1]
+    assert "24 of 48 (seed 0, iteration 1: groundtruth/bipace_q-cluster_std/pearson 0.301" in md
+    assert "**Not the same batches** in the bipace_q-cluster_std arm" in md and "| verl_agent |" not in md
