@@ -14,12 +14,13 @@ import errno
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["atomic_write_text", "atomic_folder", "fsync_path", "fsync_dir", "disk_full", "free_bytes",
-           "format_bytes", "SettledLines"]
+           "format_bytes", "SettledLines", "ConsoleCopy"]
 
 
 def fsync_path(path: str | Path) -> None:
@@ -132,10 +133,14 @@ class SettledLines:
     text after its last carriage return (a progress bar's final frame: tqdm redraws a line with ``\\r`` and ends it
     with ``\\n``), and ``close()`` the unfinished rest. Blank frames (a bar cleared before the next one) do not
     replace the text drawn before them; a ``\\r\\n`` line ending keeps the line. The unfinished line is held as its
-    last frame only, so a bar that runs for hours does not grow the buffer."""
+    last frame only, so a bar that runs for hours does not grow the buffer. ``every_s``: also give the unfinished
+    line's latest frame as a line of its own at most once per ``every_s`` seconds (``clock``), so that a log read
+    while a long bar runs shows its progress (``ConsoleCopy``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float | None = None, clock=time.monotonic) -> None:
         self._line = b""
+        self.every_s, self._clock = every_s, clock
+        self._shown, self._at = b"", clock()
 
     @staticmethod
     def _settle(line: bytes) -> bytes:
@@ -146,8 +151,38 @@ class SettledLines:
         *done, rest = (self._line + chunk).split(b"\n")
         # keep the unfinished line's last drawn frame (and a trailing \r, which a \r\n split across chunks needs)
         self._line = self._settle(rest) + (b"\r" if rest.endswith(b"\r") else b"")
-        return b"".join(self._settle(line) + b"\n" for line in done)
+        out = b"".join(self._settle(line) + b"\n" for line in done)
+        if done:
+            self._shown, self._at = b"", self._clock()
+        frame = self._settle(self._line)
+        if self.every_s is not None and frame and frame != self._shown and self._clock() - self._at >= self.every_s:
+            out += frame + b"\n"
+            self._shown, self._at = frame, self._clock()
+        return out
 
     def close(self) -> bytes:
         rest, self._line = self._settle(self._line), b""
         return rest
+
+
+class ConsoleCopy:
+    """What a child's console output becomes on ``stream``: the bytes as they come on a terminal (progress bars
+    redraw in place); elsewhere (a file, a batch job's output, a pipe) ``SettledLines``' lines, with a long bar's
+    latest frame once per ``every_s`` seconds, so that a log holds no carriage-return frames. Call it with each
+    chunk (``copy(chunk)``), then ``copy.close()``; both write and flush ``stream`` (a binary stream, or a text
+    one with ``.buffer``)."""
+
+    def __init__(self, stream, every_s: float = 60.0) -> None:
+        self.raw = getattr(stream, "buffer", stream)
+        isatty = getattr(stream, "isatty", None)
+        self.settled = None if callable(isatty) and isatty() else SettledLines(every_s=every_s)
+
+    def __call__(self, chunk: bytes) -> None:
+        self.raw.write(chunk if self.settled is None else self.settled.feed(chunk))
+        self.raw.flush()
+
+    def close(self) -> None:
+        if self.settled is not None:
+            rest = self.settled.close()
+            self.raw.write(rest + (b"\n" if rest else b""))
+            self.raw.flush()

@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.fsio import SettledLines
+from common.fsio import ConsoleCopy, SettledLines
 from envs.paths import portable_text
 
 __all__ = ["RunSpec", "GRID_SHORT_NAMES", "parse_grid", "variant_name", "expand", "plan", "run_sweep", "main"]
@@ -340,14 +340,15 @@ def _child_env(slot: int, jobs: int, nproc: int | None, gpus: list[str] | None, 
 
 
 def _tee(src, log, out) -> None:
-    settled = SettledLines()  # the terminal gets the progress bars; console.log their last frames
+    settled = SettledLines()  # console.log keeps the progress bars' last frames
+    screen = ConsoleCopy(out)  # a terminal gets the bars as they are drawn, a redirected output settled lines
     for chunk in iter(lambda: src.read1(4096) if hasattr(src, "read1") else src.read(4096), b""):
         log.write(settled.feed(chunk))
         log.flush()
-        out.write(chunk)
-        out.flush()
+        screen(chunk)
     log.write(settled.close())
     log.flush()
+    screen.close()
 
 
 def run_sweep(specs: list[RunSpec], *, launcher: list[str], jobs: int = 1, runs_root: Path,

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.fsio import SettledLines
+from common.fsio import ConsoleCopy, SettledLines
 from envs.paths import portable_path, portable_text
 
 __all__ = ["warmstart_cli_args", "warmstart_estimate", "find_warmstart", "warmstart_command",
@@ -177,13 +177,15 @@ def run_warmstart(env: str, extra: list[str], log_path: Path) -> Path:
             log_path.open("ab") as log:
         start = log.tell()
         buf = b""
-        settled = SettledLines()  # the terminal gets the progress bars; the log their last frames
+        settled = SettledLines()  # the log keeps the progress bars' last frames
+        sys.stdout.flush()
+        screen = ConsoleCopy(sys.stdout)  # a terminal gets the bars as drawn, a redirected output settled lines
         for chunk in iter(lambda: proc.stdout.read1(4096), b""):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
+            screen(chunk)
             log.write(settled.feed(chunk))
             buf = (buf + chunk)[-8192:]
         log.write(settled.close())
+        screen.close()
         rc = proc.wait()
     _portable_log(log_path, start)
     _drop_repeated_cache_hit(log_path, start)

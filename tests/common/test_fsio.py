@@ -47,3 +47,39 @@ def test_settled_lines_keep_each_progress_bar_as_last_drawn_whatever_the_chunkin
     for i in range(10_000):
         assert s.feed(f"\rstep {i}".encode()) == b""
     assert len(s._line) < 20 and s.close() == b"step 9999"
+
+
+def test_settled_lines_show_a_long_bar_once_per_interval():
+    from common.fsio import SettledLines
+
+    now = [0.0]
+    s = SettledLines(every_s=60, clock=lambda: now[0])
+    assert s.feed(b"\rsft 1/100") == b""  # not yet a minute
+    now[0] = 61
+    assert s.feed(b"\rsft 2/100") == b"sft 2/100\n"
+    assert s.feed(b"\rsft 3/100") == b""  # shown 0 s ago
+    now[0] = 200
+    assert s.feed(b"\rsft 3/100") == b"sft 3/100\n"
+    now[0] = 300
+    assert s.feed(b"\r") == b""  # the same frame again is not repeated
+    assert s.feed(b"\rsft 100/100\nnext") == b"sft 100/100\n"  # the finished line, as without every_s
+    assert s.close() == b"next"
+
+
+def test_console_copy_passes_a_terminal_the_frames_and_settles_anything_else():
+    import io
+
+    from common.fsio import ConsoleCopy
+
+    class Tty(io.BytesIO):
+        def isatty(self):
+            return True
+
+    stream = b"load  0%\r 50%\r100%\nstep 1\rstep 2"
+    # a terminal: every byte as it came; a file or pipe: each line's last frame, the unfinished one ended at close
+    for out, want in ((Tty(), stream), (io.BytesIO(), b"100%\nstep 2\n")):
+        copy = ConsoleCopy(out)
+        for i in range(0, len(stream), 3):
+            copy(stream[i:i + 3])
+        copy.close()
+        assert out.getvalue() == want

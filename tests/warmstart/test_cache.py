@@ -129,13 +129,15 @@ def test_repeated_cache_hits_are_logged_once(tmp_path, monkeypatch, capfd):
 
 
 def test_the_study_warmstart_log_keeps_progress_bars_as_last_drawn(tmp_path, monkeypatch, capfd):
-    """The build's output goes to the terminal as it is and into warmstart.log without carriage-return frames."""
+    """The build's output goes into warmstart.log without carriage-return frames, and to the study's output the same
+    way where that is not a terminal (here: captured; ``common.fsio.ConsoleCopy`` passes a terminal the frames)."""
     final = fake_warmstart(tmp_path / "cache" / "warmstart", "textcraft-tiny-abc", {})
     out = f"\rsft 0/600\rsft 300/600\rsft 600/600\nmodel: {final}\n"
     monkeypatch.setattr(cache, "warmstart_command",
                         lambda env, extra=None: [sys.executable, "-c", f"import sys; sys.stdout.write({out!r})"])
     log = tmp_path / "study" / "warmstart.log"
     assert cache.run_warmstart("textcraft", [], log) == final
-    assert "\rsft 0/600\rsft 300/600" in capfd.readouterr().out
+    shown = capfd.readouterr().out
+    assert "\r" not in shown and "\nsft 600/600\nmodel: " in shown
     text = log.read_text()
     assert "\r" not in text and text.startswith("sft 600/600\nmodel: ")
