@@ -93,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         except PackedRunsError as e:  # the message says which file and how to restore it
             print(f"{PROG}: error: {e}", file=sys.stderr)
             return 2
+        except FileNotFoundError:  # a study planned or under way: no runs (or not all of its folders) yet
+            if args.all:
+                print(f"{PROG}: note: {s}: skipped, no runs under {root / s} yet", file=sys.stderr)
+                continue
+            print(f"{PROG}: error: {s}: no runs under {root / s} yet; its README.md says how to run the study",
+                  file=sys.stderr)
+            return 2
         if args.print:
             print(text)
         else:

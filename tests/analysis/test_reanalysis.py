@@ -181,6 +181,11 @@ def test_reanalyse_command(tmp_path, capsys):
     assert main(["nope", "--results", str(tmp_path)]) == 2
     assert main(["epsilon", "--results", str(tmp_path)]) == 2  # no such folder there
     assert "no folder" in capsys.readouterr().err
+    # a study planned or under way (its folder holds a README, no runs yet): a message, not a traceback; --all skips it
+    (tmp_path / "cpu-hgpo-rule").mkdir()
+    assert main(["cpu-hgpo-rule", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cpu-hgpo-rule: no runs under" in err and "README.md says how to run the study" in err
 
 
 def test_halves_tables_on_hand_made_runs(tmp_path):
