@@ -452,6 +452,8 @@ def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> l
         md += [verdict if all(ready[m] for m in members) else
                f"Not every committed run was run again ({len(pairs_new)} of {n_old}): no reading is stated.", ""]
     return md
+
+
 def _correction_names(runs: list[Run]) -> list[str]:
     """The estimators scored against both truths (``groundtruth/visited_only/<e>/...``) in ``runs``."""
     return sorted({k.split("/")[2] for r in runs for row in r.metrics for k in row

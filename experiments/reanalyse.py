@@ -93,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         except PackedRunsError as e:  # the message says which file and how to restore it
             print(f"{PROG}: error: {e}", file=sys.stderr)
             return 2
-        except FileNotFoundError:  # a study planned or under way: no runs (or not all of its folders) yet
+        except FileNotFoundError:
+            if any((root / s).rglob("seed_*")) or any((root / s).rglob(PACKED_NAME)):
+                raise  # the study has runs: something else is missing, and the traceback says what
+            # a study planned or under way: its folder holds no runs yet
             if args.all:
                 print(f"{PROG}: note: {s}: skipped, no runs under {root / s} yet", file=sys.stderr)
                 continue

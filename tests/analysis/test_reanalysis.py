@@ -168,7 +168,8 @@ def test_truth_rows_pair_on_the_same_batches(tmp_path):
     assert "p" not in rows["gigpo"]
 
 
-def test_reanalyse_command(tmp_path, capsys):
+def test_reanalyse_command(tmp_path, capsys, monkeypatch):
+    from analysis.reanalysis import STUDIES
     from experiments.reanalyse import main
 
     study = tmp_path / "cpu-study"
@@ -186,6 +187,11 @@ def test_reanalyse_command(tmp_path, capsys):
     assert main(["cpu-hgpo-rule", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "cpu-hgpo-rule: no runs under" in err and "README.md says how to run the study" in err
+    monkeypatch.setattr("experiments.reanalyse.STUDIES", {k: STUDIES[k] for k in ("cpu-study", "cpu-hgpo-rule")})
+    (study / "reanalysis.md").unlink()
+    assert main(["--all", "--results", str(tmp_path)]) == 0
+    assert (study / "reanalysis.md").exists() and not (tmp_path / "cpu-hgpo-rule" / "reanalysis.md").exists()
+    assert "cpu-hgpo-rule: skipped, no runs under" in capsys.readouterr().err
 
 
 def test_halves_tables_on_hand_made_runs(tmp_path):
