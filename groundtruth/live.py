@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from envs.finite.mdp import TabularMDP
+from estimators.config import HGPO_RULES
 
 from .metrics import advantage_metrics
 from .onpolicy import OnPolicyTruth, action_token_ids, exact_row_advantages, row_thought, score_actions
@@ -58,7 +59,7 @@ HGPO_FIELDS = ("hgpo_levels", "hgpo_alpha", "hgpo_rule")
 
 __all__ = ["WORLD_IDS", "TruthProbe", "probe_for", "BatchTruth", "row_actions", "row_contexts", "batch_truth",
            "advantage_metrics", "score_estimators", "oracle_epsilon", "PROBE_EPSILONS", "CELL_FILLS",
-           "ceiling_metrics", "fill_residuals", "FORMULA_FIELDS", "arm_configs"]
+           "ceiling_metrics", "fill_residuals", "FORMULA_FIELDS", "arm_configs", "PROBE_HGPO_RULES"]
 
 
 @dataclass
@@ -194,6 +195,8 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
     ``groundtruth/<label>/<metric>`` (and against ``references``). An estimator that needs hidden states is
     skipped when the batch has none. ``extra_epsilons`` ``{label: ε}``: the
     hidden-state estimators are also scored at each of these ε, as ``groundtruth/<estimator>@<label>/<metric>``.
+    HGPO is also scored under each rule of ``PROBE_HGPO_RULES`` other than ``base_cfg``'s, as
+    ``groundtruth/hgpo@<rule>/<metric>`` (and against ``references``).
     Also ``groundtruth/true_abs_mean``, ``groundtruth/true_zero`` (rows whose true advantage is 0) and
     ``groundtruth/visited_cells`` (the (step, state) cells whose policy came from the batch's own rows).
     ``references`` ``{label: (N,) advantages}``: other truths of the same rows; each estimator at the run's ε is also
@@ -215,6 +218,9 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
         if ESTIMATORS[name].needs_hidden and step_batch.hidden is None:
             continue
         jobs.append((name, dataclasses.replace(base_cfg, name=name), True))
+        if name == "hgpo":  # HGPO under its other rules too, on the very same batch (``PROBE_HGPO_RULES``)
+            jobs += [(f"hgpo@{rule}", dataclasses.replace(base_cfg, name="hgpo", hgpo_rule=rule), True)
+                     for rule in PROBE_HGPO_RULES if rule != base_cfg.hgpo_rule]
         if ESTIMATORS[name].needs_hidden:
             jobs += [(f"{name}@{label}", dataclasses.replace(base_cfg, name=name, epsilon=float(eps)), False)
                      for label, eps in (extra_epsilons or {}).items()]
@@ -243,6 +249,10 @@ def score_estimators(step_batch, truth: BatchTruth, base_cfg, names=None,
 #: ``oracle``, the ε that best recovers this batch's true states (``estimators.calibrate``'s ``state_f1`` rule,
 #: rescanned per batch; ``oracle_epsilon``)
 PROBE_EPSILONS = {"eps0.05": 0.05}
+
+#: the HGPO rules (``EstimatorConfig.hgpo_rule``) every batch scores HGPO under, besides the run's own: both, so a
+#: run gives the two rules' scores on its very batches whichever one it was made with (``docs/method.md``, "HGPO")
+PROBE_HGPO_RULES = HGPO_RULES
 
 
 class TruthProbe:

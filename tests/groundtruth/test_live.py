@@ -82,8 +82,21 @@ def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, tiny_lm):
 
     step_batch = batch.to_step_batch(hidden=torch.randn(n, 16, generator=torch.Generator().manual_seed(0)))
     m = score_estimators(step_batch, bt, EstimatorConfig(name="gigpo"))
-    names = {k.split("/")[1] for k in m if k.count("/") == 2}
+    names = {k.split("/")[1] for k in m if k.count("/") == 2 and "@" not in k}
     assert names == {"grpo", "gigpo", "bigpo", "bipace_q", "bipace_v", "pace_anchor", "hgpo", "rloo"}
+    # HGPO under its other rule too, on this batch: the numbers of a run made with that rule
+    assert {k.split("/")[1] for k in m if "@" in k.split("/")[1]} == {"hgpo@start_marker"}
+    for rule, other in (("verl_agent", "start_marker"), ("start_marker", "verl_agent")):
+        by_rule = score_estimators(step_batch, bt, EstimatorConfig(name="gigpo", hgpo_rule=rule), names=["hgpo"],
+                                   references={"ref": -bt.advantages})
+        direct = score_estimators(step_batch, bt, EstimatorConfig(name="gigpo", hgpo_rule=other), names=["hgpo"],
+                                  references={"ref": -bt.advantages})
+        assert not any(k.startswith(f"groundtruth/hgpo@{rule}/") for k in by_rule)
+        for k in ("pearson", "spearman", "pearson_step", "sign_agree"):
+            assert by_rule[f"groundtruth/hgpo@{other}/{k}"] == direct[f"groundtruth/hgpo/{k}"]
+        assert by_rule[f"groundtruth/ref/hgpo@{other}/pearson"] == direct["groundtruth/ref/hgpo/pearson"]
+        assert by_rule[f"groundtruth/ref/hgpo@{other}/pearson"] == pytest.approx(
+            -by_rule[f"groundtruth/hgpo@{other}/pearson"], abs=1e-12)
     assert all(math.isfinite(m[f"groundtruth/{e}/zero_signal"]) for e in names)
     assert all(math.isfinite(m[f"groundtruth/{e}/pearson_step"]) for e in names)
     assert m["groundtruth/grpo/zero_step"] == 1.0  # GRPO has no step term
@@ -103,6 +116,33 @@ def test_batch_truth_is_the_dp_of_the_scored_policy(rollout, tiny_lm):
 
     assert eps in AUTO_GRID
     assert oracle_epsilon(dataclasses.replace(step_batch, state_key=None), EstimatorConfig(name="bipace_q")) is None
+
+
+def test_hgpo_is_scored_under_both_rules_on_one_batch():
+    """Rows whose levels reach before step 0, where the two HGPO rules differ (``test_hgpo_levels_before_step_0``):
+    with the truth set to one rule's advantages, only that rule's scoring reads 1, whichever rule the run has."""
+    from estimators import compute_advantages
+    from estimators.config import EstimatorConfig
+    from groundtruth.live import BatchTruth
+    from groundtruth.onpolicy import OnPolicyTruth
+    from tests.estimators.helpers import act, make_batch
+
+    rows = [(0, 0, 0, 0.0, True, "A", act("x")), (0, 0, 1, 4.0, True, "B", act("x")),
+            (0, 1, 0, 0.0, True, "A", act("x")), (0, 1, 1, 0.0, True, "B", act("x")),
+            (0, 2, 0, 0.0, True, "C", act("x")), (0, 2, 1, 0.0, True, "A", act("x")),
+            (0, 2, 2, 6.0, True, "B", act("x"))]
+    b = make_batch(rows)
+    cfg = dict(name="gigpo", norm_mode="mean_norm", gamma=0.0, hgpo_alpha=0.0)
+    state = np.array([{"A": 0, "B": 1, "C": 2}[o] for o in b.anchor_obs])
+    for rule, other in (("verl_agent", "start_marker"), ("start_marker", "verl_agent")):
+        truth = compute_advantages(b, EstimatorConfig(**{**cfg, "name": "hgpo"}, hgpo_rule=other)).advantages
+        bt = BatchTruth(step=b.step.numpy(), state=state, action=np.zeros(len(state), dtype=np.int64),
+                        truth=OnPolicyTruth(A=truth.double().numpy(), pi=np.zeros((3, 3, 1)), values=None,
+                                            visited=np.zeros((3, 3), dtype=bool)))
+        m = score_estimators(b, bt, EstimatorConfig(**cfg, hgpo_rule=rule), names=["hgpo", "grpo"])
+        assert m[f"groundtruth/hgpo@{other}/pearson"] == pytest.approx(1.0, abs=1e-9)
+        assert m["groundtruth/hgpo/pearson"] < 1 - 1e-3
+        assert f"groundtruth/hgpo@{rule}/pearson" not in m and not any("grpo@" in k for k in m)
 
 
 def test_each_arm_is_scored_with_its_own_config():
@@ -254,7 +294,7 @@ def test_a_run_on_a_finite_world_logs_every_estimator_against_the_truth(tmp_path
         names = {k.split("/")[1] for k in r if k.startswith("groundtruth/") and k.count("/") == 2} - {"ceiling"}
         hidden = {"bigpo", "bipace_q", "bipace_v"}
         labels = ["eps0.05"] + (["oracle"] if "groundtruth/oracle_epsilon" in r else [])
-        assert names == {"grpo", "gigpo", "hgpo", "rloo", "pace_anchor", *hidden,
+        assert names == {"grpo", "gigpo", "hgpo", "rloo", "pace_anchor", *hidden, "hgpo@start_marker",
                          *(f"{e}@{lb}" for e in hidden for lb in labels)}
         assert 0 <= r["groundtruth/true_zero"] <= 1 and r["groundtruth/visited_cells"] >= 1
         assert r["perf/time_probe"] > 0
