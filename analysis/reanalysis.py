@@ -73,25 +73,29 @@ def _seed_obs(runs: list[Run], value) -> dict[int, list[float]]:
     return dict(sorted(out.items()))
 
 
-def _diff(e: str, base: str, metric: str):
+def _diff(e: str, base: str, metric: str, fill: str = ""):
+    pre = f"groundtruth/{fill}/" if fill else "groundtruth/"
+
     def f(row):
-        a, b = row.get(f"groundtruth/{e}/{metric}"), row.get(f"groundtruth/{base}/{metric}")
+        a, b = row.get(f"{pre}{e}/{metric}"), row.get(f"{pre}{base}/{metric}")
         return a - b if _finite(a) and _finite(b) else None
     return f
 
 
-def truth_rows(runs: list[Run], metric: str, baseline: str = "gigpo") -> list[dict]:
+def truth_rows(runs: list[Run], metric: str, baseline: str = "gigpo", fill: str = "") -> list[dict]:
     """Per scored estimator: its mean ``metric`` (hierarchical CI over seeds, then the seed's run-iterations), and the
     paired difference from ``baseline`` on the same batches: mean [CI], seeds above 0, sign-flip p over the per-seed
-    means, Holm-adjusted over the estimators of this list (the family: every estimator against ``baseline``)."""
+    means, Holm-adjusted over the estimators of this list (the family: every estimator against ``baseline``).
+    ``fill``: score against that other truth of the same rows (``visited_only``: ``groundtruth/visited_only/...``)."""
+    pre = f"groundtruth/{fill}/" if fill else "groundtruth/"
     rows = []
     for e in truth_estimators(runs):
-        lvl = _seed_obs(runs, lambda row, k=f"groundtruth/{e}/{metric}": row.get(k))
+        lvl = _seed_obs(runs, lambda row, k=f"{pre}{e}/{metric}": row.get(k))
         if not lvl:
             continue
         row = {"estimator": e, "seeds": len(lvl), "level": hierarchical_bootstrap_ci(list(lvl.values()))}
         if e != baseline:
-            d = _seed_obs(runs, _diff(e, baseline, metric))
+            d = _seed_obs(runs, _diff(e, baseline, metric, fill))
             means = [float(np.mean(v)) for v in d.values()]
             row.update(diff=hierarchical_bootstrap_ci(list(d.values())), above=sum(m > 0 for m in means),
                        n=len(means), p=sign_flip_p(means), per_seed=means)
@@ -540,7 +544,8 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
     GiGPO-trained runs alone), then the fill isolated on the new batches (``truth_correction_md``). ``root``:
     ``results/llm-gt-rescored`` (scenarios ``exact``, ``undersplit``); the over-split scenario comes from
     ``halves``' GiGPO runs (default: ``results/llm-gt-halves`` beside ``root``). Where ``root/hgpo/<scenario>`` holds
-    those runs again with HGPO's published rule, each scenario ends with ``hgpo_rule_md``."""
+    those runs again with HGPO's published rule, each scenario adds ``hgpo_rule_md``; where ``root/hgpo-trained/<scenario>``
+    holds HGPO-trained runs, ``hgpo_trained_md``."""
     root = Path(root)
     committed = Path(committed) if committed is not None else root.parent / "llm-groundtruth"
     halves = Path(halves) if halves is not None else root.parent / "llm-gt-halves"
@@ -585,6 +590,9 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
         rerun = [r for r in _load_runs(root / "hgpo" / sc / "runs") if r.method == baseline]
         if rerun:
             md += hgpo_rule_md(new, rerun, sc, baseline)
+        trained = [r for r in _load_runs(root / "hgpo-trained" / sc / "runs") if r.method == "hgpo"]
+        if trained:
+            md += hgpo_trained_md(new, trained, sc, baseline)
     return "\n".join(md)
 
 
@@ -726,6 +734,88 @@ def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = 
            f"{_ci(change, 4)}. "
            + (f"**The reading changes**: {'; '.join(why)}." if why else
               "**No reading changes** (interval against 0, Holm p against 0.05, rank within one place)."), ""]
+    return md
+
+
+def _first_batches(runs: list[Run]) -> list[Run]:
+    """``runs`` with their first iteration's metrics alone (the batch drawn before any update)."""
+    import dataclasses
+
+    return [dataclasses.replace(r, metrics=[row for row in r.metrics if row.get("iteration") == 1]) for r in runs]
+
+
+def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baseline: str = "gigpo",
+                    metric: str = "pearson") -> list[str]:
+    """HGPO as the trained arm (``configs/studies/llm-gt-hgpo-trained-*.yaml``; ``trained``, made with the published
+    rule and scoring HGPO under both, ``groundtruth/hgpo`` and ``groundtruth/hgpo@start_marker``) beside the
+    scenario's ``baseline``-trained runs (``gigpo``, one per seed, same warm start). The check: each seed's first
+    batch, drawn before any update, is the same in both arms. Reading 1: on HGPO's own batches, HGPO's level and its
+    gap to ``baseline`` under each rule, each rule in its own Holm family (every other estimator the runs score) and
+    its rank there, the paired per-seed change, against the every-cell truth and the uniform fill. Reading 2:
+    training success against ``baseline``'s runs. A changed reading, as the plan in
+    ``results/llm-gt-rescored/README.md`` ("HGPO as the trained arm") defines it, is flagged."""
+    first = same_batch_check(_first_batches(gigpo), _first_batches(trained))
+    md = [f"### {scenario}: HGPO as the trained arm ({len(trained)} runs, {len({r.seed for r in trained})} seeds)", "",
+          f"First batches (drawn before any update) against the {baseline} arm's: {first['equal']:,} of "
+          f"{first['values']:,} non-HGPO `groundtruth/` values over {first['seeds']} seeds equal within 1e-9 "
+          f"(values on one side only: {first['missing']})"
+          + ("." if first["same"] else f"; **not the same warm start or first batch** ({first['mismatch']})."), ""]
+    labels = {"verl_agent": "hgpo", "start_marker": "hgpo@start_marker"}
+    changes = []
+    for fill, what in (("", "every-cell truth (primary)"), ("visited_only", "uniform fill (`llm-groundtruth`'s)")):
+        rows = truth_rows(trained, metric, baseline, fill)
+        if not all(any(r["estimator"] == lb for r in rows) for lb in labels.values()):
+            md += [f"HGPO is not scored under both rules against the {what} in these runs.", ""]
+            continue
+        fam_rows = {}
+        for rule, lb in labels.items():
+            fam = [dict(r) for r in rows if r["estimator"] not in set(labels.values()) - {lb}]
+            tested = [r for r in fam if "p" in r]
+            for r, a in zip(tested, holm([r["p"] for r in tested])):
+                r["p_holm"] = a
+            order = [r["estimator"] for r in sorted(fam, key=lambda r: -r["level"][0])]
+            row = next(r for r in fam if r["estimator"] == lb)
+            fam_rows[rule] = (row, 1 + order.index(lb), len(fam), len(tested))
+        k = fam_rows["verl_agent"][3]
+        md += [f"**{what.capitalize()}**, whole advantage, {metric} with A^π on HGPO's own batches", "",
+               f"| HGPO rule | mean [95% CI] | − {baseline} [95% CI] | seeds > 0 | Holm p (k = {k}) | rank |",
+               "|---|---|---|---|---|---|"]
+        for rule, (r, rank, n, _) in fam_rows.items():
+            md.append(f"| {rule} | {_ci(r['level'], signed=False)} | {_ci(r['diff'])} | {r['above']}/{r['n']} | "
+                      f"{_p(r['p_holm'])} | {rank} of {n} |")
+        d = _seed_obs(trained, _diff(labels["verl_agent"], labels["start_marker"], metric, fill))
+        flat = [abs(x) for v in d.values() for x in v]
+        (a, ra, _, _), (b, rb, _, _) = fam_rows["start_marker"], fam_rows["verl_agent"]
+        why = []
+        if _excludes_zero(a["diff"]) != _excludes_zero(b["diff"]):
+            why.append(f"HGPO − {baseline}'s interval moves across 0")
+        if (a["p_holm"] < 0.05) != (b["p_holm"] < 0.05):
+            why.append("its Holm p crosses 0.05")
+        if abs(ra - rb) > 1:
+            why.append("its rank moves by more than one place")
+        if fill == "":
+            changes += why
+        md += ["", f"HGPO's {metric} differs between the rules in {sum(x > 1e-9 for x in flat)} of {len(flat)} "
+               f"run-iterations (largest {max(flat, default=0.0):.4f}); paired change (verl_agent − start_marker, per "
+               f"seed then iteration): {_ci(hierarchical_bootstrap_ci(list(d.values())), 4)}. "
+               + (f"By the plan's tests: {'; '.join(why)}." if why else
+                  "By the plan's tests nothing moves (interval against 0, Holm p against 0.05, rank within one "
+                  "place)."), ""]
+    tr = [r for r in training_rows(gigpo + trained, baseline) if r["method"] == "hgpo"]
+    if tr:
+        r = tr[0]
+        score = {m: {x.seed: float(np.mean(series(x.metrics, "rollout/success_rate")[1][-5:]))
+                     for x in runs if series(x.metrics, "rollout/success_rate")[1]}
+                 for m, runs in ((baseline, gigpo), ("hgpo", trained))}
+        paired = [score["hgpo"][s] - score[baseline][s] for s in sorted(score["hgpo"]) if s in score[baseline]]
+        md += [f"**Training success** (each run's mean over its last 5 iterations; HGPO with its published rule "
+               f"against the {baseline} arm)", "",
+               f"| arm | seeds | P(> {baseline}) [95% CI] | Mann-Whitney p | seeds above (paired) | mean paired gap "
+               "| sign-flip p |", "|---|---|---|---|---|---|---|",
+               f"| hgpo | {r['n']} | {_ci(r['poi'], 2, signed=False)} | {_p(r['p'])} | {r['paired_above']}/"
+               f"{r['paired_n']} | {r['iqm_gap']:+.3f} | {_p(sign_flip_p(paired)) if paired else '–'} |", ""]
+    md += [("**The reading changes** (every-cell truth): " + "; ".join(changes) + ".") if changes else
+           "**No same-batch reading changes** against the every-cell truth.", ""]
     return md
 
 

@@ -426,6 +426,65 @@ def test_rescored_adds_hgpo_under_both_rules_and_flags_a_changed_reading(tmp_pat
     assert "| verl_agent |" not in md
 
 
+def _hgpo_trained_runs(folder: Path, verl: float, start: float, first_shift: float = 0.0, seeds=range(3)) -> None:
+    # hgpo-trained runs, 2 iterations: iteration 1 is the gigpo arm's first batch (_gt_runs: gigpo g, bigpo g + 0.05)
+    # unless first_shift moves it; iteration 2 another batch; hgpo g + verl under the published rule, g + start
+    # under the earlier one; uniform-fill scores 0.5 + the same gaps; training success 0.6 + 0.1 * seed
+    for seed in seeds:
+        d = folder / "runs" / "finiterooms" / "tiny" / "hgpo" / f"seed_{seed}"
+        d.mkdir(parents=True)
+        g = 0.2 + 0.01 * seed
+        rows = []
+        for it in (1, 2):
+            gi = g + (first_shift if it == 1 else 0.1)
+            rows.append({"iteration": it, "rollout/success_rate": 0.6 + 0.1 * seed,
+                         "groundtruth/gigpo/pearson": gi, "groundtruth/bigpo/pearson": gi + 0.05,
+                         "groundtruth/hgpo/pearson": gi + verl, "groundtruth/hgpo@start_marker/pearson": gi + start,
+                         "groundtruth/visited_only/gigpo/pearson": 0.5,
+                         "groundtruth/visited_only/hgpo/pearson": 0.5 + verl,
+                         "groundtruth/visited_only/hgpo@start_marker/pearson": 0.5 + start + 0.001 * seed,
+                         "groundtruth/cell_seconds": 9.0})
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_rescored_reads_hgpo_as_the_trained_arm_under_both_rules(tmp_path):
+    # gigpo arm: _gt_runs (training success 0.5 per seed); hgpo arm: the published rule 0.02 above gigpo, the earlier
+    # one 0.03 below, on HGPO's own batches, whose first batch is the gigpo arm's
+    from analysis.reanalysis import rescored
+
+    root = tmp_path / "llm-gt-rescored"
+    _gt_runs(root / "exact", 0.02)
+    for seed in range(3):
+        f = root / "exact" / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}" / "metrics.jsonl"
+        rows = [{**json.loads(x), "rollout/success_rate": 0.5, "groundtruth/visited_only/gigpo/pearson": 0.5}
+                for x in f.read_text().splitlines()]
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _hgpo_trained_runs(root / "hgpo-trained" / "exact", 0.02, -0.03)
+    md = rescored(root)
+    sec = md.split("### exact: HGPO as the trained arm (3 runs, 3 seeds)")[1]
+    assert "9 of 9 non-HGPO `groundtruth/` values over 3 seeds equal within 1e-9 (values on one side only: 0)." in sec
+    primary = sec.split("**Every-cell truth (primary)**")[1].split("**Uniform fill")[0]
+    # means over seeds (0.2, 0.21, 0.22) and iterations (+0, +0.1): gigpo 0.26; Holm over bigpo and one HGPO row
+    assert "| verl_agent | 0.280 [0.240, 0.320] | +0.020 [+0.020, +0.020] | 3/3 | 0.500 | 2 of 3 |" in primary
+    assert "| start_marker | 0.230 [0.190, 0.270] | -0.030 [-0.030, -0.030] | 0/3 | 0.500 | 3 of 3 |" in primary
+    assert "differs between the rules in 6 of 6 run-iterations (largest 0.0500); paired change (verl_agent − " \
+           "start_marker, per seed then iteration): +0.0500 [+0.0500, +0.0500]" in primary
+    assert "interval moves across 0" in primary
+    uniform = sec.split("**Uniform fill")[1].split("**Training success**")[0]
+    assert "| start_marker | 0.471 [0.470, 0.472] | -0.029 [-0.030, -0.028] | 0/3 | 0.250 | 2 of 2 |" in uniform
+    # training: hgpo 0.6-0.8 against gigpo 0.5 in every seed (Mann-Whitney's normal approximation: the ties)
+    assert "| hgpo | 3 | 1.00 [1.00, 1.00] | 0.064 | 3/3 | +0.200 | 0.250 |" in sec
+    assert "**The reading changes** (every-cell truth): HGPO − gigpo's interval moves across 0." in sec
+    # a first batch that is not the gigpo arm's: said, with the first value off
+    root2 = tmp_path / "b" / "llm-gt-rescored"
+    _gt_runs(root2 / "exact", 0.02)
+    _hgpo_trained_runs(root2 / "hgpo-trained" / "exact", 0.02, 0.021, first_shift=1e-3)
+    sec = rescored(root2).split("HGPO as the trained arm")[1]
+    assert "**not the same warm start or first batch** (seed 0, iteration 1: groundtruth/bigpo/pearson" in sec
+    assert "**No same-batch reading changes** against the every-cell truth." in sec
+    assert "**Training success**" not in sec  # the gigpo arm logged no training success
+
+
 def test_reanalyse_on_a_damaged_packed_file_is_an_exit_2_message_naming_the_fix(tmp_path, capsys):
     from experiments.reanalyse import main
 
