@@ -544,8 +544,8 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
     GiGPO-trained runs alone), then the fill isolated on the new batches (``truth_correction_md``). ``root``:
     ``results/llm-gt-rescored`` (scenarios ``exact``, ``undersplit``); the over-split scenario comes from
     ``halves``' GiGPO runs (default: ``results/llm-gt-halves`` beside ``root``). Where ``root/hgpo/<scenario>`` holds
-    those runs again with HGPO's published rule, each scenario adds ``hgpo_rule_md``; where ``root/hgpo-trained/<scenario>``
-    holds HGPO-trained runs, ``hgpo_trained_md``."""
+    those runs again with HGPO's published rule, each scenario adds ``hgpo_rule_md``; where
+    ``root/hgpo-trained/<scenario>`` holds HGPO-trained runs, ``hgpo_trained_md``."""
     root = Path(root)
     committed = Path(committed) if committed is not None else root.parent / "llm-groundtruth"
     halves = Path(halves) if halves is not None else root.parent / "llm-gt-halves"
