@@ -418,7 +418,8 @@ def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> l
           "| arm | runs again | non-HGPO values equal | largest difference | HGPO differs in | "
           "HGPO's change [95% CI] |",
           "|---|---|---|---|---|---|"]
-    ready, differ = {}, []  # arm -> every committed run re-run on the same batches; arms whose batches differ
+    ready, differ, running = {}, [], []  # arm -> every committed run re-run on the same batches; arms whose batches
+    # differ; arms whose re-runs are still under way
     for m in arms:
         o = [r for r in old if r.method == m]
         n = [r for r in new if r.method == m]
@@ -430,11 +431,17 @@ def hgpo_halves_md(old: list[Run], new: list[Run], baseline: str = "gigpo") -> l
         ok = chk["same"]
         ready[m] = ok and {r.seed for r in o} <= {r.seed for r in n}
         change, moved, k, largest = _paired_change(o, n, "groundtruth/hgpo/pearson")
-        md.append(f"| {m} | {len(n)} of {len(o)} | {chk['equal']:,} of {chk['values']:,}"
-                  f"{'' if ok else ' (' + str(chk['mismatch']) + ')'} | {chk['max_diff']:.1e} | {moved} of {k} "
-                  f"run-iterations (largest {largest:.4f}) | {_ci(change, 4)} |")
-        differ += [] if ok else [m]
+        why = "" if ok else f" ({chk['unrun']} iterations not run yet)" if chk["unfinished"] else (
+            f" ({chk['mismatch']})")
+        md.append(f"| {m} | {len(n)} of {len(o)} | {chk['equal']:,} of {chk['values']:,}{why} | "
+                  f"{chk['max_diff']:.1e} | {moved} of {k} run-iterations (largest {largest:.4f}) | {_ci(change, 4)} |")
+        differ += [] if ok or chk["unfinished"] else [m]
+        running += [m] if chk["unfinished"] else []
     md.append("")
+    if running and not differ:
+        return md + [f"**The re-runs are not finished** in the {', '.join(running)} arm"
+                     f"{'s' if len(running) > 1 else ''} (every value logged so far equal): no reading is stated "
+                     "until they complete.", ""]
     if differ:
         return md + [f"**Not the same batches** in the {', '.join(differ)} arm{'s' if len(differ) > 1 else ''}: the "
                      "re-runs are a new sample, not a re-scoring, and no change of rule is read from them.", ""]
@@ -632,12 +639,15 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
     2026-12-06 scored ``changed`` with the variant's settings, today's code scores them plain and the variant under
     its own name): ``changed``'s values are left out on both sides, and ``own`` ``(old name, new name)`` compares
     the old runs' values under the first name with the new runs' under the second. Returns ``{"seeds", "values",
-    "equal", "max_diff", "missing", "mismatch", "same"}``: ``missing`` counts the values one side lacks (an iteration
-    or a key), ``mismatch`` names the first value off (by the new run's name), ``same`` is the verdict (some values
-    compared, every one equal, none on one side only)."""
+    "equal", "max_diff", "missing", "unrun", "mismatch", "same", "unfinished"}``: ``missing`` counts the values one
+    side lacks (an iteration or a key), ``unrun`` the old runs' iterations the new ones have not logged yet,
+    ``mismatch`` names the first value off (by the new run's name), ``same`` is the verdict (some values compared,
+    every one equal, none on one side only), ``unfinished`` a re-run still under way: every value it has equal, and
+    all that it lacks whole iterations at the end of a run or runs not started."""
     own_old, own_new = own if own is not None else (None, None)
     by_seed = {r.seed: r for r in old}
-    out = {"seeds": 0, "values": 0, "equal": 0, "max_diff": 0.0, "missing": 0, "mismatch": None}
+    out = {"seeds": 0, "values": 0, "equal": 0, "max_diff": 0.0, "missing": 0, "unrun": 0, "mismatch": None}
+    tail_only = True  # every value the new runs lack is in an iteration past their last one
     for r in sorted(new, key=lambda r: r.seed):
         o = by_seed.get(r.seed)
         if o is None:
@@ -646,6 +656,8 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
             continue
         out["seeds"] += 1
         rows_o, rows_n = _by_iteration(o), _by_iteration(r)
+        last = max((it for it in rows_n if isinstance(it, int)), default=0)
+        out["unrun"] += sum(isinstance(it, int) and it > last for it in rows_o)
         for it in sorted(set(rows_o) | set(rows_n), key=lambda x: (x is None, x)):
             a = _batch_values(rows_o.get(it, {}), skip, changed, own_old)
             b = _batch_values(rows_n.get(it, {}), skip, changed, own_new)
@@ -653,6 +665,7 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
                 name = k.replace("<own>", own_new) if own_new else k
                 if k not in a or k not in b:
                     out["missing"] += 1
+                    tail_only &= k in a and isinstance(it, int) and it > last
                     out["mismatch"] = out["mismatch"] or f"seed {r.seed}, iteration {it}: {name} on one side only"
                     continue
                 out["values"] += 1
@@ -664,7 +677,14 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
                 elif out["mismatch"] is None:
                     out["mismatch"] = f"seed {r.seed}, iteration {it}: {name} {x!r} vs {y!r}"
     out["same"] = out["missing"] == 0 and out["equal"] == out["values"] > 0
+    out["unfinished"] = (not out["same"] and out["unrun"] > 0 and tail_only and out["equal"] == out["values"])
     return out
+
+
+def _unfinished(chk: dict) -> str:
+    """The sentence for a re-run still under way (``same_batch_check``'s ``unfinished``)."""
+    return (f"**The re-run is not finished** ({chk['unrun']} of the committed runs' iterations not run yet; every "
+            f"value it has logged, {chk['equal']:,}, equal): no reading is stated until it completes.")
 
 
 def _paired_change(old: list[Run], new: list[Run], key: str) -> tuple[tuple, int, int, float]:
@@ -701,6 +721,8 @@ def hgpo_rule_md(old: list[Run], new: list[Run], scenario: str, baseline: str = 
           f"Same batches: {chk['equal']:,} of {chk['values']:,} non-HGPO `groundtruth/` values over {chk['seeds']} "
           f"seeds equal within 1e-9 (largest difference {chk['max_diff']:.1e}; values on one side only: "
           f"{chk['missing']}).", ""]
+    if chk["unfinished"]:
+        return md + [_unfinished(chk), ""]
     if not same:
         return md + [f"**Not the same batches** ({chk['mismatch']}): the rows below are a new sample, not a "
                      "re-scoring, and no change of rule is read from them.", ""]

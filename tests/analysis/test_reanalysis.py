@@ -390,7 +390,8 @@ def test_same_batch_check_skips_hgpo_and_wall_times_and_names_the_first_value_of
     _gt_runs(tmp_path / "short", -0.03, seeds=range(2))
     old = find_runs(tmp_path / "old")
     ok = same_batch_check(old, find_runs(tmp_path / "new"))
-    assert ok == {"seeds": 3, "values": 12, "equal": 12, "max_diff": 0.0, "missing": 0, "mismatch": None, "same": True}
+    assert ok == {"seeds": 3, "values": 12, "equal": 12, "max_diff": 0.0, "missing": 0, "unrun": 0, "mismatch": None,
+                  "same": True, "unfinished": False}
     off = same_batch_check(old, find_runs(tmp_path / "moved"))
     assert off["equal"] == 6 and off["max_diff"] == pytest.approx(1e-6) and not off["same"]
     assert off["mismatch"].startswith("seed 0, iteration 1: groundtruth/gigpo/pearson")
@@ -399,6 +400,19 @@ def test_same_batch_check_skips_hgpo_and_wall_times_and_names_the_first_value_of
     lacking = same_batch_check(find_runs(tmp_path / "short"), find_runs(tmp_path / "new"))
     assert lacking["missing"] == 1 and not lacking["same"]
     assert not same_batch_check(old, [])["same"]  # nothing compared is no verdict of sameness
+    # a re-run under way (seed 1 has logged iteration 1 only) is unfinished, not another sample; a gap in the middle
+    # of a run, or a value off, is not
+    _gt_runs(tmp_path / "running", -0.03)
+    f = tmp_path / "running" / "runs" / "finiterooms" / "tiny" / "gigpo" / "seed_1" / "metrics.jsonl"
+    f.write_text(f.read_text().splitlines()[0] + "\n")
+    running = same_batch_check(old, find_runs(tmp_path / "running"))
+    assert running["unfinished"] and not running["same"] and running["unrun"] == 1 and running["equal"] == 10
+    f.write_text(f.read_text().replace('"iteration": 1', '"iteration": 2'))  # iteration 1 missing, 2 logged
+    assert not same_batch_check(old, find_runs(tmp_path / "running"))["unfinished"]
+    _gt_runs(tmp_path / "moved_running", -0.03, gigpo_shift=1e-6)
+    f = tmp_path / "moved_running" / "runs" / "finiterooms" / "tiny" / "gigpo" / "seed_1" / "metrics.jsonl"
+    f.write_text(f.read_text().splitlines()[0] + "\n")
+    assert not same_batch_check(old, find_runs(tmp_path / "moved_running"))["unfinished"]
 
 
 def test_rescored_adds_hgpo_under_both_rules_and_flags_a_changed_reading(tmp_path):
@@ -424,6 +438,15 @@ def test_rescored_adds_hgpo_under_both_rules_and_flags_a_changed_reading(tmp_pat
     md = rescored(tmp_path / "b" / "llm-gt-rescored")
     assert "**Not the same batches** (seed 0, iteration 1: groundtruth/gigpo/pearson" in md
     assert "| verl_agent |" not in md
+    # a re-run still under way says so, and reads nothing
+    _gt_runs(tmp_path / "c" / "llm-gt-rescored" / "exact", 0.02)
+    _gt_runs(tmp_path / "c" / "llm-gt-rescored" / "hgpo" / "exact", -0.03)
+    f = tmp_path / "c" / "llm-gt-rescored" / "hgpo" / "exact" / "runs" / "finiterooms" / "tiny" / "gigpo" / "seed_2"
+    (f / "metrics.jsonl").write_text((f / "metrics.jsonl").read_text().splitlines()[0] + "\n")
+    md = rescored(tmp_path / "c" / "llm-gt-rescored")
+    assert ("**The re-run is not finished** (1 of the committed runs' iterations not run yet; every value it has "
+            "logged, 10, equal): no reading is stated until it completes.") in md
+    assert "| verl_agent |" not in md and "Not the same batches" not in md
 
 
 def _hgpo_trained_runs(folder: Path, verl: float, start: float, first_shift: float = 0.0, seeds=range(3)) -> None:
@@ -548,6 +571,16 @@ def test_halves_reads_hgpo_under_both_rules_on_the_plain_arms_batches(tmp_path):
     md = halves(root2).split("### 6. HGPO's rule")[1]
     assert "(seed 0, iteration 1: groundtruth/gigpo/pearson" in md and "**Not the same batches**" in md
     assert "| verl_agent |" not in md and "reading changes" not in md
+    # a re-run under way (bigpo's seed 2 has logged one of its 2 iterations) says so
+    root3 = tmp_path / "c" / "llm-gt-halves"
+    _halves_runs(root3 / "runs", ("gigpo", "bigpo"), 0.02)
+    _halves_runs(root3 / "hgpo" / "runs", ("gigpo", "bigpo"), -0.03)
+    f = root3 / "hgpo" / "runs" / "finiterooms" / "tiny" / "bigpo" / "seed_2" / "metrics.jsonl"
+    f.write_text(f.read_text().splitlines()[0] + "\n")
+    md = halves(root3).split("### 6. HGPO's rule")[1]
+    assert "| bigpo | 3 of 3 | 40 of 40 (1 iterations not run yet) |" in md
+    assert "**The re-runs are not finished** in the bigpo arm (every value logged so far equal)" in md
+    assert "| verl_agent |" not in md and "Not the same batches" not in md
 
 
 def _variant_runs(folder: Path, hgpo_gap: float, today: bool, own_shift: float = 0.0, seeds=range(3)) -> None:
