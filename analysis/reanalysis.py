@@ -632,18 +632,20 @@ def _batch_values(row: dict, skip: str, changed: tuple[str, ...], own: str | Non
 
 
 def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: float = 1e-9,
-                     changed: tuple[str, ...] = (), own: tuple[str, str] | None = None) -> dict:
+                     changed: tuple[str, ...] = (), own: tuple[str, str] | None = None,
+                     digits: int | None = None) -> dict:
     """Whether ``new`` (a re-run of ``old``'s runs, one per seed) holds the same batches: every ``groundtruth/...``
     metric whose name does not contain ``/<skip>`` (nor a wall time), at every iteration of every seed, equal to the
-    old run's within ``tol``. Where the two codes score some estimators differently (a variant's runs logged before
-    2026-12-06 scored ``changed`` with the variant's settings, today's code scores them plain and the variant under
-    its own name): ``changed``'s values are left out on both sides, and ``own`` ``(old name, new name)`` compares
-    the old runs' values under the first name with the new runs' under the second. Returns ``{"seeds", "values",
-    "equal", "max_diff", "missing", "unrun", "mismatch", "same", "unfinished"}``: ``missing`` counts the values one
-    side lacks (an iteration or a key), ``unrun`` the old runs' iterations the new ones have not logged yet,
-    ``mismatch`` names the first value off (by the new run's name), ``same`` is the verdict (some values compared,
-    every one equal, none on one side only), ``unfinished`` a re-run still under way: every value it has equal, and
-    all that it lacks whole iterations at the end of a run or runs not started."""
+    old run's within ``tol`` (with ``digits``: or within one unit of the last of that many significant digits, the
+    precision a run logs with ``logging.jsonl_digits``). Where the two codes score some estimators differently (a
+    variant's runs logged before 2026-12-06 scored ``changed`` with the variant's settings, today's code scores them
+    plain and the variant under its own name): ``changed``'s values are left out on both sides, and ``own`` ``(old
+    name, new name)`` compares the old runs' values under the first name with the new runs' under the second.
+    Returns ``{"seeds", "values", "equal", "max_diff", "missing", "unrun", "mismatch", "same", "unfinished"}``:
+    ``missing`` counts the values one side lacks (an iteration or a key), ``unrun`` the old runs' iterations the new
+    ones have not logged yet, ``mismatch`` names the first value off (by the new run's name), ``same`` is the verdict
+    (some values compared, every one equal, none on one side only), ``unfinished`` a re-run still under way: every
+    value it has equal, and all that it lacks whole iterations at the end of a run or runs not started."""
     own_old, own_new = own if own is not None else (None, None)
     by_seed = {r.seed: r for r in old}
     out = {"seeds": 0, "values": 0, "equal": 0, "max_diff": 0.0, "missing": 0, "unrun": 0, "mismatch": None}
@@ -672,7 +674,10 @@ def same_batch_check(old: list[Run], new: list[Run], skip: str = "hgpo", tol: fl
                 x, y = float(a[k]), float(b[k])
                 d = abs(x - y) if (math.isfinite(x) and math.isfinite(y)) else (0.0 if x == y else math.inf)
                 out["max_diff"] = max(out["max_diff"], d)
-                if d <= tol:
+                top = max(abs(x), abs(y))
+                unit = (10.0 ** (math.floor(math.log10(top)) - (digits - 1)) * (1 + 1e-6)
+                        if digits and math.isfinite(top) and top > 0 else 0.0)
+                if d <= max(tol, unit):
                     out["equal"] += 1
                 elif out["mismatch"] is None:
                     out["mismatch"] = f"seed {r.seed}, iteration {it}: {name} {x!r} vs {y!r}"
@@ -777,11 +782,15 @@ def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baselin
     training success against ``baseline``'s runs. A changed reading, as the plan in
     ``results/llm-gt-rescored/README.md`` ("HGPO as the trained arm") defines it, is flagged."""
     first = same_batch_check(_first_batches(gigpo), _first_batches(trained))
+    logged = same_batch_check(_first_batches(gigpo), _first_batches(trained), digits=5)
     md = [f"### {scenario}: HGPO as the trained arm ({len(trained)} runs, {len({r.seed for r in trained})} seeds)", "",
           f"First batches (drawn before any update) against the {baseline} arm's: {first['equal']:,} of "
           f"{first['values']:,} non-HGPO `groundtruth/` values over {first['seeds']} seeds equal within 1e-9 "
-          f"(values on one side only: {first['missing']})"
-          + ("." if first["same"] else f"; **not the same warm start or first batch** ({first['mismatch']})."), ""]
+          f"(largest difference {first['max_diff']:.1e}; values on one side only: {first['missing']})"
+          + ("." if first["same"] else
+             f", {logged['equal']:,} within one unit of the 5th significant digit (the precision these runs log)"
+             + (": the same batches up to the last logged digit." if logged["same"] else
+                f"; **not the same warm start or first batch** ({logged['mismatch']}).")), ""]
     labels = {"verl_agent": "hgpo", "start_marker": "hgpo@start_marker"}
     changes = []
     for fill, what in (("", "every-cell truth (primary)"), ("visited_only", "uniform fill (`llm-groundtruth`'s)")):

@@ -475,17 +475,21 @@ def test_rescored_reads_hgpo_as_the_trained_arm_under_both_rules(tmp_path):
     # one 0.03 below, on HGPO's own batches, whose first batch is the gigpo arm's
     from analysis.reanalysis import rescored
 
+    def gigpo_arm(root: Path) -> None:  # _gt_runs, with training success 0.5 and GiGPO against the uniform fill
+        _gt_runs(root / "exact", 0.02)
+        for seed in range(3):
+            f = root / "exact" / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}" / "metrics.jsonl"
+            rows = [{**json.loads(x), "rollout/success_rate": 0.5, "groundtruth/visited_only/gigpo/pearson": 0.5}
+                    for x in f.read_text().splitlines()]
+            f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
     root = tmp_path / "llm-gt-rescored"
-    _gt_runs(root / "exact", 0.02)
-    for seed in range(3):
-        f = root / "exact" / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}" / "metrics.jsonl"
-        rows = [{**json.loads(x), "rollout/success_rate": 0.5, "groundtruth/visited_only/gigpo/pearson": 0.5}
-                for x in f.read_text().splitlines()]
-        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gigpo_arm(root)
     _hgpo_trained_runs(root / "hgpo-trained" / "exact", 0.02, -0.03)
     md = rescored(root)
     sec = md.split("### exact: HGPO as the trained arm (3 runs, 3 seeds)")[1]
-    assert "9 of 9 non-HGPO `groundtruth/` values over 3 seeds equal within 1e-9 (values on one side only: 0)." in sec
+    assert ("9 of 9 non-HGPO `groundtruth/` values over 3 seeds equal within 1e-9 (largest difference 0.0e+00; values "
+            "on one side only: 0).") in sec
     primary = sec.split("**Every-cell truth (primary)**")[1].split("**Uniform fill")[0]
     # means over seeds (0.2, 0.21, 0.22) and iterations (+0, +0.1): gigpo 0.26; Holm over bigpo and one HGPO row
     assert "| verl_agent | 0.280 [0.240, 0.320] | +0.020 [+0.020, +0.020] | 3/3 | 0.500 | 2 of 3 |" in primary
@@ -506,6 +510,14 @@ def test_rescored_reads_hgpo_as_the_trained_arm_under_both_rules(tmp_path):
     assert "**not the same warm start or first batch** (seed 0, iteration 1: groundtruth/bigpo/pearson" in sec
     assert "**No same-batch reading changes** against the every-cell truth." in sec
     assert "**Training success**" not in sec  # the gigpo arm logged no training success
+    # first batches one unit apart in the 5th significant digit (a run logs 5): the same batches to that precision
+    root3 = tmp_path / "c" / "llm-gt-rescored"
+    gigpo_arm(root3)
+    _hgpo_trained_runs(root3 / "hgpo-trained" / "exact", 0.02, 0.021, first_shift=1e-5)
+    sec = rescored(root3).split("HGPO as the trained arm")[1]
+    assert ("3 of 9 non-HGPO `groundtruth/` values over 3 seeds equal within 1e-9 (largest difference 1.0e-05; values "
+            "on one side only: 0), 9 within one unit of the 5th significant digit (the precision these runs log): the "
+            "same batches up to the last logged digit.") in sec
 
 
 def test_reanalyse_on_a_damaged_packed_file_is_an_exit_2_message_naming_the_fix(tmp_path, capsys):
