@@ -30,3 +30,13 @@ def one_hot_hidden(batch: StepBatch) -> torch.Tensor:
     table = {}
     codes = torch.tensor([table.setdefault(o, len(table)) for o in batch.anchor_obs])
     return torch.nn.functional.one_hot(codes, len(table)).float()
+
+
+def hgpo_prestart_batch() -> StepBatch:
+    """3 trajectories of one group whose HGPO levels reach before step 0, where the two ``hgpo_rule`` differ
+    (``test_hand_cases.test_hgpo_levels_before_step_0`` works it out by hand); rewards on the B rows only."""
+    rows = [(0, 0, 0, 0.0, True, "A", act("x")), (0, 0, 1, 4.0, True, "B", act("x")),
+            (0, 1, 0, 0.0, True, "A", act("x")), (0, 1, 1, 0.0, True, "B", act("x")),
+            (0, 2, 0, 0.0, True, "C", act("x")), (0, 2, 1, 0.0, True, "A", act("x")),
+            (0, 2, 2, 6.0, True, "B", act("x"))]
+    return make_batch(rows)

@@ -10,7 +10,7 @@ import torch
 from estimators import ESTIMATORS, EstimatorConfig, compute_advantages
 from estimators.reference import reference_advantages
 
-from .helpers import act, make_batch, one_hot_hidden
+from .helpers import act, hgpo_prestart_batch, make_batch, one_hot_hidden
 
 S3 = 1 / math.sqrt(3)
 S2 = 1 / math.sqrt(2)
@@ -194,11 +194,7 @@ def test_hgpo_levels_before_step_0():
     """HGPO's code forms level k only at steps t >= k; the start_marker rule also groups rows at t < k with the rows
     at the same step whose observations since the start are equal (here an extra, same-step baseline)."""
     # mean_norm, gamma 0, alpha 0 (a plain average of the kept levels); rewards on the B rows only
-    rows = [(0, 0, 0, 0.0, True, "A", act("x")), (0, 0, 1, 4.0, True, "B", act("x")),
-            (0, 1, 0, 0.0, True, "A", act("x")), (0, 1, 1, 0.0, True, "B", act("x")),
-            (0, 2, 0, 0.0, True, "C", act("x")), (0, 2, 1, 0.0, True, "A", act("x")),
-            (0, 2, 2, 6.0, True, "B", act("x"))]
-    b = make_batch(rows)
+    b = hgpo_prestart_batch()
     cfg = dict(name="hgpo", norm_mode="mean_norm", gamma=0.0, hgpo_alpha=0.0)
     # row (0, 1): level 0 = the three B rows (mean 10/3) and level 1 = the three (A, B) rows: 4 - 10/3 each;
     # level 2: none (step 1 < 2) under verl_agent; (start, A, B) = trajectories 0 and 1 at step 1 (mean 2) under

@@ -125,13 +125,9 @@ def test_hgpo_is_scored_under_both_rules_on_one_batch():
     from estimators.config import EstimatorConfig
     from groundtruth.live import BatchTruth
     from groundtruth.onpolicy import OnPolicyTruth
-    from tests.estimators.helpers import act, make_batch
+    from tests.estimators.helpers import hgpo_prestart_batch
 
-    rows = [(0, 0, 0, 0.0, True, "A", act("x")), (0, 0, 1, 4.0, True, "B", act("x")),
-            (0, 1, 0, 0.0, True, "A", act("x")), (0, 1, 1, 0.0, True, "B", act("x")),
-            (0, 2, 0, 0.0, True, "C", act("x")), (0, 2, 1, 0.0, True, "A", act("x")),
-            (0, 2, 2, 6.0, True, "B", act("x"))]
-    b = make_batch(rows)
+    b = hgpo_prestart_batch()
     cfg = dict(name="gigpo", norm_mode="mean_norm", gamma=0.0, hgpo_alpha=0.0)
     state = np.array([{"A": 0, "B": 1, "C": 2}[o] for o in b.anchor_obs])
     for rule, other in (("verl_agent", "start_marker"), ("start_marker", "verl_agent")):
