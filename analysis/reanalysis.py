@@ -146,7 +146,7 @@ def training_rows(runs: list[Run], baseline: str = "gigpo", last: int = 5) -> li
         out.append({"method": m, "n": len(x), "poi": poi,
                     "p": float(mannwhitneyu(x, y, alternative="two-sided").pvalue),
                     "paired_above": sum(d > 0 for d in paired), "paired_n": len(paired),
-                    "iqm_gap": float(np.mean(paired)) if paired else float("nan")})
+                    "iqm_gap": float(np.mean(paired)) if paired else float("nan"), "paired": paired})
     return out
 
 
@@ -835,10 +835,7 @@ def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baselin
     tr = [r for r in training_rows(gigpo + trained, baseline) if r["method"] == "hgpo"]
     if tr:
         r = tr[0]
-        score = {m: {x.seed: float(np.mean(series(x.metrics, "rollout/success_rate")[1][-5:]))
-                     for x in runs if series(x.metrics, "rollout/success_rate")[1]}
-                 for m, runs in ((baseline, gigpo), ("hgpo", trained))}
-        paired = [score["hgpo"][s] - score[baseline][s] for s in sorted(score["hgpo"]) if s in score[baseline]]
+        paired = r["paired"]
         md += [f"**Training success** (each run's mean over its last 5 iterations; HGPO with its published rule "
                f"against the {baseline} arm)", "",
                f"| arm | seeds | P(> {baseline}) [95% CI] | Mann-Whitney p | seeds above (paired) | mean paired gap "
