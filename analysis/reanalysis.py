@@ -552,7 +552,8 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
     ``results/llm-gt-rescored`` (scenarios ``exact``, ``undersplit``); the over-split scenario comes from
     ``halves``' GiGPO runs (default: ``results/llm-gt-halves`` beside ``root``). Where ``root/hgpo/<scenario>`` holds
     those runs again with HGPO's published rule, each scenario adds ``hgpo_rule_md``; where
-    ``root/hgpo-trained/<scenario>`` holds HGPO-trained runs, ``hgpo_trained_md``."""
+    ``root/hgpo-trained/<scenario>`` holds HGPO-trained runs, ``hgpo_trained_md``, and over those scenarios
+    ``hgpo_trained_training_md``."""
     root = Path(root)
     committed = Path(committed) if committed is not None else root.parent / "llm-groundtruth"
     halves = Path(halves) if halves is not None else root.parent / "llm-gt-halves"
@@ -566,6 +567,7 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
           "not GiGPO's training). Whole advantage, Pearson with A^π; per seed the mean over its run's iterations; "
           "intervals: hierarchical bootstrap over seeds; sign-flip p over the per-seed means, Holm over each table's "
           "estimators against GiGPO, as in the committed re-analysis.", ""]
+    arms: dict[str, tuple[list[Run], list[Run]]] = {}
     for sc, folder in sources.items():
         new = [r for r in _load_runs(folder) if r.method == baseline]
         if not new:
@@ -600,6 +602,9 @@ def rescored(root: Path, baseline: str = "gigpo", committed: Path | None = None,
         trained = [r for r in _load_runs(root / "hgpo-trained" / sc / "runs") if r.method == "hgpo"]
         if trained:
             md += hgpo_trained_md(new, trained, sc, baseline)
+            arms[sc] = (new, trained)
+    if arms:
+        md += hgpo_trained_training_md(arms, baseline)
     return "\n".join(md)
 
 
@@ -844,6 +849,47 @@ def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baselin
                f"{r['paired_n']} | {r['iqm_gap']:+.3f} | {_p(sign_flip_p(paired)) if paired else '–'} |", ""]
     md += [("**The reading changes** (every-cell truth): " + "; ".join(changes) + ".") if changes else
            "**No same-batch reading changes** against the every-cell truth.", ""]
+    return md
+
+
+def hgpo_trained_training_md(arms: dict[str, tuple[list[Run], list[Run]]], baseline: str = "gigpo") -> list[str]:
+    """Reading 2 of the HGPO-trained plan over the scenarios: per scenario (``{scenario: (baseline runs, HGPO
+    runs)}``), HGPO's training success against ``baseline``'s, the Mann-Whitney p Holm-adjusted over the scenarios,
+    and the paired per-seed gap with its sign-flip p (Holm over the scenarios too; beside the plan's test, not part
+    of it). The reading changes if a scenario's P interval excludes 0.5 or its Holm-adjusted Mann-Whitney p is
+    below 0.05."""
+    rows = []
+    for sc, (base, trained) in arms.items():
+        tr = [r for r in training_rows(base + trained, baseline) if r["method"] == "hgpo"]
+        if tr:
+            rows.append({**tr[0], "scenario": sc,
+                         "p_pair": sign_flip_p(tr[0]["paired"]) if tr[0]["paired"] else float("nan")})
+    if not rows:
+        return []
+    for r, a in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = a
+    paired = [r for r in rows if np.isfinite(r["p_pair"])]
+    for r, a in zip(paired, holm([r["p_pair"] for r in paired])):
+        r["p_pair_holm"] = a
+    md = [f"## HGPO as the trained arm: training success over the {len(rows)} scenarios", "",
+          f"Each run's training success over its last 5 iterations, HGPO (published rule) against the {baseline} arm "
+          f"of the same seeds; Holm over the {len(rows)} scenarios. The plan's test: the P interval against 0.5 and "
+          "the Holm-adjusted Mann-Whitney p against 0.05; the paired sign-flip p is beside it, not part of it.", "",
+          f"| scenario | seeds | P(HGPO > {baseline}) [95% CI] | Mann-Whitney p | Holm p | mean paired gap | "
+          "seeds above (paired) | sign-flip p | Holm p |", "|---|---|---|---|---|---|---|---|---|"]
+    why = []
+    for r in rows:
+        lo, hi = r["poi"][1], r["poi"][2]
+        if lo > 0.5 or hi < 0.5:
+            why.append(f"{r['scenario']}'s P interval excludes 0.5")
+        if r["p_holm"] < 0.05:
+            why.append(f"{r['scenario']}'s Holm-adjusted Mann-Whitney p is below 0.05")
+        pp = f"{_p(r['p_pair'])} | {_p(r['p_pair_holm'])}" if "p_pair_holm" in r else "– | –"
+        md.append(f"| {r['scenario']} | {r['n']} | {_ci(r['poi'], 2, signed=False)} | {_p(r['p'])} | "
+                  f"{_p(r['p_holm'])} | {r['iqm_gap']:+.3f} | {r['paired_above']}/{r['paired_n']} | {pp} |")
+    md += ["", ("**The training reading changes**: " + "; ".join(why) + ".") if why else
+           "**No training reading changes**: every P interval holds 0.5 and no Holm-adjusted Mann-Whitney p is below "
+           "0.05.", ""]
     return md
 
 

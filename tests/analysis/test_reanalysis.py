@@ -449,10 +449,11 @@ def test_rescored_adds_hgpo_under_both_rules_and_flags_a_changed_reading(tmp_pat
     assert "| verl_agent |" not in md and "Not the same batches" not in md
 
 
-def _hgpo_trained_runs(folder: Path, verl: float, start: float, first_shift: float = 0.0, seeds=range(3)) -> None:
+def _hgpo_trained_runs(folder: Path, verl: float, start: float, first_shift: float = 0.0, seeds=range(3),
+                       success: float = 0.6) -> None:
     # hgpo-trained runs, 2 iterations: iteration 1 is the gigpo arm's first batch (_gt_runs: gigpo g, bigpo g + 0.05)
     # unless first_shift moves it; iteration 2 another batch; hgpo g + verl under the published rule, g + start
-    # under the earlier one; uniform-fill scores 0.5 + the same gaps; training success 0.6 + 0.1 * seed
+    # under the earlier one; uniform-fill scores 0.5 + the same gaps; training success success + 0.1 * seed
     for seed in seeds:
         d = folder / "runs" / "finiterooms" / "tiny" / "hgpo" / f"seed_{seed}"
         d.mkdir(parents=True)
@@ -460,7 +461,7 @@ def _hgpo_trained_runs(folder: Path, verl: float, start: float, first_shift: flo
         rows = []
         for it in (1, 2):
             gi = g + (first_shift if it == 1 else 0.1)
-            rows.append({"iteration": it, "rollout/success_rate": 0.6 + 0.1 * seed,
+            rows.append({"iteration": it, "rollout/success_rate": success + 0.1 * seed,
                          "groundtruth/gigpo/pearson": gi, "groundtruth/bigpo/pearson": gi + 0.05,
                          "groundtruth/hgpo/pearson": gi + verl, "groundtruth/hgpo@start_marker/pearson": gi + start,
                          "groundtruth/visited_only/gigpo/pearson": 0.5,
@@ -475,10 +476,10 @@ def test_rescored_reads_hgpo_as_the_trained_arm_under_both_rules(tmp_path):
     # one 0.03 below, on HGPO's own batches, whose first batch is the gigpo arm's
     from analysis.reanalysis import rescored
 
-    def gigpo_arm(root: Path) -> None:  # _gt_runs, with training success 0.5 and GiGPO against the uniform fill
-        _gt_runs(root / "exact", 0.02)
+    def gigpo_arm(root: Path, sc: str = "exact") -> None:  # _gt_runs, training success 0.5, GiGPO on the uniform fill
+        _gt_runs(root / sc, 0.02)
         for seed in range(3):
-            f = root / "exact" / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}" / "metrics.jsonl"
+            f = root / sc / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}" / "metrics.jsonl"
             rows = [{**json.loads(x), "rollout/success_rate": 0.5, "groundtruth/visited_only/gigpo/pearson": 0.5}
                     for x in f.read_text().splitlines()]
             f.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -502,6 +503,18 @@ def test_rescored_reads_hgpo_as_the_trained_arm_under_both_rules(tmp_path):
     # training: hgpo 0.6-0.8 against gigpo 0.5 in every seed (Mann-Whitney's normal approximation: the ties)
     assert "| hgpo | 3 | 1.00 [1.00, 1.00] | 0.064 | 3/3 | +0.200 | 0.250 |" in sec
     assert "**The reading changes** (every-cell truth): HGPO − gigpo's interval moves across 0." in sec
+    # reading 2 over the scenarios: exact alone, its P interval excludes 0.5
+    over = md.split("## HGPO as the trained arm: training success over the 1 scenarios")[1]
+    assert "| exact | 3 | 1.00 [1.00, 1.00] | 0.064 | 0.064 | +0.200 | 3/3 | 0.250 | 0.250 |" in over
+    assert "**The training reading changes**: exact's P interval excludes 0.5." in over
+    # with under-split beside it (HGPO 0.4, 0.5, 0.6 against 0.5: P 0.5): Holm over 2 (0.0637 x 2);
+    # exact still excludes 0.5
+    gigpo_arm(root, "undersplit")
+    _hgpo_trained_runs(root / "hgpo-trained" / "undersplit", 0.02, -0.03, success=0.4)
+    over = rescored(root).split("## HGPO as the trained arm: training success over the 2 scenarios")[1]
+    assert "| exact | 3 | 1.00 [1.00, 1.00] | 0.064 | 0.127 | +0.200 | 3/3 | 0.250 | 0.500 |" in over
+    assert "| undersplit | 3 | 0.50 [" in over and "| +0.000 | 1/3 |" in over
+    assert "**The training reading changes**: exact's P interval excludes 0.5." in over
     # a first batch that is not the gigpo arm's: said, with the first value off
     root2 = tmp_path / "b" / "llm-gt-rescored"
     _gt_runs(root2 / "exact", 0.02)
