@@ -776,6 +776,35 @@ def _first_batches(runs: list[Run]) -> list[Run]:
     return [dataclasses.replace(r, metrics=[row for row in r.metrics if row.get("iteration") == 1]) for r in runs]
 
 
+#: first-batch values that depend on the model's weights only through the sampled tokens (float rounding of the
+#: weights leaves them equal unless a sample changes); ``rollout/logprob_abs_diff`` is a float of the weights
+_SAMPLED_SKIP = ("rollout/logprob_abs_diff",)
+
+
+def sampled_batch_check(old: list[Run], new: list[Run]) -> dict:
+    """Whether ``new``'s first batches sampled what ``old``'s did, seed by seed: every ``rollout/`` value (success,
+    lengths, token counts, returns; not the log-prob difference, a float of the weights) and
+    ``groundtruth/visited_cells`` at iteration 1 exactly equal, over the names both runs log (a metric one code
+    version adds is not a sample). ``{"seeds", "values", "equal", "mismatch"}``."""
+    a = {r.seed: r for r in _first_batches(old)}
+    b = {r.seed: r for r in _first_batches(new)}
+    out = {"seeds": 0, "values": 0, "equal": 0, "mismatch": None}
+    for seed in sorted(set(a) & set(b)):
+        ra, rb = (a[seed].metrics or [{}])[0], (b[seed].metrics or [{}])[0]
+        keys = sorted(k for k in set(ra) & set(rb) if (k.startswith("rollout/") and k not in _SAMPLED_SKIP)
+                      or k == "groundtruth/visited_cells")
+        if not keys:
+            continue
+        out["seeds"] += 1
+        for k in keys:
+            out["values"] += 1
+            if ra[k] == rb[k]:
+                out["equal"] += 1
+            elif out["mismatch"] is None:
+                out["mismatch"] = f"seed {seed}: {k} {ra[k]} vs {rb[k]}"
+    return out
+
+
 def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baseline: str = "gigpo",
                     metric: str = "pearson") -> list[str]:
     """HGPO as the trained arm (``configs/studies/llm-gt-hgpo-trained-*.yaml``; ``trained``, made with the published
@@ -788,14 +817,21 @@ def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baselin
     ``results/llm-gt-rescored/README.md`` ("HGPO as the trained arm") defines it, is flagged."""
     first = same_batch_check(_first_batches(gigpo), _first_batches(trained))
     logged = same_batch_check(_first_batches(gigpo), _first_batches(trained), digits=5)
+    sampled = sampled_batch_check(gigpo, trained)
+    if sampled["values"] and sampled["equal"] == sampled["values"]:
+        off = (f"; the sampled batches are the same ({sampled['equal']:,} of {sampled['values']:,} `rollout/` values "
+               f"and visited-cell counts over {sampled['seeds']} seeds equal, the log-prob difference aside): the "
+               f"scores differ by float rounding of the warm start ({logged['mismatch']}).")
+    else:
+        off = (f"; **not the same warm start or first batch** ({logged['mismatch']}"
+               + (f"; sampled: {sampled['mismatch']}" if sampled["mismatch"] else "") + ").")
     md = [f"### {scenario}: HGPO as the trained arm ({len(trained)} runs, {len({r.seed for r in trained})} seeds)", "",
           f"First batches (drawn before any update) against the {baseline} arm's: {first['equal']:,} of "
           f"{first['values']:,} non-HGPO `groundtruth/` values over {first['seeds']} seeds equal within 1e-9 "
           f"(largest difference {first['max_diff']:.1e}; values on one side only: {first['missing']})"
           + ("." if first["same"] else
              f", {logged['equal']:,} within one unit of the 5th significant digit (the precision these runs log)"
-             + (": the same batches up to the last logged digit." if logged["same"] else
-                f"; **not the same warm start or first batch** ({logged['mismatch']}).")), ""]
+             + (": the same batches up to the last logged digit." if logged["same"] else off)), ""]
     labels = {"verl_agent": "hgpo", "start_marker": "hgpo@start_marker"}
     changes = []
     for fill, what in (("", "every-cell truth (primary)"), ("visited_only", "uniform fill (`llm-groundtruth`'s)")):

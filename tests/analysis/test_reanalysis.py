@@ -531,6 +531,35 @@ def test_rescored_reads_hgpo_as_the_trained_arm_under_both_rules(tmp_path):
     assert ("3 of 9 non-HGPO `groundtruth/` values over 3 seeds equal within 1e-9 (largest difference 1.0e-05; values "
             "on one side only: 0), 9 within one unit of the 5th significant digit (the precision these runs log): the "
             "same batches up to the last logged digit.") in sec
+    # scores apart beyond the logged digits but the same sampled batch (every rollout/ value equal): float rounding
+    root4 = tmp_path / "d" / "llm-gt-rescored"
+    gigpo_arm(root4)
+    _hgpo_trained_runs(root4 / "hgpo-trained" / "exact", 0.02, 0.021, first_shift=1e-3, seeds=[0], success=0.5)
+    sec = rescored(root4).split("HGPO as the trained arm")[1]
+    assert ("; the sampled batches are the same (1 of 1 `rollout/` values and visited-cell counts over 1 seeds equal, "
+            "the log-prob difference aside): the scores differ by float rounding of the warm start (seed 0, iteration "
+            "1: groundtruth/bigpo/pearson") in sec
+    assert "not the same warm start" not in sec
+
+
+def test_sampled_batch_check_compares_what_was_sampled_not_the_weights_floats(tmp_path):
+    from analysis.reanalysis import sampled_batch_check
+
+    def runs(folder: Path, success: float, logprob: float, cells: int):
+        for seed in (0, 1):
+            d = folder / "runs" / "finiterooms" / "tiny" / "gigpo" / f"seed_{seed}"
+            d.mkdir(parents=True)
+            rows = [{"iteration": it, "rollout/success_rate": success + it, "rollout/logprob_abs_diff": logprob,
+                     "groundtruth/visited_cells": cells + seed, "groundtruth/gigpo/pearson": 0.1 * it}
+                    for it in (1, 2)]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return find_runs(folder / "runs")
+
+    a = runs(tmp_path / "a", 0.25, 1e-3, 40)
+    same = sampled_batch_check(a, runs(tmp_path / "b", 0.25, 2e-3, 40))  # only the log-prob float differs
+    assert same == {"seeds": 2, "values": 4, "equal": 4, "mismatch": None}
+    moved = sampled_batch_check(a, runs(tmp_path / "c", 0.25, 1e-3, 41))
+    assert moved["equal"] == 2 and moved["mismatch"] == "seed 0: groundtruth/visited_cells 40 vs 41"
 
 
 def test_reanalyse_on_a_damaged_packed_file_is_an_exit_2_message_naming_the_fix(tmp_path, capsys):
