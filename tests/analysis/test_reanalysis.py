@@ -540,6 +540,10 @@ def test_rescored_reads_hgpo_as_the_trained_arm_under_both_rules(tmp_path):
             "the log-prob difference aside): the scores differ by float rounding of the warm start (seed 0, iteration "
             "1: groundtruth/bigpo/pearson") in sec
     assert "not the same warm start" not in sec
+    # a seed one arm lacks is not float rounding, whatever the seeds both have sampled
+    _hgpo_trained_runs(root4 / "hgpo-trained" / "exact", 0.02, 0.021, first_shift=1e-3, seeds=[7], success=-0.2)
+    sec = rescored(root4).split("HGPO as the trained arm")[1]
+    assert "**not the same warm start or first batch**" in sec and "the sampled batches are the same" not in sec
 
 
 def test_sampled_batch_check_compares_what_was_sampled_not_the_weights_floats(tmp_path):
