@@ -812,9 +812,9 @@ def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baselin
     scenario's ``baseline``-trained runs (``gigpo``, one per seed, same warm start). The check: each seed's first
     batch, drawn before any update, is the same in both arms. Reading 1: on HGPO's own batches, HGPO's level and its
     gap to ``baseline`` under each rule, each rule in its own Holm family (every other estimator the runs score) and
-    its rank there, the paired per-seed change, against the every-cell truth and the uniform fill. Reading 2:
-    training success against ``baseline``'s runs. A changed reading, as the plan in
-    ``results/llm-gt-rescored/README.md`` ("HGPO as the trained arm") defines it, is flagged."""
+    its rank there, the paired per-seed change, against the every-cell truth and the uniform fill. A changed reading,
+    as the plan in ``results/llm-gt-rescored/README.md`` ("HGPO as the trained arm") defines it, is flagged. Reading
+    2 (training success) is read over the scenarios together: ``hgpo_trained_training_md``."""
     first = same_batch_check(_first_batches(gigpo), _first_batches(trained))
     logged = same_batch_check(_first_batches(gigpo), _first_batches(trained), digits=5)
     sampled = sampled_batch_check(gigpo, trained)
@@ -874,16 +874,6 @@ def hgpo_trained_md(gigpo: list[Run], trained: list[Run], scenario: str, baselin
                + (f"By the plan's tests: {'; '.join(why)}." if why else
                   "By the plan's tests nothing moves (interval against 0, Holm p against 0.05, rank within one "
                   "place)."), ""]
-    tr = [r for r in training_rows(gigpo + trained, baseline) if r["method"] == "hgpo"]
-    if tr:
-        r = tr[0]
-        paired = r["paired"]
-        md += [f"**Training success** (each run's mean over its last 5 iterations; HGPO with its published rule "
-               f"against the {baseline} arm)", "",
-               f"| arm | seeds | P(> {baseline}) [95% CI] | Mann-Whitney p | seeds above (paired) | mean paired gap "
-               "| sign-flip p |", "|---|---|---|---|---|---|---|",
-               f"| hgpo | {r['n']} | {_ci(r['poi'], 2, signed=False)} | {_p(r['p'])} | {r['paired_above']}/"
-               f"{r['paired_n']} | {r['iqm_gap']:+.3f} | {_p(sign_flip_p(paired)) if paired else '–'} |", ""]
     md += [("**The reading changes** (every-cell truth): " + "; ".join(changes) + ".") if changes else
            "**No same-batch reading changes** against the every-cell truth.", ""]
     return md
